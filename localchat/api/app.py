@@ -1,0 +1,169 @@
+"""The Starlette app: thin routes (parse → chat layer → serialize), errors mapped once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..chat import Chat, Delta, Finish, Turn, Usage
+from ..errors import InvalidRequest, LocalchatError
+from ..registry import Registry
+from .guard import LocalOnly
+from .schemas import ChatCompletionRequest
+from .sse import DONE, EventStream, frame, until_disconnect
+
+log = logging.getLogger("localchat.api")
+MAX_BODY = 32 * 1024 * 1024
+LOCAL_ORIGINS = r"^(https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?|vscode-webview://.*|vscode-file://.*)$"
+
+
+def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = True) -> Starlette:
+    registry: Registry = chat.host.registry
+
+    async def health(request: Request) -> Response:
+        loaded = chat.host.current
+        return JSONResponse({"status": "ok", "model": loaded.spec.name if loaded else None})
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [_model_card(registry, name) for name in registry.models]})
+
+    async def chat_completions(request: Request) -> Response:
+        body = await _json_body(request)
+        try:
+            req = ChatCompletionRequest.model_validate(body)
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+        turn = await chat.start(req.to_chat())
+        meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return EventStream(_stream(turn, meta, include_usage))
+        message = await until_disconnect(request.receive, lambda: _collect(turn, meta))
+        return JSONResponse(message) if message else Response(status_code=499)
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/models", models, methods=["GET"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/chat/completions", chat_completions, methods=["POST"]),
+    ]
+    middleware = [
+        Middleware(LocalOnly, api_key=api_key, loopback_only=loopback_only),
+        Middleware(CORSMiddleware, allow_origin_regex=LOCAL_ORIGINS, allow_methods=["*"], allow_headers=["*"]),
+    ]
+    return Starlette(routes=routes, middleware=middleware, exception_handlers={
+        LocalchatError: _error_response, HTTPException: _http_error, Exception: _crash,
+    })
+
+
+# -- request parsing -----------------------------------------------------------------------
+
+async def _json_body(request: Request) -> Any:
+    if int(request.headers.get("content-length") or 0) > MAX_BODY:
+        raise _TooLarge(f"the request body is larger than {MAX_BODY // (1024 * 1024)} MiB")
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise _TooLarge(f"the request body is larger than {MAX_BODY // (1024 * 1024)} MiB")
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    return body
+
+
+class _TooLarge(InvalidRequest):
+    status = 413
+
+
+def _invalid(exc: ValidationError) -> InvalidRequest:
+    err = exc.errors()[0]
+    param = ".".join(str(p) for p in err["loc"])
+    return InvalidRequest(f"{param}: {err['msg']}" if param else err["msg"], param=param or None)
+
+
+# -- responses ------------------------------------------------------------------------------
+
+async def _stream(turn: Turn, meta: dict[str, Any], include_usage: bool) -> AsyncIterator[bytes]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return frame({**meta, "object": "chat.completion.chunk",
+                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    yield chunk({"role": "assistant", "content": ""})
+    try:
+        async for event in turn.events():
+            if isinstance(event, Delta):
+                yield chunk({"content": event.content})
+            elif isinstance(event, Finish):
+                yield chunk({}, event.reason)
+                if include_usage:
+                    yield frame({**meta, "object": "chat.completion.chunk", "choices": [], "usage": _usage(event.usage)})
+    except LocalchatError as exc:
+        yield frame(exc.to_json())
+    except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
+        log.exception("stream failed")
+        yield frame({"error": {"message": f"internal error: {exc}", "type": "server_error", "param": None, "code": None}})
+    yield DONE
+
+
+async def _collect(turn: Turn, meta: dict[str, Any]) -> dict[str, Any]:
+    parts: list[str] = []
+    finish: Finish | None = None
+    async for event in turn.events():
+        if isinstance(event, Delta):
+            parts.append(event.content)
+        else:
+            finish = event
+    assert finish is not None
+    return {**meta, "object": "chat.completion", "choices": [{
+        "index": 0, "message": {"role": "assistant", "content": "".join(parts)},
+        "finish_reason": finish.reason, "logprobs": None,
+    }], "usage": _usage(finish.usage)}
+
+
+def _usage(u: Usage) -> dict[str, Any]:
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+
+
+def _model_card(registry: Registry, name: str) -> dict[str, Any]:
+    spec = registry.models[name]
+    return {"id": name, "object": "model", "created": 0, "owned_by": "localchat",
+            "aliases": spec.aliases, "default": name == registry.default,
+            "context_length": spec.context_length, "family": spec.family}
+
+
+# -- errors, mapped once --------------------------------------------------------------------
+
+async def _error_response(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, LocalchatError)
+    return JSONResponse(exc.to_json(), status_code=exc.status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
+    message = f"no route {request.method} {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}},
+                        status_code=exc.status_code)
+
+
+async def _crash(request: Request, exc: Exception) -> Response:
+    log.exception("request failed")
+    return JSONResponse({"error": {"message": f"internal error: {exc}", "type": "server_error",
+                                   "param": None, "code": None}}, status_code=500)

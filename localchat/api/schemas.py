@@ -1,0 +1,132 @@
+"""The OpenAI request body, validated at the edge. Unknown fields are ignored."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..chat import ChatRequest
+from ..errors import InvalidRequest
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ContentPart(_Lenient):
+    type: str
+    text: str | None = None
+
+
+class FunctionCall(_Lenient):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(_Lenient):
+    id: str | None = None
+    type: str = "function"
+    function: FunctionCall
+
+
+class Message(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Lenient):
+    model: str | None = None
+    messages: list[Message] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0, le=1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    repeat_penalty: float | None = Field(None, gt=0, le=10)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    logit_bias: dict[str, float] | None = None
+    n: int = Field(1, ge=1, le=1, description="only one choice per request is supported")
+    ignore_eos: bool = False  # extension (llama.cpp's): generate max_tokens even past end-of-turn
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(v, list) and len(v) > 16:
+            raise ValueError("at most 16 stop strings")
+        return v
+
+    def to_chat(self) -> ChatRequest:
+        sampling: dict[str, Any] = {
+            k: v for k, v in self.model_dump(include={
+                "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                "repeat_penalty", "seed"}).items() if v is not None
+        }
+        max_tokens = self.max_completion_tokens or self.max_tokens
+        if max_tokens is not None:
+            sampling["max_tokens"] = max_tokens
+        if self.stop:
+            sampling["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        if self.ignore_eos:
+            sampling["ignore_eos"] = True
+        return ChatRequest(
+            messages=[_flatten(i, m) for i, m in enumerate(self.messages)],
+            model=self.model,
+            sampling=sampling,
+            logit_bias=self.logit_bias or {},
+        )
+
+
+def _flatten(i: int, m: Message) -> dict[str, Any]:
+    """One message as a template expects it: string content, `developer` as `system`,
+    tool-call arguments as objects."""
+    if isinstance(m.content, list):
+        parts = []
+        for part in m.content:
+            if part.type != "text" or part.text is None:
+                raise InvalidRequest(f"messages[{i}].content: part type {part.type!r} is not supported; "
+                                     "this server takes text parts only", param=f"messages.{i}.content")
+            parts.append(part.text)
+        content = "\n".join(parts)
+    else:
+        content = m.content
+    if content is None and not (m.role == "assistant" and m.tool_calls):
+        raise InvalidRequest(f"messages[{i}].content is required for a {m.role} message",
+                             param=f"messages.{i}.content")
+    out: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": content or ""}
+    if m.name:
+        out["name"] = m.name
+    if m.tool_call_id:
+        out["tool_call_id"] = m.tool_call_id
+    if m.reasoning_content:
+        out["reasoning_content"] = m.reasoning_content
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
+            for c in m.tool_calls
+        ]
+    return out
+
+
+def _arguments(arguments: str | dict[str, Any]) -> Any:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments

@@ -1,0 +1,69 @@
+"""Server-sent events, and cancelling work when the client goes away.
+
+Starlette's StreamingResponse only notices a disconnect when a write fails (ASGI 2.4 servers);
+here a watcher on `receive` cancels the stream as soon as the client closes the connection, so
+decoding stops within a token and a request still queued never starts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+from starlette.types import Receive, Scope, Send
+
+T = TypeVar("T")
+
+
+def frame(data: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+async def _watch(receive: Receive, scope: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+async def until_disconnect(receive: Receive, work: Callable[[], Awaitable[T]]) -> T | None:
+    """Run `work`; if the client disconnects first, cancel it and return None."""
+    result: list[T] = []
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch, receive, tg.cancel_scope)
+            result.append(await work())
+            tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:  # a task group wraps the body's error: hand on the error itself
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    return result[0] if result else None
+
+
+class EventStream:
+    """An ASGI response streaming pre-framed SSE chunks."""
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self.chunks = chunks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]})
+
+        async def pump() -> None:
+            try:
+                async for chunk in self.chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.chunks.aclose()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        await until_disconnect(receive, pump)

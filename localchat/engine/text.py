@@ -1,0 +1,57 @@
+"""Turning a token stream into text: UTF-8 that never splits a character, and stop strings
+held back until they can no longer match."""
+
+from __future__ import annotations
+
+import codecs
+
+
+class Utf8Stream:
+    """Bytes in, complete characters out; an incomplete multi-byte tail waits for the next piece."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, piece: bytes) -> str:
+        return self._decoder.decode(piece)
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)
+
+
+class StopMatcher:
+    """Emits text as soon as it cannot be the start of a stop string.
+
+    `push` returns (text safe to emit, stopped). Once stopped, the stop string and anything
+    after it are dropped, as OpenAI does.
+    """
+
+    def __init__(self, stops: list[str]) -> None:
+        self._stops = [s for s in stops if s]
+        self._held = ""
+
+    def push(self, text: str) -> tuple[str, bool]:
+        if not self._stops:
+            return text, False
+        buf = self._held + text
+        cut = min((i for i in (buf.find(s) for s in self._stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self._held = ""
+            return buf[:cut], True
+        keep = self._longest_partial(buf)
+        self._held = buf[len(buf) - keep:] if keep else ""
+        return buf[: len(buf) - keep], False
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return held
+
+    def _longest_partial(self, buf: str) -> int:
+        """Length of the longest suffix of buf that is a proper prefix of some stop string."""
+        best = 0
+        for stop in self._stops:
+            for n in range(min(len(stop) - 1, len(buf)), best, -1):
+                if buf.endswith(stop[:n]):
+                    best = n
+                    break
+        return best

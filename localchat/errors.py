@@ -1,0 +1,59 @@
+"""One small exception tree. Each error knows its HTTP status and OpenAI error type;
+the API edge (api/app.py) turns them into OpenAI error JSON in one place."""
+
+from __future__ import annotations
+
+
+class LocalchatError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def to_json(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class InvalidRequest(LocalchatError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class ContextOverflow(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class GrammarError(InvalidRequest):
+    code = "invalid_grammar"
+
+
+class ModelNotFound(LocalchatError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class ModelUnavailable(LocalchatError):
+    """The model is known but its file cannot be loaded (missing, unreadable, not GGUF)."""
+
+    status = 503
+    type = "server_error"
+    code = "model_unavailable"
+
+
+class Unauthorized(LocalchatError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class EngineError(LocalchatError):
+    status = 500
+    type = "server_error"
+    code = "engine_error"

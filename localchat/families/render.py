@@ -1,0 +1,89 @@
+"""Rendering a conversation with a Jinja chat template in a sandbox.
+
+Message text is never parsed for control tokens: before rendering, each message's text is
+swapped for a random placeholder; the rendered string is then cut at the placeholders, so the
+template's own text (where `<|im_start|>` must be a control token) and the users' text (where it
+must stay plain text) reach the tokenizer as separate segments.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..errors import InvalidRequest
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Rendered prompt: (text, is_message_text) segments. Only template text may hold control tokens."""
+
+    segments: tuple[tuple[str, bool], ...]
+
+    @property
+    def text(self) -> str:
+        return "".join(text for text, _ in self.segments)
+
+
+def _raise(message: str) -> None:
+    raise jinja2.TemplateError(message)
+
+
+@lru_cache(maxsize=16)
+def _compile(source: str) -> jinja2.Template:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = lambda value, indent=None, **_: json.dumps(value, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(source)
+
+
+def render_prompt(
+    template: str,
+    messages: list[dict[str, Any]],
+    *,
+    bos_token: str = "",
+    eos_token: str = "",
+    add_generation_prompt: bool = True,
+    **extra: Any,
+) -> Prompt:
+    """Render messages (OpenAI-shaped dicts with string content). A trailing assistant message
+    is a prefill: the answer continues from its text."""
+    prefill = None
+    if messages and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls"):
+        prefill, messages = messages[-1].get("content") or "", messages[:-1]
+        add_generation_prompt = True
+
+    nonce = secrets.token_hex(4)
+    texts: list[str] = []
+
+    def hide(text: str) -> str:
+        texts.append(text)
+        return f"\ue000{nonce}:{len(texts) - 1}\ue001"
+
+    masked = [{**m, "content": hide(m["content"])} if isinstance(m.get("content"), str) else m for m in messages]
+    try:
+        rendered = _compile(template).render(
+            messages=masked, add_generation_prompt=add_generation_prompt,
+            bos_token=bos_token, eos_token=eos_token, **extra,
+        )
+    except jinja2.TemplateError as exc:
+        raise InvalidRequest(f"the model's chat template rejected the conversation: {exc}", param="messages") from exc
+
+    segments: list[tuple[str, bool]] = []
+    for i, part in enumerate(re.split(f"\ue000{nonce}:(\\d+)\ue001", rendered)):
+        if i % 2:
+            segments.append((texts[int(part)], True))
+        elif part:
+            segments.append((part, False))
+    if prefill:
+        segments.append((prefill, True))
+    return Prompt(tuple(s for s in segments if s[0]))

@@ -1,0 +1,149 @@
+"""The model registry: models.toml → ModelSpec, and what a GGUF file says about itself."""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ModelNotFound, ModelUnavailable
+from .ggufmeta import NotGGUF, read_metadata
+
+DEFAULT_CONTEXT_CAP = 8192
+
+
+def shipped_config() -> Path:
+    """models.toml at the project root (editable install), else the copy inside the wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "models.toml", here / "_data" / "models.toml"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("the shipped models.toml is missing from this installation")
+
+
+class SamplingDefaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    temperature: float = Field(0.8, ge=0, le=2)
+    top_k: int = Field(40, ge=0)
+    top_p: float = Field(0.95, ge=0, le=1)
+    min_p: float = Field(0.05, ge=0, le=1)
+    repeat_penalty: float = Field(1.0, gt=0)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    max_tokens: int | None = Field(None, ge=1)
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    path: Path | None = None
+    package: str | None = None
+    aliases: list[str] = []
+    family: str | None = None
+    template: str | None = None
+    context_length: int | None = Field(None, ge=64)
+    gpu_layers: int = 0
+    threads: int | None = Field(None, ge=1)
+    sampling: SamplingDefaults = SamplingDefaults()
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelSpec":
+        if (self.path is None) == (self.package is None):
+            raise ValueError("give exactly one of `path` or `package`")
+        return self
+
+    def file(self) -> Path:
+        """The GGUF file, assembling a packaged model on first use."""
+        if self.path is not None:
+            if not self.path.is_file():
+                raise ModelUnavailable(f"model {self.name!r}: no file at {self.path}")
+            return self.path
+        try:
+            pkg = importlib.import_module(self.package.replace("-", "_"))
+        except ImportError as exc:
+            raise ModelUnavailable(
+                f"model {self.name!r} comes from the package {self.package!r}, which is not installed: "
+                f"pip install {self.package}") from exc
+        target = pkg.default_output_path()
+        return target if target.is_file() else pkg.assemble()
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the GGUF file says about itself."""
+
+    architecture: str
+    context_length: int | None
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+    tokens: frozenset[str]  # control and user-defined tokens only
+    name: str | None = None
+
+
+def inspect(path: Path) -> ModelInfo:
+    try:
+        meta = read_metadata(path)
+    except (OSError, NotGGUF) as exc:
+        raise ModelUnavailable(str(exc)) from exc
+    arch = str(meta.get("general.architecture", "unknown"))
+    tokens: list[str] = meta.get("tokenizer.ggml.tokens") or []
+    types: list[int] = meta.get("tokenizer.ggml.token_type") or []
+
+    def token(key: str) -> str:
+        i = meta.get(key)
+        return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else ""
+
+    return ModelInfo(
+        architecture=arch,
+        context_length=meta.get(f"{arch}.context_length"),
+        chat_template=meta.get("tokenizer.chat_template"),
+        bos_token=token("tokenizer.ggml.bos_token_id"),
+        eos_token=token("tokenizer.ggml.eos_token_id"),
+        tokens=frozenset(t for t, kind in zip(tokens, types) if kind in (3, 4)),  # CONTROL, USER_DEFINED
+        name=meta.get("general.name"),
+    )
+
+
+class Registry:
+    def __init__(self, models: dict[str, ModelSpec], default: str, source: Path | None = None) -> None:
+        self.models = models
+        self.default = default
+        self.source = source
+        self._names = {n: spec for spec in models.values() for n in (spec.name, *spec.aliases)}
+        if default not in self._names:
+            raise ValueError(f"the default model {default!r} is not in the registry")
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> "Registry":
+        path = (path or shipped_config()).expanduser().resolve()
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"cannot read the model registry {path}: {exc}") from exc
+        models: dict[str, ModelSpec] = {}
+        for name, table in (data.get("models") or {}).items():
+            table = dict(table, name=name)
+            if "path" in table:
+                table["path"] = (path.parent / Path(table["path"]).expanduser()).resolve()
+            try:
+                models[name] = ModelSpec.model_validate(table)
+            except ValidationError as exc:
+                raise ValueError(f"{path}: model {name!r}: {exc}") from exc
+        if not models:
+            raise ValueError(f"{path} lists no models")
+        return cls(models, data.get("default") or next(iter(models)), path)
+
+    def resolve(self, name: str | None) -> ModelSpec:
+        """A model by name or alias; an empty or missing name means the default model."""
+        if not name:
+            name = self.default
+        spec = self._names.get(name)
+        if spec is None:
+            raise ModelNotFound(
+                f"the model {name!r} does not exist; available: {', '.join(sorted(self.models))}. "
+                "Add a GGUF file to models.toml to use it.", param="model")
+        return spec

@@ -1,0 +1,57 @@
+"""Starting the HTTP server: check the port, load the default model, run uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+
+import uvicorn
+
+from .api import create_app
+from .chat import Chat, ModelHost
+from .registry import Registry
+
+
+class PortInUse(RuntimeError):
+    pass
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_port(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise PortInUse(f"port {port} on {host} is in use ({exc.strerror}); "
+                            f"try another one: localchat serve --port {port + 1}") from None
+
+
+def serve(registry: Registry, *, host: str, port: int, model: str | None, api_key: str | None) -> None:
+    check_port(host, port)
+    if model:
+        registry.default = registry.resolve(model).name
+    chat = Chat(ModelHost(registry))
+    print(f"localchat: loading {registry.default} …", file=sys.stderr, flush=True)
+    loaded = chat.host.preload(registry.default)
+    app = create_app(chat, api_key=api_key, loopback_only=is_loopback(host))
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/v1"
+    print(f"localchat: serving {loaded.spec.name} ({loaded.family.name} family, "
+          f"{loaded.engine.n_ctx}-token context) at {url}", file=sys.stderr)
+    print(f"  try: curl {url}/chat/completions -H 'Content-Type: application/json' "
+          f"-d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'", file=sys.stderr, flush=True)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        chat.host.close()
