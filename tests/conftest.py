@@ -1,0 +1,98 @@
+"""Fixtures: tiny GGUF models for every family, a registry naming them beside the default
+model, and a real `localchat serve` process on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from localchat.families import FAMILIES
+from localchat.registry import shipped_config
+from tinymodels import write_tiny_model
+
+TINY_CTX = 256
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("models")
+    return {name: write_tiny_model(folder / f"tiny-{name}.gguf", family, n_ctx=TINY_CTX)
+            for name, family in FAMILIES.items()}
+
+
+@pytest.fixture(scope="session")
+def registry_file(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped registry plus one tiny model per family (family left to detection)."""
+    path = tmp_path_factory.mktemp("config") / "models.toml"
+    lines = [shipped_config().read_text()]
+    for name, model in tiny_models.items():
+        lines.append(f'\n[models.tiny-{name}]\npath = "{model}"\ncontext_length = {TINY_CTX}\n')
+    path.write_text("".join(lines))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, config: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(config.parent / f"server-{self.port}.log", "w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "localchat", "serve", "--port", str(self.port), "--config", str(config), *extra],
+            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"localchat serve exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise RuntimeError(f"localchat serve did not come up:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def server(registry_file: Path) -> Iterator[Server]:
+    s = Server(registry_file)
+    yield s
+    alive = s.proc.poll() is None
+    s.stop()
+    assert alive, "the server died during the tests"
+
+
+@pytest.fixture(scope="session")
+def client(server: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="anything", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def http(server: Server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=120) as c:
+        yield c

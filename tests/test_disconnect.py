@@ -1,0 +1,36 @@
+"""A client that goes away stops the work: the engine is free for the next request at once."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+
+LONG = {"model": "", "messages": [{"role": "user", "content": "Tell me a very long story."}],
+        "max_tokens": 4000, "ignore_eos": True}  # ~80 s of decoding on 2 cores if it ran to the end
+
+
+def test_closed_stream_frees_the_engine(server, client: openai.OpenAI):
+    with httpx.Client(base_url=server.url, timeout=60) as h:
+        with h.stream("POST", "/v1/chat/completions", json={**LONG, "stream": True}) as r:
+            seen = 0
+            for line in r.iter_lines():
+                seen += line.startswith("data: ")
+                if seen >= 5:
+                    break
+    start = time.monotonic()
+    r = client.chat.completions.create(model="", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert time.monotonic() - start < 20, "the abandoned stream kept the engine busy"
+
+
+def test_abandoned_non_streaming_request_frees_the_engine(server, client: openai.OpenAI):
+    try:
+        httpx.post(server.url + "/v1/chat/completions", json=LONG, timeout=2)
+    except httpx.TimeoutException:
+        pass
+    start = time.monotonic()
+    r = client.chat.completions.create(model="", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert time.monotonic() - start < 20, "the abandoned request kept the engine busy"

@@ -1,0 +1,82 @@
+"""Tiny llama-architecture GGUF models for tests: an SPM vocabulary with byte fallback, the
+family's control tokens and chat template, 2 layers of width 64, random F32 weights."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFWriter, TokenType
+
+from localchat.families import Family
+
+N_EMBD, N_FF, N_HEAD, N_LAYER = 64, 128, 4, 2
+WORDS = ["the", "a", "and", "to", "of", "hello", "world", "sea", "call", "tool", "name", "value", "true", "false"]
+
+
+def vocabulary(family: Family) -> tuple[list[str], list[int]]:
+    tokens, types = ["<unk>"], [TokenType.UNKNOWN]
+    for t in family.control_tokens:
+        tokens.append(t)
+        types.append(TokenType.CONTROL)
+    for b in range(256):
+        tokens.append(f"<0x{b:02X}>")
+        types.append(TokenType.BYTE)
+    pieces = ["▁"] + list(string.ascii_letters + string.digits + string.punctuation) + ["▁" + w for w in WORDS]
+    tokens += pieces
+    types += [TokenType.NORMAL] * len(pieces)
+    return tokens, types
+
+
+def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int = 0,
+                     chat_template: str | None = "family") -> Path:
+    tokens, types = vocabulary(family)
+    index = {t: i for i, t in enumerate(tokens)}
+    eos = family.eos_token if family.eos_token in index else family.stop_tokens[0]
+    rng = np.random.default_rng(seed)
+
+    w = GGUFWriter(str(path), "llama")
+    w.add_name(f"tiny-{family.name}")
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(N_LAYER)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD)
+    w.add_rope_dimension_count(N_EMBD // N_HEAD)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0 if k != TokenType.NORMAL else -float(len(t)) * -1.0 for t, k in zip(tokens, types)])
+    w.add_token_types([int(k) for k in types])
+    w.add_unk_token_id(0)
+    if family.bos_token:
+        w.add_bos_token_id(index[family.bos_token])
+    w.add_eos_token_id(index[eos])
+    w.add_add_bos_token(bool(family.bos_token))
+    w.add_add_space_prefix(False)
+    if chat_template:
+        w.add_chat_template(family.template if chat_template == "family" else chat_template)
+
+    def tensor(name: str, *shape: int, scale: float = 0.1) -> None:
+        w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+
+    n_vocab = len(tokens)
+    tensor("token_embd.weight", n_vocab, N_EMBD, scale=1.0)
+    w.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+    tensor("output.weight", n_vocab, N_EMBD, scale=1.0)
+    for i in range(N_LAYER):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            tensor(f"blk.{i}.{name}.weight", N_EMBD, N_EMBD)
+        tensor(f"blk.{i}.ffn_gate.weight", N_FF, N_EMBD)
+        tensor(f"blk.{i}.ffn_up.weight", N_FF, N_EMBD)
+        tensor(f"blk.{i}.ffn_down.weight", N_EMBD, N_FF)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
