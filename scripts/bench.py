@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from conftest import Server  # noqa: E402  (the same server launcher the tests use)
 
 from localchat.chat.models import load_model  # noqa: E402
+from localchat.engine.llama import _quiet_progress  # noqa: E402
 from localchat.families import render_prompt  # noqa: E402
 from localchat.registry import Registry, shipped_config  # noqa: E402
 
@@ -34,7 +35,8 @@ PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse kee
 def direct_decode(path: Path, tokens: list[int], n: int, n_ctx: int, threads: int) -> tuple[float, float]:
     """Greedy decode of n tokens with llama-cpp-python's low-level API. Returns (ttft s, decode tok/s)."""
     mp = C.llama_model_default_params()
-    mp.use_extra_bufts = False
+    mp.use_extra_bufts = False  # as the engine does (see localchat/engine/llama.py)
+    mp.progress_callback = _quiet_progress
     model = C.llama_model_load_from_file(str(path).encode(), mp)
     cp = C.llama_context_default_params()
     cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, 512, 512
@@ -85,6 +87,12 @@ def http_stream(url: str, body: dict) -> dict:
     return {"ttft": first - start, "tps": (n - 1) / (last - first), "usage": usage, "chunks": chunks}
 
 
+def flush(url: str, model: str) -> None:
+    """A short unrelated request, so the next one finds nothing useful in the KV cache."""
+    httpx.post(url + "/v1/chat/completions", timeout=600, json={
+        "model": model, "messages": [{"role": "user", "content": "Unrelated."}], "max_tokens": 1}).raise_for_status()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=256)
@@ -110,7 +118,7 @@ def main() -> None:
         direct, served = [], []
         for _ in range(args.rounds):
             direct.append(direct_decode(spec.file(), tokens, args.tokens, n_ctx, threads))
-            http_stream(server.url, {**body, "messages": [{"role": "user", "content": "flush the cache"}], "max_tokens": 1})
+            flush(server.url, spec.name)
             served.append(http_stream(server.url, body))
         d_tps = statistics.median(t for _, t in direct)
         d_ttft = statistics.median(f for f, _ in direct)
@@ -128,7 +136,7 @@ def main() -> None:
         turn2 = turn1 + [{"role": "assistant", "content": reply["choices"][0]["message"]["content"]},
                          {"role": "user", "content": "And who keeps them today?"}]
         warm = http_stream(server.url, {"model": spec.name, "messages": turn2, "max_tokens": 8, "temperature": 0})
-        http_stream(server.url, {"model": spec.name, "messages": [{"role": "user", "content": "unrelated"}], "max_tokens": 1})
+        flush(server.url, spec.name)
         cold = http_stream(server.url, {"model": spec.name, "messages": turn2, "max_tokens": 8, "temperature": 0})
         for label, run in (("second turn, prefix reused", warm), ("same turn, cold start   ", cold)):
             u = run["usage"]
