@@ -1,19 +1,26 @@
 # Sourced by scripts/serve, scripts/test and scripts/bench: make .venv and install the project,
-# only when pyproject.toml changed since the last install (llama-cpp-python compiles from source;
-# pip caches the built wheel, so a fresh clone on the same machine reuses it).
+# only when pyproject.toml (or CMAKE_ARGS) changed since the last install. llama-cpp-python
+# compiles from source; pip caches the built wheel, so a fresh clone on this machine reuses it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PY="${PYTHON:-python3}"
+PIP=(-m pip install --disable-pip-version-check -q)
 if [ ! -x "$VENV/bin/python" ]; then
     echo "localchat: creating $VENV" >&2
     "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.localchat-installed"
-WANT="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1) ${CMAKE_ARGS:-}"
-if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1) cmake:${CMAKE_ARGS:-}"
+HAVE="$(cat "$STAMP" 2>/dev/null || true)"
+if [ "$HAVE" != "$WANT" ]; then
     echo "localchat: installing into $VENV (the first time compiles llama.cpp: several minutes)" >&2
-    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -e "$ROOT[dev]" >&2
+    if [ -n "${CMAKE_ARGS:-}" ] && [ "${HAVE#* }" != "cmake:${CMAKE_ARGS}" ]; then
+        # A GPU (or other) build: pip's wheel cache does not key on CMAKE_ARGS, so bypass it once.
+        LLAMA="$(grep -o 'llama-cpp-python==[0-9.]*' "$ROOT/pyproject.toml")"
+        "$VENV/bin/python" "${PIP[@]}" --no-cache-dir --force-reinstall --no-deps "$LLAMA" >&2
+    fi
+    "$VENV/bin/python" "${PIP[@]}" -e "$ROOT[dev]" >&2
     echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

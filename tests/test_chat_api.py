@@ -124,7 +124,7 @@ def test_lenient_input_is_accepted(client: openai.OpenAI):
             {"role": "tool", "tool_call_id": "call_1", "content": "42"},
             {"role": "assistant", "content": "The answer", "reasoning_content": "thought"},
         ],
-        max_tokens=3, seed=1, user="me", n=1, logprobs=False, parallel_tool_calls=True,
+        max_tokens=3, seed=1, user="me", n=1, logprobs=True, top_logprobs=2, parallel_tool_calls=True,
         stream_options=None, extra_body={"some_unknown_field": {"x": 1}, "top_k": 5, "min_p": 0.1,
                                          "repeat_penalty": 1.1},
         presence_penalty=0.5, frequency_penalty=0.5, logit_bias={"100": -100},
@@ -150,6 +150,7 @@ def test_models_and_health(http: httpx.Client):
     card = next(m for m in models["data"] if m["id"] == "gemma-3-270m")
     assert card["object"] == "model" and card["owned_by"] and isinstance(card["created"], int)
     assert card["context_length"] == 8192
+    assert all(isinstance(m["context_length"], int) for m in models["data"])
     assert http.get("/health").json()["status"] == "ok"
 
 
@@ -166,3 +167,12 @@ def test_cors_allows_localhost_origins_only(http: httpx.Client):
     bad = http.options("/v1/chat/completions", headers={"Origin": "https://evil.example",
                                                         "Access-Control-Request-Method": "POST"})
     assert "access-control-allow-origin" not in bad.headers
+
+
+def test_trailing_assistant_message_is_continued(client: openai.OpenAI):
+    """A prefill: the answer continues the assistant's text instead of opening a new turn."""
+    messages = HELLO + [{"role": "assistant", "content": "The sea is"}]
+    with_prefill = client.chat.completions.create(model="", messages=messages, max_tokens=2)
+    plain = client.chat.completions.create(model="", messages=HELLO, max_tokens=2)
+    # The prefill's tokens sit in the prompt; no end-of-turn and no new model turn are added.
+    assert with_prefill.usage.prompt_tokens == plain.usage.prompt_tokens + 3

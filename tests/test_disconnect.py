@@ -34,3 +34,27 @@ def test_abandoned_non_streaming_request_frees_the_engine(server, client: openai
     r = client.chat.completions.create(model="", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
     assert r.choices[0].finish_reason in ("stop", "length")
     assert time.monotonic() - start < 20, "the abandoned request kept the engine busy"
+
+
+def test_queued_request_whose_client_left_never_starts(server, client: openai.OpenAI):
+    """A runs; B queues behind it and its client gives up; when A is closed, B must not run."""
+    import threading
+
+    with httpx.Client(base_url=server.url, timeout=60) as h:
+        with h.stream("POST", "/v1/chat/completions", json={**LONG, "stream": True}) as r:
+            lines = r.iter_lines()
+            next(lines)
+
+            def queued() -> None:
+                try:
+                    httpx.post(server.url + "/v1/chat/completions", json=LONG, timeout=1.5)
+                except httpx.TimeoutException:
+                    pass
+
+            t = threading.Thread(target=queued)
+            t.start()
+            t.join()
+    start = time.monotonic()
+    r = client.chat.completions.create(model="", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert time.monotonic() - start < 20, "the abandoned queued request ran anyway"

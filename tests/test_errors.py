@@ -113,3 +113,20 @@ def test_port_in_use_is_a_clear_message(registry_file, server):
                         "--config", str(registry_file)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "in use" in r.stderr and "--port" in r.stderr
+
+
+def test_body_over_the_limit_is_413(http: httpx.Client):
+    big = b'{"messages": [{"role": "user", "content": "' + b"a" * (33 * 1024 * 1024) + b'"}]}'
+    err = _error(http.post("/v1/chat/completions", content=big, headers={"content-type": "application/json"}), 413)
+    assert "MiB" in err["message"]
+
+
+def test_lone_surrogates_in_text_are_not_a_crash(http: httpx.Client):
+    body = b'{"model": "tiny-chatml", "messages": [{"role": "user", "content": "a\\ud800b"}], "max_tokens": 2, "stop": ["\\udfff"]}'
+    r = http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+def test_overlong_stop_string_is_400(http: httpx.Client):
+    err = _error(http.post("/v1/chat/completions", json={"messages": HELLO, "stop": "x" * 1001}), 400)
+    assert err["param"] == "stop"

@@ -38,7 +38,8 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         return JSONResponse({"status": "ok", "model": loaded.spec.name if loaded else None})
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [_model_card(registry, name) for name in registry.models]})
+        cards = [_model_card(registry, name, chat.host.context_length(name)) for name in registry.models]
+        return JSONResponse({"object": "list", "data": cards})
 
     async def chat_completions(request: Request) -> Response:
         body = await _json_body(request)
@@ -141,11 +142,11 @@ def _usage(u: Usage) -> dict[str, Any]:
             "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
 
 
-def _model_card(registry: Registry, name: str) -> dict[str, Any]:
+def _model_card(registry: Registry, name: str, context_length: int | None) -> dict[str, Any]:
     spec = registry.models[name]
     return {"id": name, "object": "model", "created": 0, "owned_by": "localchat",
             "aliases": spec.aliases, "default": name == registry.default,
-            "context_length": spec.context_length, "family": spec.family}
+            "context_length": context_length, "family": spec.family}
 
 
 # -- errors, mapped once --------------------------------------------------------------------

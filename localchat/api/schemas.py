@@ -67,8 +67,11 @@ class ChatCompletionRequest(_Lenient):
     @field_validator("stop")
     @classmethod
     def _stop_list(cls, v: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(v, list) and len(v) > 16:
+        stops = [v] if isinstance(v, str) else v or []
+        if len(stops) > 16:
             raise ValueError("at most 16 stop strings")
+        if any(len(s) > 1000 for s in stops):
+            raise ValueError("a stop string may be at most 1000 characters")
         return v
 
     def to_chat(self) -> ChatRequest:

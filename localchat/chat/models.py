@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass
 
 from ..engine import Engine
+from ..errors import LocalchatError
 from ..families import Family, detect, get_family
 from ..registry import DEFAULT_CONTEXT_CAP, ModelInfo, ModelSpec, Registry, inspect
 
@@ -28,6 +29,10 @@ class LoadedModel:
         return self.info.eos_token or self.family.eos_token
 
 
+def context_length(spec: ModelSpec, info: ModelInfo) -> int:
+    return spec.context_length or min(info.context_length or DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP)
+
+
 def load_model(spec: ModelSpec) -> LoadedModel:
     """Blocking: reads the GGUF header, picks the family and template, loads llama.cpp."""
     path = spec.file()
@@ -39,8 +44,7 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         template = info.chat_template
     else:
         template = family.template
-    n_ctx = spec.context_length or min(info.context_length or DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP)
-    engine = Engine(path, n_ctx=n_ctx, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers)
+    engine = Engine(path, n_ctx=context_length(spec, info), n_threads=spec.threads, n_gpu_layers=spec.gpu_layers)
     stop_ids = frozenset(i for t in family.stop_tokens if (i := engine.token_id(t)) is not None)
     return LoadedModel(spec, info, family, template, engine, stop_ids)
 
@@ -52,6 +56,7 @@ class ModelHost:
         self.registry = registry
         self.current: LoadedModel | None = None
         self._lock = asyncio.Lock()
+        self._context_lengths: dict[str, int] = {}
 
     async def get(self, name: str | None) -> LoadedModel:
         spec = self.registry.resolve(name)
@@ -62,6 +67,20 @@ class ModelHost:
                     await asyncio.to_thread(old.engine.close)
                 self.current = await asyncio.to_thread(load_model, spec)
             return self.current
+
+    def context_length(self, name: str) -> int | None:
+        """The context a model gets (without loading it); None if its file cannot be read."""
+        spec = self.registry.resolve(name)
+        if self.current is not None and self.current.spec.name == spec.name:
+            return self.current.engine.n_ctx
+        if spec.context_length:
+            return spec.context_length
+        if spec.name not in self._context_lengths:
+            try:
+                self._context_lengths[spec.name] = context_length(spec, inspect(spec.file()))
+            except LocalchatError:
+                return None
+        return self._context_lengths[spec.name]
 
     def preload(self, name: str | None) -> LoadedModel:
         """Blocking load before the event loop runs (server start-up)."""

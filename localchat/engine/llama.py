@@ -87,7 +87,8 @@ class Engine:
         """Tokenize (text, is_plain) segments; control tokens are parsed only where is_plain is False."""
         tokens: list[int] = []
         for text, plain in segments:
-            tokens += self._tokenize(text.encode(), parse_special=not plain)
+            # "replace": a JSON body may carry lone surrogates (\ud800), which UTF-8 cannot hold
+            tokens += self._tokenize(text.encode("utf-8", "replace"), parse_special=not plain)
         if self._add_bos and self._bos >= 0 and tokens[:1] != [self._bos]:
             tokens.insert(0, self._bos)
         return tokens
