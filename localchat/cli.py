@@ -1,4 +1,4 @@
-"""The `localchat` command."""
+"""The `localchat` command: serve, chat, models."""
 
 from __future__ import annotations
 
@@ -6,22 +6,30 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from .errors import LocalchatError
-from .registry import Registry
+from .registry import ModelSpec, Registry, inspect
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A private, fast LLM server for your laptop.")
 models_app = typer.Typer(help="List and manage the models in the registry.", invoke_without_command=True)
 app.add_typer(models_app, name="models")
+out = Console(highlight=False)
 
 ConfigOpt = typer.Option(None, "--config", help="A models.toml to use instead of the shipped one.")
+
+
+def fail(message: str) -> typer.Exit:
+    Console(stderr=True, highlight=False).print(f"[red]localchat:[/red] {message}", markup=True)
+    return typer.Exit(1)
 
 
 def _registry(config: Optional[Path]) -> Registry:
     try:
         return Registry.load(config)
     except (ValueError, FileNotFoundError) as exc:
-        raise typer.BadParameter(str(exc), param_hint="--config") from None
+        raise fail(str(exc)) from None
 
 
 @app.command()
@@ -40,8 +48,28 @@ def serve(
     try:
         run(registry, host=host, port=port, model=model, api_key=api_key)
     except (PortInUse, LocalchatError) as exc:
-        typer.echo(f"localchat: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise fail(str(exc)) from None
+
+
+@app.command()
+def chat(
+    model: Optional[str] = typer.Option(None, "--model", help="Model to chat with (default: the registry's default)."),
+    url: Optional[str] = typer.Option(None, "--url", help="Chat with a running OpenAI-compatible server instead."),
+    system: Optional[str] = typer.Option(None, "--system", help="A system prompt."),
+    config: Optional[Path] = ConfigOpt,
+    api_key: Optional[str] = typer.Option(None, envvar="LOCALCHAT_API_KEY", help="API key for --url servers."),
+) -> None:
+    """Chat in the terminal. Runs the model in-process unless --url points at a server."""
+    from .repl import connect, run_repl
+
+    try:
+        backend = connect(url=url, registry=None if url else _registry(config), model=model, api_key=api_key)
+    except (LocalchatError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    try:
+        run_repl(backend, system=system)
+    finally:
+        backend.close()
 
 
 @models_app.callback()
@@ -50,10 +78,108 @@ def models(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
     if ctx.invoked_subcommand:
         return
     registry = _registry(config)
+    table = Table(box=None, header_style="bold")
+    for column in ("", "name", "family", "quant", "size", "context", "file"):
+        table.add_column(column, justify="right" if column in ("size", "context") else "left")
     for name, spec in registry.models.items():
-        source = str(spec.path) if spec.path else f"package {spec.package}"
-        mark = "*" if name == registry.default else " "
-        typer.echo(f"{mark} {name:24} {spec.family or 'auto':8} {source}")
+        table.add_row("*" if name == registry.default else "", name, *_describe(spec))
+    out.print(table)
+    out.print("[dim]* default · add a GGUF file with `localchat models add PATH`[/dim]")
+
+
+def _describe(spec: ModelSpec) -> tuple[str, str, str, str, str]:
+    from .chat.models import context_length
+    from .families import detect
+
+    where = spec.location()
+    if where is None or not where.is_file():
+        missing = "assembled on first use" if spec.package and where else "missing"
+        return (spec.family or "?", "?", "", str(spec.context_length or "?"), f"[yellow]{missing}[/yellow]")
+    try:
+        info = inspect(where)
+    except LocalchatError:
+        return (spec.family or "?", "?", _size(where), "?", "[red]not a GGUF file[/red]")
+    family = spec.family or detect(info.architecture, info.chat_template, info.tokens).name
+    return (family, info.quantization, _size(where), str(context_length(spec, info)), "present")
+
+
+def _size(path: Path) -> str:
+    size = float(path.stat().st_size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit in ("B", "KB") else f"{size:.1f} {unit}"
+        size /= 1024
+    return ""
+
+
+@models_app.command("show")
+def show(name: str, config: Optional[Path] = ConfigOpt) -> None:
+    """Print what a model's GGUF file says about itself."""
+    from .chat.models import context_length
+    from .families import detect
+
+    registry = _registry(config)
+    try:
+        spec = registry.resolve(name)
+        info = inspect(spec.file())
+    except LocalchatError as exc:
+        raise fail(exc.message) from None
+    detected = detect(info.architecture, info.chat_template, info.tokens)
+    family = spec.family or detected.name
+    rows = [
+        ("name", spec.name + (f"  (aliases: {', '.join(spec.aliases)})" if spec.aliases else "")),
+        ("file", f"{spec.file()}  ({_size(spec.file())})"),
+        ("architecture", info.architecture),
+        ("parameters", f"{info.parameters / 1e6:,.1f} M" if info.parameters < 1e9 else f"{info.parameters / 1e9:,.2f} B"),
+        ("quantization", info.quantization),
+        ("context", f"{context_length(spec, info)} tokens used, {info.context_length or '?'} trained"),
+        ("chat template", f"in the GGUF ({len(info.chat_template)} characters)" if info.chat_template
+         else "none in the GGUF: the family's template is used"),
+        ("family", f"{family}" + (" (set in models.toml)" if spec.family else " (detected)")),
+        ("BOS / EOS", f"{info.bos_token or '-'} / {info.eos_token or '-'}"),
+        ("special tokens", _special_tokens(info.tokens, detected.control_tokens)),
+    ]
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, value)
+    out.print(table, markup=False)
+
+
+def _special_tokens(tokens: frozenset[str], known: tuple[str, ...]) -> str:
+    shown = [t for t in known if t in tokens]
+    rest = len(tokens) - len(shown)
+    return ", ".join(shown) + (f" (+{rest} more)" if rest else "") if shown else f"{len(tokens)} tokens"
+
+
+@models_app.command("add")
+def add(
+    path: Path,
+    name: Optional[str] = typer.Option(None, help="Name to use (default: from the file name)."),
+    family: Optional[str] = typer.Option(None, help="Prompt family (default: detected)."),
+    default: bool = typer.Option(False, "--default", help="Make it the default model."),
+) -> None:
+    """Record a GGUF file in your registry, after checking that it is one."""
+    from .userregistry import RegistryEditError, add as add_model
+
+    try:
+        spec = add_model(path, name=name, family=family, default=default)
+    except (RegistryEditError, LocalchatError) as exc:
+        raise fail(str(exc)) from None
+    out.print(f"added [bold]{spec.name}[/bold] → {spec.path}" + (" (default)" if default else ""))
+
+
+@models_app.command("rm")
+def rm(name: str) -> None:
+    """Remove a model you added (the file itself stays on disk)."""
+    from .userregistry import RegistryEditError, remove
+
+    try:
+        remove(name)
+    except RegistryEditError as exc:
+        raise fail(str(exc)) from None
+    out.print(f"removed {name}")
 
 
 @models_app.command("pull")
@@ -63,7 +189,6 @@ def pull(config: Optional[Path] = ConfigOpt) -> None:
     for spec in registry.models.values():
         if spec.package:
             try:
-                typer.echo(f"{spec.name}: {spec.file()}")
+                out.print(f"{spec.name}: {spec.file()}", markup=False)
             except LocalchatError as exc:
-                typer.echo(f"localchat: {exc}", err=True)
-                raise typer.Exit(1) from None
+                raise fail(exc.message) from None

@@ -36,12 +36,14 @@ def read_metadata(path: Path) -> dict[str, Any]:
             version = _unpack(f, "<I")
             if version not in (2, 3):
                 raise NotGGUF(f"{path}: unsupported GGUF version {version}")
-            _unpack(f, "<Q")  # tensor count
+            n_tensors = _unpack(f, "<Q")
             n_kv = _unpack(f, "<Q")
             meta: dict[str, Any] = {"GGUF.version": version}
             for _ in range(n_kv):
                 key = _string(f)
                 meta[key] = _value(f, GGUFValueType(_unpack(f, "<I")), key)
+            meta["GGUF.tensor_count"] = n_tensors
+            meta["GGUF.parameter_count"] = _parameter_count(f, n_tensors)
             return meta
     except (struct.error, ValueError, UnicodeDecodeError, MemoryError) as exc:
         if isinstance(exc, NotGGUF):
@@ -49,18 +51,33 @@ def read_metadata(path: Path) -> dict[str, Any]:
         raise NotGGUF(f"{path} is not a readable GGUF file: {exc}") from exc
 
 
+def _parameter_count(f: BinaryIO, n_tensors: int) -> int:
+    """Sum of the tensors' element counts, from the tensor infos that follow the metadata."""
+    total = 0
+    for _ in range(n_tensors):
+        _string(f)  # name
+        n_dims = _unpack(f, "<I")
+        count = 1
+        for _ in range(n_dims):
+            count *= _unpack(f, "<Q")
+        _unpack(f, "<I")  # type
+        _unpack(f, "<Q")  # offset
+        total += count
+    return total
+
+
 def _unpack(f: BinaryIO, fmt: str) -> Any:
     size = struct.calcsize(fmt)
     data = f.read(size)
     if len(data) != size:
-        raise NotGGUF("the file ends inside its header")
+        raise ValueError("the file ends inside its header")
     return struct.unpack(fmt, data)[0]
 
 
 def _string(f: BinaryIO) -> str:
     n = _unpack(f, "<Q")
     if n > 1 << 26:
-        raise NotGGUF("implausible string length in header")
+        raise ValueError("implausible string length in its header")
     return f.read(n).decode("utf-8", errors="replace")
 
 
@@ -80,4 +97,4 @@ def _value(f: BinaryIO, vtype: GGUFValueType, key: str) -> Any:
             f.seek(size * count, 1)
             return None
         return list(struct.unpack(f"<{count}{fmt[1]}", f.read(size * count)))
-    raise NotGGUF(f"unknown GGUF value type {vtype}")
+    raise ValueError(f"unknown GGUF value type {vtype}")

@@ -7,8 +7,10 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from gguf import LlamaFileType
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from . import paths
 from .errors import ModelNotFound, ModelUnavailable
 from .ggufmeta import NotGGUF, read_metadata
 
@@ -55,20 +57,32 @@ class ModelSpec(BaseModel):
             raise ValueError("give exactly one of `path` or `package`")
         return self
 
+    def location(self) -> Path | None:
+        """Where the GGUF file is or will be; no side effects. None: its package is missing."""
+        if self.path is not None:
+            return self.path
+        try:
+            return self._package().default_output_path()
+        except ModelUnavailable:
+            return None
+
     def file(self) -> Path:
         """The GGUF file, assembling a packaged model on first use."""
         if self.path is not None:
             if not self.path.is_file():
                 raise ModelUnavailable(f"model {self.name!r}: no file at {self.path}")
             return self.path
+        pkg = self._package()
+        target = pkg.default_output_path()
+        return target if target.is_file() else pkg.assemble()
+
+    def _package(self):
         try:
-            pkg = importlib.import_module(self.package.replace("-", "_"))
+            return importlib.import_module(self.package.replace("-", "_"))
         except ImportError as exc:
             raise ModelUnavailable(
                 f"model {self.name!r} comes from the package {self.package!r}, which is not installed: "
                 f"pip install {self.package}") from exc
-        target = pkg.default_output_path()
-        return target if target.is_file() else pkg.assemble()
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,8 @@ class ModelInfo:
     eos_token: str
     tokens: frozenset[str]  # control and user-defined tokens only
     name: str | None = None
+    parameters: int = 0
+    quantization: str = "unknown"
 
 
 def inspect(path: Path) -> ModelInfo:
@@ -105,37 +121,37 @@ def inspect(path: Path) -> ModelInfo:
         eos_token=token("tokenizer.ggml.eos_token_id"),
         tokens=frozenset(t for t, kind in zip(tokens, types) if kind in (3, 4)),  # CONTROL, USER_DEFINED
         name=meta.get("general.name"),
+        parameters=meta.get("GGUF.parameter_count", 0),
+        quantization=_quantization(meta.get("general.file_type")),
     )
 
 
+def _quantization(file_type: int | None) -> str:
+    try:
+        return LlamaFileType(file_type).name.removeprefix("MOSTLY_") if file_type is not None else "unknown"
+    except ValueError:
+        return f"type {file_type}"
+
+
 class Registry:
-    def __init__(self, models: dict[str, ModelSpec], default: str, source: Path | None = None) -> None:
+    def __init__(self, models: dict[str, ModelSpec], default: str, user_models: frozenset[str] = frozenset()) -> None:
         self.models = models
         self.default = default
-        self.source = source
+        self.user_models = user_models  # names that come from the user's own registry
         self._names = {n: spec for spec in models.values() for n in (spec.name, *spec.aliases)}
         if default not in self._names:
             raise ValueError(f"the default model {default!r} is not in the registry")
 
     @classmethod
-    def load(cls, path: Path | None = None) -> "Registry":
-        path = (path or shipped_config()).expanduser().resolve()
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ValueError(f"cannot read the model registry {path}: {exc}") from exc
-        models: dict[str, ModelSpec] = {}
-        for name, table in (data.get("models") or {}).items():
-            table = dict(table, name=name)
-            if "path" in table:
-                table["path"] = (path.parent / Path(table["path"]).expanduser()).resolve()
-            try:
-                models[name] = ModelSpec.model_validate(table)
-            except ValidationError as exc:
-                raise ValueError(f"{path}: model {name!r}: {exc}") from exc
+    def load(cls, path: Path | None = None, user_path: Path | None = None) -> "Registry":
+        """The shipped models.toml (or `path`), with the user's registry merged over it."""
+        default, models = _read(path or shipped_config())
+        user_path = user_path if user_path is not None else paths.user_registry()
+        user_default, user_models = _read(user_path) if user_path.is_file() else (None, {})
+        models.update(user_models)
         if not models:
             raise ValueError(f"{path} lists no models")
-        return cls(models, data.get("default") or next(iter(models)), path)
+        return cls(models, user_default or default or next(iter(models)), frozenset(user_models))
 
     def resolve(self, name: str | None) -> ModelSpec:
         """A model by name or alias; an empty or missing name means the default model."""
@@ -145,5 +161,23 @@ class Registry:
         if spec is None:
             raise ModelNotFound(
                 f"the model {name!r} does not exist; available: {', '.join(sorted(self.models))}. "
-                "Add a GGUF file to models.toml to use it.", param="model")
+                "Add a GGUF file with `localchat models add PATH`.", param="model")
         return spec
+
+
+def _read(path: Path) -> tuple[str | None, dict[str, ModelSpec]]:
+    path = path.expanduser().resolve()
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"cannot read the model registry {path}: {exc}") from exc
+    models: dict[str, ModelSpec] = {}
+    for name, table in (data.get("models") or {}).items():
+        table = dict(table, name=name)
+        if "path" in table:
+            table["path"] = (path.parent / Path(table["path"]).expanduser()).resolve()
+        try:
+            models[name] = ModelSpec.model_validate(table)
+        except ValidationError as exc:
+            raise ValueError(f"{path}: model {name!r}: {exc}") from exc
+    return data.get("default"), models

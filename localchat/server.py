@@ -55,3 +55,32 @@ def serve(registry: Registry, *, host: str, port: int, model: str | None, api_ke
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     finally:
         chat.host.close()
+
+
+class BackgroundServer:
+    """The same app on an ephemeral loopback port, in a thread: `localchat chat` without a
+    separate server, so the REPL talks to its model exactly as it would over --url."""
+
+    def __init__(self, registry: Registry, model: str | None) -> None:
+        import threading
+        import time
+
+        self.chat = Chat(ModelHost(registry))
+        self.model = self.chat.host.preload(model).spec.name
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        config = uvicorn.Config(create_app(self.chat), log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self._server.started:
+            raise RuntimeError("the in-process server did not start")
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self.chat.host.close()

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,11 @@ from localchat.registry import shipped_config
 from tinymodels import write_tiny_model
 
 TINY_CTX = 256
+
+# Keep the tests (and the servers they start) away from the user's own registry and history.
+_HOME = Path(tempfile.mkdtemp(prefix="localchat-tests-"))
+os.environ["LOCALCHAT_CONFIG_DIR"] = str(_HOME / "config")
+os.environ["LOCALCHAT_DATA_DIR"] = str(_HOME / "data")
 
 
 @pytest.fixture(scope="session")

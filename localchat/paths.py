@@ -1,0 +1,24 @@
+"""Where localchat keeps the user's files. LOCALCHAT_CONFIG_DIR / LOCALCHAT_DATA_DIR override."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+
+def config_dir() -> Path:
+    return Path(os.environ.get("LOCALCHAT_CONFIG_DIR") or platformdirs.user_config_dir("localchat"))
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("LOCALCHAT_DATA_DIR") or platformdirs.user_data_dir("localchat"))
+
+
+def user_registry() -> Path:
+    return config_dir() / "models.toml"
+
+
+def history_file() -> Path:
+    return data_dir() / "history"

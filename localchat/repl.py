@@ -1,0 +1,295 @@
+"""The terminal chat. It speaks the OpenAI API to a URL, or to the in-process server that
+`localchat chat` starts, through one client code path; it knows no llama types."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import openai
+from prompt_toolkit import PromptSession
+from prompt_toolkit.completion import Completer, Completion
+from prompt_toolkit.history import FileHistory
+from prompt_toolkit.key_binding import KeyBindings
+from rich.console import Console
+
+from . import paths
+from .registry import Registry
+
+HELP = {
+    "/help": "this list",
+    "/models": "the models the server offers",
+    "/model NAME": "switch to another model",
+    "/system TEXT": "set the system prompt (empty: none)",
+    "/set KEY VALUE": "temperature, top_p, top_k, min_p, max_tokens or seed (VALUE 'default' resets)",
+    "/show": "the model and settings",
+    "/clear": "start a new conversation",
+    "/retry": "answer the last message again",
+    "/save FILE": "save the conversation as OpenAI-style JSON messages",
+    "/load FILE": "load a conversation saved with /save",
+    "/exit": "leave (or Ctrl-D)",
+}
+SETTINGS: dict[str, tuple[type, float, float]] = {
+    "temperature": (float, 0, 2), "top_p": (float, 0, 1), "top_k": (int, 0, 1 << 20),
+    "min_p": (float, 0, 1), "max_tokens": (int, 1, 1 << 20), "seed": (int, -(1 << 63), (1 << 63) - 1),
+}
+EXTRA_BODY = ("top_k", "min_p")  # not OpenAI parameters: sent in the body as extensions
+
+
+@dataclass
+class Backend:
+    client: openai.OpenAI
+    model: str
+    where: str
+    close: Callable[[], None] = lambda: None
+
+
+def connect(*, url: str | None, registry: Registry | None, model: str | None, api_key: str | None) -> Backend:
+    if url:
+        base = url.rstrip("/") if url.rstrip("/").endswith("/v1") else url.rstrip("/") + "/v1"
+        client = openai.OpenAI(base_url=base, api_key=api_key or "unused", max_retries=0)
+        return Backend(client, model or "", base)
+    from .server import BackgroundServer
+
+    assert registry is not None
+    Console(stderr=True, highlight=False).print(f"[dim]loading {registry.resolve(model).name} …[/dim]")
+    server = BackgroundServer(registry, model)
+    client = openai.OpenAI(base_url=server.url, api_key="in-process", max_retries=0)
+    return Backend(client, server.model, "in-process", server.stop)
+
+
+@dataclass
+class Repl:
+    backend: Backend
+    console: Console
+    system: str | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self, read: Callable[[str], str]) -> None:
+        self.console.print(f"localchat · [bold]{self.backend.model or 'default model'}[/bold] "
+                           f"({self.backend.where}) · /help for commands, Ctrl-D to leave")
+        while True:
+            try:
+                line = read(">>> ")
+                if line.lstrip().startswith('"""'):
+                    line = self._block(line.lstrip()[3:], read)
+            except KeyboardInterrupt:
+                self.console.print("[dim](Ctrl-D or /exit to leave)[/dim]")
+                continue
+            except EOFError:
+                break
+            if line.startswith("/"):
+                if not self.command(line.strip()):
+                    break
+            elif line.strip():
+                self.messages.append({"role": "user", "content": line})
+                self.answer()
+        self.console.print("bye")
+
+    @staticmethod
+    def _block(first: str, read: Callable[[str], str]) -> str:
+        lines = [first]
+        while not lines[-1].rstrip().endswith('"""'):
+            lines.append(read("... "))
+        lines[-1] = lines[-1].rstrip()[:-3]
+        return "\n".join(lines).strip("\n")
+
+    def answer(self) -> None:
+        start, first, parts, chunks, usage, thinking = time.perf_counter(), None, [], 0, None, False
+        stream, interrupted = None, False
+        try:
+            stream = self.backend.client.chat.completions.create(**self._request())
+            for chunk in stream:
+                usage = chunk.usage or usage
+                for choice in chunk.choices:
+                    thought = (choice.delta.model_extra or {}).get("reasoning_content")
+                    if thought:
+                        first, thinking = first or time.perf_counter(), True
+                        self.console.print(thought, style="dim", end="", markup=False, highlight=False)
+                    if choice.delta.content:
+                        first, chunks = first or time.perf_counter(), chunks + 1
+                        if thinking:
+                            self.console.print("\n")
+                            thinking = False
+                        parts.append(choice.delta.content)
+                        self.console.print(choice.delta.content, end="", markup=False, highlight=False, soft_wrap=True)
+        except KeyboardInterrupt:
+            interrupted = True
+        except openai.APIError as exc:
+            self.messages.pop()
+            self.console.print(f"\n[red]error:[/red] {_message(exc)}", highlight=False)
+            return
+        finally:
+            if stream is not None:
+                stream.close()  # on Ctrl-C this disconnects, and the server stops decoding at once
+        self.messages.append({"role": "assistant", "content": "".join(parts)})
+        self.console.print()
+        self._stats(start, first, usage.completion_tokens if usage else chunks, interrupted)
+
+    def _request(self) -> dict[str, Any]:
+        conversation = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
+        body = {k: v for k, v in self.settings.items() if k not in EXTRA_BODY}
+        extra = {k: v for k, v in self.settings.items() if k in EXTRA_BODY}
+        return dict(model=self.backend.model, messages=conversation, stream=True,
+                    stream_options={"include_usage": True}, extra_body=extra or None, **body)
+
+    def _stats(self, start: float, first: float | None, tokens: int, interrupted: bool) -> None:
+        end = time.perf_counter()
+        bits = ["interrupted"] if interrupted else []
+        bits.append(f"{tokens} tokens")
+        if first is not None:
+            if tokens > 1 and end > first:
+                bits.append(f"{(tokens - 1) / (end - first):.1f} tok/s")
+            bits.append(f"first token {first - start:.2f} s")
+        self.console.print(" · ".join(bits), style="dim", highlight=False)
+
+    # -- slash commands -------------------------------------------------------------------
+
+    def command(self, line: str) -> bool:
+        """Run one slash command; False means leave."""
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        handler = getattr(self, "cmd_" + name[1:].replace("-", "_"), None) if name[1:].isidentifier() else None
+        if name == "/exit":
+            return False
+        if handler is None:
+            self.console.print(f"unknown command {name}; /help lists them", highlight=False, markup=False)
+            return True
+        try:
+            handler(arg)
+        except (OSError, ValueError, openai.APIError) as exc:
+            self.console.print(f"[red]error:[/red] {_message(exc)}", highlight=False)
+        return True
+
+    def cmd_help(self, _: str) -> None:
+        for usage, text in HELP.items():
+            self.console.print(f"  {usage:16} {text}", markup=False, highlight=False)
+        self.console.print('  """ … """         a message over several lines (or Alt-Enter for a new line)',
+                           markup=False, highlight=False)
+
+    def cmd_models(self, _: str) -> None:
+        for m in self.backend.client.models.list():
+            mark = "*" if m.id == self.backend.model else " "
+            self.console.print(f" {mark} {m.id}", markup=False, highlight=False)
+
+    def cmd_model(self, arg: str) -> None:
+        if not arg:
+            raise ValueError("usage: /model NAME")
+        known = [m.id for m in self.backend.client.models.list()]
+        if arg not in known:
+            raise ValueError(f"no model {arg!r}; /models lists them")
+        self.backend.model = arg
+        self.console.print(f"now chatting with {arg}", markup=False, highlight=False)
+
+    def cmd_system(self, arg: str) -> None:
+        self.system = arg or None
+        self.console.print("system prompt set" if arg else "system prompt cleared")
+
+    def cmd_set(self, arg: str) -> None:
+        key, _, value = arg.partition(" ")
+        if key not in SETTINGS or not value.strip():
+            raise ValueError(f"usage: /set KEY VALUE with KEY one of {', '.join(SETTINGS)}")
+        if value.strip() == "default":
+            self.settings.pop(key, None)
+            self.console.print(f"{key} = server default", highlight=False)
+            return
+        kind, low, high = SETTINGS[key]
+        try:
+            parsed = kind(value.strip())
+        except ValueError:
+            raise ValueError(f"{key} takes {'a whole number' if kind is int else 'a number'}, not {value.strip()!r}") from None
+        if not low <= parsed <= high:
+            raise ValueError(f"{key} must be between {low:g} and {high:g}")
+        self.settings[key] = parsed
+        self.console.print(f"{key} = {parsed}", highlight=False)
+
+    def cmd_show(self, _: str) -> None:
+        self.console.print(f"model       {self.backend.model or 'default'} ({self.backend.where})", markup=False)
+        self.console.print(f"system      {self.system or '(none)'}", markup=False, highlight=False)
+        for key in SETTINGS:
+            self.console.print(f"{key:11} {self.settings.get(key, 'server default')}", markup=False, highlight=False)
+        self.console.print(f"messages    {len(self.messages)}", markup=False, highlight=False)
+
+    def cmd_clear(self, _: str) -> None:
+        self.messages.clear()
+        self.console.print("new conversation")
+
+    def cmd_retry(self, _: str) -> None:
+        if self.messages and self.messages[-1]["role"] == "assistant":
+            self.messages.pop()
+        if not self.messages or self.messages[-1]["role"] != "user":
+            raise ValueError("nothing to retry yet")
+        self.answer()
+
+    def cmd_save(self, arg: str) -> None:
+        if not arg:
+            raise ValueError("usage: /save FILE")
+        conversation = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
+        Path(arg).expanduser().write_text(json.dumps(conversation, ensure_ascii=False, indent=2) + "\n")
+        self.console.print(f"saved {len(conversation)} messages to {arg}", markup=False, highlight=False)
+
+    def cmd_load(self, arg: str) -> None:
+        if not arg:
+            raise ValueError("usage: /load FILE")
+        try:
+            data = json.loads(Path(arg).expanduser().read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{arg} is not JSON: {exc}") from None
+        if not isinstance(data, list) or not all(
+                isinstance(m, dict) and m.get("role") in ("system", "user", "assistant", "tool") for m in data):
+            raise ValueError(f"{arg} is not a list of chat messages")
+        self.system = data[0].get("content") if data and data[0]["role"] == "system" else None
+        self.messages = data[1:] if self.system is not None else data
+        self.console.print(f"loaded {len(data)} messages from {arg}", markup=False, highlight=False)
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.body if isinstance(exc.body, dict) else {}
+        return str(body.get("message") or exc.message)
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot reach the server ({exc.__cause__ or exc})"
+    return str(exc)
+
+
+class _Completer(Completer):
+    def __init__(self, repl: Repl) -> None:
+        self.repl = repl
+
+    def get_completions(self, document, complete_event) -> Iterable[Completion]:
+        text = document.text_before_cursor
+        if not text.startswith("/"):
+            return
+        if " " not in text:
+            for usage in (*HELP, "/exit"):
+                name = usage.split()[0]
+                if name.startswith(text):
+                    yield Completion(name, start_position=-len(text))
+        elif text.startswith("/set ") and text.count(" ") == 1:
+            word = text[5:]
+            for key in SETTINGS:
+                if key.startswith(word):
+                    yield Completion(key, start_position=-len(word))
+
+
+def run_repl(backend: Backend, *, system: str | None = None) -> None:
+    console = Console(highlight=False)
+    repl = Repl(backend, console, system=system)
+    history = paths.history_file()
+    history.parent.mkdir(parents=True, exist_ok=True)
+    keys = KeyBindings()
+
+    @keys.add("escape", "enter")
+    def _newline(event) -> None:
+        event.current_buffer.insert_text("\n")
+
+    session: PromptSession[str] = PromptSession(history=FileHistory(str(history)), completer=_Completer(repl),
+                                                key_bindings=keys, complete_while_typing=False)
+    repl.run(session.prompt)
