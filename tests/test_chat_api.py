@@ -176,3 +176,10 @@ def test_trailing_assistant_message_is_continued(client: openai.OpenAI):
     plain = client.chat.completions.create(model="", messages=HELLO, max_tokens=2)
     # The prefill's tokens sit in the prompt; no end-of-turn and no new model turn are added.
     assert with_prefill.usage.prompt_tokens == plain.usage.prompt_tokens + 3
+
+
+def test_serve_prints_the_url_the_model_and_a_curl_line(server):
+    banner = server.output()
+    assert f"http://127.0.0.1:{server.port}/v1" in banner
+    assert "serving gemma-3-270m" in banner
+    assert "curl http://127.0.0.1" in banner and "/chat/completions" in banner
