@@ -7,7 +7,6 @@ import asyncio
 import ctypes
 import logging
 import os
-import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +15,8 @@ from pathlib import Path
 import llama_cpp as C
 
 from ..errors import ContextOverflow, EngineError, ModelUnavailable
-from .params import Done, Event, SamplingParams, Text
+from .params import Constraint, Done, Event, SamplingParams, Text
+from .sampling import Sampler
 from .text import StopMatcher, Utf8Stream
 
 _backend_ready = False
@@ -128,8 +128,8 @@ class Engine:
 
     # -- generation ------------------------------------------------------------------------
 
-    async def generate(self, tokens: list[int], params: SamplingParams,
-                       stop_tokens: frozenset[int] = frozenset()) -> AsyncIterator[Event]:
+    async def generate(self, tokens: list[int], params: SamplingParams, stop_tokens: frozenset[int] = frozenset(),
+                       constraint: Constraint | None = None) -> AsyncIterator[Event]:
         """Stream events for one completion. Closing the iterator (or cancelling its task)
         stops decoding within one token; a request still waiting for the engine never starts."""
         self.check_fits(tokens)
@@ -143,7 +143,7 @@ class Engine:
 
         try:
             async with self._lock:
-                loop.run_in_executor(self._executor, self._run, tokens, params, stop_tokens, emit, cancel)
+                loop.run_in_executor(self._executor, self._run, tokens, params, stop_tokens, constraint, emit, cancel)
                 while (item := await queue.get()) is not None:
                     if isinstance(item, BaseException):
                         raise item
@@ -152,10 +152,11 @@ class Engine:
             cancel.set()
 
     def _run(self, tokens: list[int], params: SamplingParams, stop_tokens: frozenset[int],
-             emit: Callable[[Event | BaseException | None], None], cancel: threading.Event) -> None:
+             constraint: Constraint | None, emit: Callable[[Event | BaseException | None], None],
+             cancel: threading.Event) -> None:
         try:
             if not cancel.is_set():
-                emit(self._complete(tokens, params, stop_tokens, emit, cancel))
+                emit(self._complete(tokens, params, stop_tokens, constraint, emit, cancel))
         except Cancelled:
             pass
         except Exception as exc:  # noqa: BLE001 - translated here, at the engine boundary
@@ -165,9 +166,9 @@ class Engine:
             emit(None)
 
     def _complete(self, tokens: list[int], params: SamplingParams, stop_tokens: frozenset[int],
-                  emit: Callable[[Event], None], cancel: threading.Event) -> Done:
+                  constraint: Constraint | None, emit: Callable[[Event], None], cancel: threading.Event) -> Done:
         cached = self._prefill(tokens, cancel)
-        sampler = _sampler_chain(params, self.n_vocab)
+        sampler = Sampler(params, self._vocab, self.n_vocab, constraint)
         utf8, stopper = Utf8Stream(), StopMatcher(list(params.stop))
         budget = self.n_ctx - len(tokens)
         if params.max_tokens is not None:
@@ -178,7 +179,7 @@ class Engine:
                 if cancel.is_set():
                     finish = "cancelled"
                     break
-                token = C.llama_sampler_sample(sampler, self._ctx, -1)
+                token = sampler.sample(self._ctx)
                 if token in stop_tokens or (not params.ignore_eos and C.llama_vocab_is_eog(self._vocab, token)):
                     finish = "stop"
                     break
@@ -192,7 +193,7 @@ class Engine:
                 if generated < budget:
                     self._decode([token])
         finally:
-            C.llama_sampler_free(sampler)
+            sampler.close()
         if finish != "stop":
             tail = stopper.flush() + utf8.flush()
             if tail:
@@ -237,26 +238,3 @@ class Engine:
         if self._model:
             C.llama_model_free(self._model)
             self._model = None
-
-
-def _sampler_chain(p: SamplingParams, n_vocab: int):
-    chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-    add = lambda s: C.llama_sampler_chain_add(chain, s)  # noqa: E731
-    if p.logit_bias:
-        biases = (C.llama_logit_bias * len(p.logit_bias))(*(C.llama_logit_bias(t, b) for t, b in p.logit_bias.items()))
-        add(C.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), biases))
-    if p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
-        add(C.llama_sampler_init_penalties(n_vocab, p.penalty_last_n, p.repeat_penalty,
-                                           p.frequency_penalty, p.presence_penalty))
-    if p.temperature <= 0:
-        add(C.llama_sampler_init_greedy())
-        return chain
-    if p.top_k > 0:
-        add(C.llama_sampler_init_top_k(p.top_k))
-    if p.top_p < 1.0:
-        add(C.llama_sampler_init_top_p(p.top_p, 1))
-    if p.min_p > 0:
-        add(C.llama_sampler_init_min_p(p.min_p, 1))
-    add(C.llama_sampler_init_temp(p.temperature))
-    add(C.llama_sampler_init_dist(random.getrandbits(32) if p.seed is None else p.seed & 0xFFFFFFFF))
-    return chain

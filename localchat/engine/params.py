@@ -23,6 +23,21 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class Constraint:
+    """A GBNF grammar the output must follow; checked by the caller before it gets here.
+    With trigger patterns or tokens it is lazy: free text until a trigger, then the grammar."""
+
+    grammar: str
+    root: str = "root"
+    trigger_patterns: tuple[str, ...] = ()
+    trigger_tokens: tuple[int, ...] = ()
+
+    @property
+    def lazy(self) -> bool:
+        return bool(self.trigger_patterns or self.trigger_tokens)
+
+
+@dataclass(frozen=True)
 class Text:
     """Decoded text, never splitting a UTF-8 character or a possible stop string."""
 

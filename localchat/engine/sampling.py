@@ -1,0 +1,156 @@
+"""Choosing the next token: the sampler chain in C, and a grammar that costs little.
+
+Checking a grammar against all 262,144 candidates at every step is what makes constrained
+decoding slow. Here the chain (logit bias, penalties, top-k/top-p/min-p, temperature) runs
+first and the grammar judges only the candidates it kept; the whole vocabulary goes through
+the grammar only when none of those survive. Greedy decoding keeps the 64 best candidates for
+the check, so it still returns the best token the grammar allows."""
+
+from __future__ import annotations
+
+import ctypes
+import random
+
+import llama_cpp as C
+import numpy as np
+
+from ..errors import EngineError
+from .params import Constraint, SamplingParams
+
+GREEDY_CANDIDATES = 64
+WIDE = 1024  # candidates the grammar judges first when none of the chain's picks is allowed
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
+
+class Sampler:
+    def __init__(self, params: SamplingParams, vocab, n_vocab: int, constraint: Constraint | None) -> None:
+        self.n_vocab = n_vocab
+        self.chain = _chain(params, n_vocab, constraint is not None)
+        self.grammar = _grammar(constraint, vocab) if constraint else None
+        self.pick = None
+        if self.grammar:
+            self.pick = C.llama_sampler_init_greedy() if params.temperature <= 0 else \
+                C.llama_sampler_init_dist(_seed(params))
+            self.buf = np.zeros(n_vocab, dtype=_TOKEN_DATA)
+            self.ids = np.arange(n_vocab, dtype=np.int32)
+            self.cur = C.llama_token_data_array(
+                self.buf.ctypes.data_as(C.llama_token_data_p), n_vocab, -1, False)
+            self.fallbacks = 0  # steps where no kept candidate was allowed
+            self.full_passes = 0  # … and the grammar had to judge the whole vocabulary
+            self.biased = bool(params.logit_bias)  # a bias can lift any token: no shortcut then
+
+    def sample(self, ctx) -> int:
+        if self.grammar is None:
+            return C.llama_sampler_sample(self.chain, ctx, -1)  # samples and accepts, all in C
+        logits = np.ctypeslib.as_array(C.llama_get_logits_ith(ctx, -1), shape=(self.n_vocab,))
+        self._load(logits)
+        C.llama_sampler_apply(self.chain, ctypes.byref(self.cur))
+        C.llama_sampler_apply(self.grammar, ctypes.byref(self.cur))
+        if not self._keep_allowed():
+            self._grammar_first(logits)
+        C.llama_sampler_apply(self.pick, ctypes.byref(self.cur))
+        token = int(self._kept()[self.cur.selected]["id"])
+        C.llama_sampler_accept(self.grammar, token)
+        C.llama_sampler_accept(self.chain, token)
+        return token
+
+    def _grammar_first(self, logits: np.ndarray) -> None:
+        """None of the chain's picks is allowed: let the grammar choose first, among the
+        WIDE best candidates if any of them is allowed, else among the whole vocabulary."""
+        self.fallbacks += 1
+        if not self.biased:
+            best = np.argpartition(logits, -WIDE)[-WIDE:]
+            self._load(logits, best)
+            C.llama_sampler_apply(self.grammar, ctypes.byref(self.cur))
+            if self._keep_allowed():
+                C.llama_sampler_apply(self.chain, ctypes.byref(self.cur))
+                return
+        self.full_passes += 1
+        self._load(logits)
+        C.llama_sampler_apply(self.grammar, ctypes.byref(self.cur))
+        self._keep_allowed()
+        C.llama_sampler_apply(self.chain, ctypes.byref(self.cur))
+
+    def _load(self, logits: np.ndarray, subset: np.ndarray | None = None) -> None:
+        if subset is not None:
+            n = len(subset)
+            self.buf["id"][:n] = subset
+            self.buf["logit"][:n] = logits[subset]
+            self.cur.data = self.buf.ctypes.data_as(C.llama_token_data_p)
+            self.cur.size, self.cur.selected, self.cur.sorted = n, -1, False
+            return
+        self.buf["id"] = self.ids
+        self.buf["logit"] = logits
+        self.cur.data = self.buf.ctypes.data_as(C.llama_token_data_p)
+        self.cur.size, self.cur.selected, self.cur.sorted = self.n_vocab, -1, False
+
+    def _keep_allowed(self) -> int:
+        """Drop the candidates the grammar rejected (-inf), keeping their order, so the final
+        pick never sees them (dist takes the first entry of a sorted array as the maximum)."""
+        kept = self._kept()
+        allowed = kept[np.isfinite(kept["logit"])]
+        self.buf[: len(allowed)] = allowed
+        self.cur.data = self.buf.ctypes.data_as(C.llama_token_data_p)
+        self.cur.size = len(allowed)
+        return len(allowed)
+
+    def _kept(self) -> np.ndarray:
+        if ctypes.addressof(self.cur.data.contents) == self.buf.ctypes.data:
+            return self.buf[: self.cur.size]
+        view = np.ctypeslib.as_array(ctypes.cast(self.cur.data, ctypes.POINTER(ctypes.c_uint8)),
+                                     shape=(self.cur.size * _TOKEN_DATA.itemsize,))
+        return view.view(_TOKEN_DATA)
+
+    def close(self) -> None:
+        for s in (self.chain, self.grammar, self.pick):
+            if s:
+                C.llama_sampler_free(s)
+
+
+def _seed(p: SamplingParams) -> int:
+    return random.getrandbits(32) if p.seed is None else p.seed & 0xFFFFFFFF
+
+
+def _chain(p: SamplingParams, n_vocab: int, constrained: bool):
+    """Bias, penalties and truncation; with no constraint the final pick is part of it too."""
+    chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+
+    def add(s) -> None:
+        C.llama_sampler_chain_add(chain, s)
+
+    if p.logit_bias:
+        biases = (C.llama_logit_bias * len(p.logit_bias))(*(C.llama_logit_bias(t, b) for t, b in p.logit_bias.items()))
+        add(C.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), biases))
+    if p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
+        add(C.llama_sampler_init_penalties(n_vocab, p.penalty_last_n, p.repeat_penalty,
+                                           p.frequency_penalty, p.presence_penalty))
+    if p.temperature <= 0:
+        if constrained:
+            add(C.llama_sampler_init_top_k(GREEDY_CANDIDATES))
+        else:
+            add(C.llama_sampler_init_greedy())
+        return chain
+    if p.top_k > 0:
+        add(C.llama_sampler_init_top_k(p.top_k))
+    if p.top_p < 1.0:
+        add(C.llama_sampler_init_top_p(p.top_p, 1))
+    if p.min_p > 0:
+        add(C.llama_sampler_init_min_p(p.min_p, 1))
+    add(C.llama_sampler_init_temp(p.temperature))
+    if not constrained:
+        add(C.llama_sampler_init_dist(_seed(p)))
+    return chain
+
+
+def _grammar(c: Constraint, vocab):
+    if c.lazy:
+        patterns = (ctypes.c_char_p * len(c.trigger_patterns))(*(t.encode() for t in c.trigger_patterns))
+        tokens = (C.llama_token * len(c.trigger_tokens))(*c.trigger_tokens)
+        sampler = C.llama_sampler_init_grammar_lazy_patterns(
+            vocab, c.grammar.encode(), c.root.encode(), patterns, len(c.trigger_patterns),
+            tokens, len(c.trigger_tokens))
+    else:
+        sampler = C.llama_sampler_init_grammar(vocab, c.grammar.encode(), c.root.encode())
+    if not sampler:
+        raise EngineError("llama.cpp rejected the grammar")
+    return sampler
