@@ -33,6 +33,7 @@ class Converter:
         self._refs: dict[str, str] = {}
         self._deadline = time.monotonic() + TIME_BUDGET
         self._reserved = set(library.rules()) | {"root"}
+        self.loosened: list[str] = []  # what could not be enforced exactly
 
     # -- rules -----------------------------------------------------------------------------
 
@@ -162,8 +163,10 @@ class Converter:
                 bodies.append(self._object_body(shape, f"{hint}-{i}" if len(shapes) > 1 else hint))
             except _Unsatisfiable:
                 continue
-        if not bodies:
-            raise _Unsatisfiable
+        if not bodies:  # the combinators contradict each other: drop them (looser), say so
+            self.loosened.append(f"{hint}: no object satisfies its anyOf/oneOf/not; those were not enforced")
+            plain = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf", "not", "dependencies")}
+            bodies = [self._object_body(object_shapes(plain, self._resolve)[0], hint)]
         return self.add(hint, " | ".join(dict.fromkeys(bodies)))
 
     def _object_body(self, shape: ObjectShape, hint: str) -> str:
@@ -345,14 +348,21 @@ def merge(a: Schema, b: Schema) -> Schema:
     return out
 
 
-def schema_to_gbnf(schema: Schema) -> str:
-    """A GBNF grammar (start rule `root`) whose sentences are exactly JSON documents valid for
-    `schema`, as far as its keywords can be enforced."""
+def convert(schema: Schema) -> Converter:
+    """Convert `schema`; the result's `grammar()` has start rule `root`, and `loosened` lists
+    what was not enforced exactly."""
     converter = Converter(schema)
     try:
-        root = converter.visit(schema, "schema")
+        converter.root_rule = converter.visit(schema, "schema")
     except _Unsatisfiable:
         raise GrammarError("the schema cannot be satisfied by any JSON value", param="schema") from None
     except RecursionError:
         raise GrammarError("the schema is nested too deeply", param="schema") from None
-    return converter.grammar(root)
+    return converter
+
+
+def schema_to_gbnf(schema: Schema) -> str:
+    """A GBNF grammar (start rule `root`) whose sentences are JSON documents valid for
+    `schema`, as far as its keywords can be enforced."""
+    converter = convert(schema)
+    return converter.grammar(converter.root_rule)
