@@ -140,7 +140,8 @@ def main() -> None:
             verdict = "cut"
         else:
             try:
-                jsonschema.validate(json.loads(text), schema, format_checker=jsonschema.FormatChecker())
+                checker = jsonschema.validators.validator_for(schema)
+                checker(schema, format_checker=checker.FORMAT_CHECKER).validate(json.loads(text))
                 valid += 1
                 verdict = "valid"
             except (ValueError, jsonschema.ValidationError) as exc:

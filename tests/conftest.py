@@ -20,7 +20,10 @@ from localchat.families import FAMILIES
 from localchat.registry import shipped_config
 from tinymodels import write_tiny_model
 
-TINY_CTX = 256
+TINY_CTX = 2048
+# A Qwen3-style template: the generation prompt opens a think block.
+THINKING_TEMPLATE = FAMILIES["chatml"].template.replace(
+    "<|im_start|>assistant\n{% endif -%}", "<|im_start|>assistant\n<think>\n{% endif -%}")
 
 # Keep the tests (and the servers they start) away from the user's own registry and history.
 _HOME = Path(tempfile.mkdtemp(prefix="localchat-tests-"))
@@ -31,8 +34,11 @@ os.environ["LOCALCHAT_DATA_DIR"] = str(_HOME / "data")
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("models")
-    return {name: write_tiny_model(folder / f"tiny-{name}.gguf", family, n_ctx=TINY_CTX)
-            for name, family in FAMILIES.items()}
+    models = {name: write_tiny_model(folder / f"tiny-{name}.gguf", family, n_ctx=TINY_CTX)
+              for name, family in FAMILIES.items()}
+    models["qwen3"] = write_tiny_model(folder / "tiny-qwen3.gguf", FAMILIES["chatml"], n_ctx=TINY_CTX,
+                                       chat_template=THINKING_TEMPLATE)
+    return models
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,7 @@ EXPECTED = {
 
 
 def test_every_family_has_an_expected_rendering():
+    assert "<think>" in __import__("conftest").THINKING_TEMPLATE
     assert set(EXPECTED) == set(FAMILIES)
 
 
@@ -69,7 +70,7 @@ def test_architecture_decides_when_nothing_else_does():
 @pytest.mark.parametrize("name", FAMILIES)
 def test_control_tokens_in_message_text_stay_plain_text(name: str, tiny_models: dict[str, Path]):
     f = FAMILIES[name]
-    engine = Engine(tiny_models[name], n_ctx=256)
+    engine = Engine(tiny_models[name], n_ctx=2048)
     try:
         control_ids = {engine.token_id(t) for t in f.control_tokens}
         assert None not in control_ids, "every control token is a single token"

@@ -15,11 +15,20 @@ N_EMBD, N_FF, N_HEAD, N_LAYER = 64, 128, 4, 2
 WORDS = ["the", "a", "and", "to", "of", "hello", "world", "sea", "call", "tool", "name", "value", "true", "false"]
 
 
+def extra_tokens(family: Family) -> list[str]:
+    extra = [family.tools.trigger] if family.tools.trigger not in family.control_tokens else []
+    return extra + list(family.reasoning or ())
+
+
 def vocabulary(family: Family) -> tuple[list[str], list[int]]:
     tokens, types = ["<unk>"], [TokenType.UNKNOWN]
     for t in family.control_tokens:
         tokens.append(t)
         types.append(TokenType.CONTROL)
+    # Single tokens for the tool-call trigger and think tags, as real vocabularies have them.
+    for t in extra_tokens(family):
+        tokens.append(t)
+        types.append(TokenType.USER_DEFINED)
     for b in range(256):
         tokens.append(f"<0x{b:02X}>")
         types.append(TokenType.BYTE)

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..chat import Chat, Delta, Finish, Turn, Usage
+from ..chat import Chat, Delta, Finish, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn, Usage
 from ..errors import InvalidRequest, LocalchatError
 from ..registry import Registry
 from .guard import LocalOnly
@@ -81,6 +81,8 @@ async def _json_body(request: Request) -> Any:
         raise _TooLarge(f"the request body is larger than {MAX_BODY // (1024 * 1024)} MiB")
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise InvalidRequest("the request body is nested too deeply") from None
     except ValueError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -100,6 +102,17 @@ def _invalid(exc: ValidationError) -> InvalidRequest:
 
 # -- responses ------------------------------------------------------------------------------
 
+def _delta(piece: Delta | ReasoningDelta | ToolCallStart | ToolCallArguments) -> dict[str, Any]:
+    if isinstance(piece, Delta):
+        return {"content": piece.content}
+    if isinstance(piece, ReasoningDelta):
+        return {"reasoning_content": piece.text}
+    if isinstance(piece, ToolCallStart):
+        return {"tool_calls": [{"index": piece.index, "id": piece.id, "type": "function",
+                                "function": {"name": piece.name, "arguments": ""}}]}
+    return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.fragment}}]}
+
+
 async def _stream(turn: Turn, meta: dict[str, Any], include_usage: bool) -> AsyncIterator[bytes]:
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         return frame({**meta, "object": "chat.completion.chunk",
@@ -108,12 +121,12 @@ async def _stream(turn: Turn, meta: dict[str, Any], include_usage: bool) -> Asyn
     yield chunk({"role": "assistant", "content": ""})
     try:
         async for event in turn.events():
-            if isinstance(event, Delta):
-                yield chunk({"content": event.content})
-            elif isinstance(event, Finish):
+            if isinstance(event, Finish):
                 yield chunk({}, event.reason)
                 if include_usage:
                     yield frame({**meta, "object": "chat.completion.chunk", "choices": [], "usage": _usage(event.usage)})
+            else:
+                yield chunk(_delta(event))
     except LocalchatError as exc:
         yield frame(exc.to_json())
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
@@ -123,17 +136,30 @@ async def _stream(turn: Turn, meta: dict[str, Any], include_usage: bool) -> Asyn
 
 
 async def _collect(turn: Turn, meta: dict[str, Any]) -> dict[str, Any]:
-    parts: list[str] = []
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
     finish: Finish | None = None
     async for event in turn.events():
         if isinstance(event, Delta):
-            parts.append(event.content)
+            content.append(event.content)
+        elif isinstance(event, ReasoningDelta):
+            reasoning.append(event.text)
+        elif isinstance(event, ToolCallStart):
+            calls.append({"id": event.id, "type": "function", "function": {"name": event.name, "arguments": ""}})
+        elif isinstance(event, ToolCallArguments):
+            calls[event.index]["function"]["arguments"] += event.fragment
         else:
             finish = event
     assert finish is not None
+    text = "".join(content)
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = calls
     return {**meta, "object": "chat.completion", "choices": [{
-        "index": 0, "message": {"role": "assistant", "content": "".join(parts)},
-        "finish_reason": finish.reason, "logprobs": None,
+        "index": 0, "message": message, "finish_reason": finish.reason, "logprobs": None,
     }], "usage": _usage(finish.usage)}
 
 

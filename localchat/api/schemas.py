@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..chat import ChatRequest
+from ..chat import ChatRequest, OutputRules, ToolSpec
 from ..errors import InvalidRequest
 
 
@@ -44,6 +44,37 @@ class StreamOptions(_Lenient):
     include_usage: bool = False
 
 
+class FunctionDef(_Lenient):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_.:-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(_Lenient):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class NamedFunction(_Lenient):
+    name: str
+
+
+class NamedToolChoice(_Lenient):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class JsonSchemaFormat(_Lenient):
+    name: str = "response"
+    schema_: dict[str, Any] | bool = Field(True, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Lenient):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class ChatCompletionRequest(_Lenient):
     model: str | None = None
     messages: list[Message] = Field(min_length=1)
@@ -63,6 +94,11 @@ class ChatCompletionRequest(_Lenient):
     logit_bias: dict[str, float] | None = None
     n: int = Field(1, ge=1, le=1, description="only one choice per request is supported")
     ignore_eos: bool = False  # extension (llama.cpp's): generate max_tokens even past end-of-turn
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+    grammar: str | None = None  # extension: raw GBNF
 
     @field_validator("stop")
     @classmethod
@@ -92,6 +128,23 @@ class ChatCompletionRequest(_Lenient):
             model=self.model,
             sampling=sampling,
             logit_bias=self.logit_bias or {},
+            output=self._output_rules(),
+        )
+
+    def _output_rules(self) -> OutputRules:
+        fmt = self.response_format
+        if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is None:
+            raise InvalidRequest("response_format.json_schema is required when type is 'json_schema'",
+                                 param="response_format.json_schema")
+        choice = self.tool_choice
+        return OutputRules(
+            tools=tuple(ToolSpec(t.function.name, t.function.description, t.function.parameters)
+                        for t in self.tools or []),
+            tool_choice=choice.function.name if isinstance(choice, NamedToolChoice) else choice or "auto",
+            parallel_tool_calls=self.parallel_tool_calls,
+            json_schema=fmt.json_schema.schema_ if fmt and fmt.type == "json_schema" and fmt.json_schema else None,
+            json_object=bool(fmt and fmt.type == "json_object"),
+            grammar=self.grammar,
         )
 
 

@@ -46,6 +46,7 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         template = family.template
     engine = Engine(path, n_ctx=context_length(spec, info), n_threads=spec.threads, n_gpu_layers=spec.gpu_layers)
     stop_ids = frozenset(i for t in family.stop_tokens if (i := engine.token_id(t)) is not None)
+    engine.show_tokens(family.tools.visible_tokens)
     return LoadedModel(spec, info, family, template, engine, stop_ids)
 
 

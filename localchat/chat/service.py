@@ -9,10 +9,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engine import Done, SamplingParams, Text
+from ..engine import Constraint, Done, SamplingParams, Text
 from ..errors import InvalidRequest
-from ..families import render_prompt
+from ..families import Family, render_prompt
+from . import constraints
+from .constraints import OutputRules
 from .models import LoadedModel, ModelHost
+from .stream import Delta, OutputSplitter, Piece
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,7 @@ class ChatRequest:
     model: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)  # only the fields the client set
     logit_bias: dict[str, float] = field(default_factory=dict)
+    output: OutputRules = OutputRules()
 
 
 @dataclass(frozen=True)
@@ -35,13 +39,8 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class Delta:
-    content: str
-
-
-@dataclass(frozen=True)
 class Finish:
-    reason: str  # stop | length
+    reason: str  # stop | length | tool_calls
     usage: Usage
 
 
@@ -53,14 +52,19 @@ class Turn:
     _loaded: LoadedModel
     _tokens: list[int]
     _params: SamplingParams
+    _constraint: Constraint | None
+    _splitter: OutputSplitter
 
-    async def events(self) -> AsyncIterator[Delta | Finish]:
-        engine = self._loaded.engine
-        async for event in engine.generate(self._tokens, self._params, self._loaded.stop_ids):
+    async def events(self) -> AsyncIterator[Piece | Finish]:
+        engine, split = self._loaded.engine, self._splitter
+        async for event in engine.generate(self._tokens, self._params, self._loaded.stop_ids, self._constraint):
             if isinstance(event, Text):
-                yield Delta(event.text)
+                for piece in split.push(event.text):
+                    yield piece
             elif isinstance(event, Done):
-                reason = "length" if event.finish_reason == "length" else "stop"
+                for piece in split.finish():
+                    yield piece
+                reason = "length" if event.finish_reason == "length" else "tool_calls" if split.calls else "stop"
                 yield Finish(reason, Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens))
 
 
@@ -69,14 +73,47 @@ class Chat:
         self.host = host
 
     async def start(self, request: ChatRequest) -> Turn:
+        rules = request.output
+        constraints.check(rules)
         loaded = await self.host.get(request.model)
-        prompt = render_prompt(loaded.template, request.messages,
-                               bos_token=loaded.bos_token, eos_token=loaded.eos_token)
+        family = loaded.family
+        messages, extra = _with_tools(request.messages, rules, family, loaded)
+        prompt = render_prompt(loaded.template, messages, bos_token=loaded.bos_token, eos_token=loaded.eos_token,
+                               **extra)
+        thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
+        constraint = constraints.build(rules, family, thinking)
         tokens = loaded.engine.tokenize(prompt.segments)
         params = replace(_defaults(loaded), **request.sampling,
                          logit_bias=_logit_bias(request.logit_bias, loaded.engine.n_vocab))
         loaded.engine.check_fits(tokens)
-        return Turn(loaded.spec.name, loaded, tokens, params)
+        splitter = OutputSplitter(family.tools if rules.calls_tools else None, family.reasoning, thinking)
+        return Turn(loaded.spec.name, loaded, tokens, params, constraint, splitter)
+
+
+def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Family,
+                loaded: LoadedModel) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Tools and tool history the way the template understands them: a GGUF template that
+    takes `tools` gets them as they are; a family template gets the family's wording."""
+    tools = [{"type": "function", "function": {k: v for k, v in (("name", t.name), ("description", t.description),
+                                                                  ("parameters", t.parameters)) if v is not None}}
+             for t in rules.tools]
+    if "tools" in loaded.template and loaded.template != family.template:
+        return messages, ({"tools": tools} if tools else {})
+    syntax, out = family.tools, []
+    for m in messages:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            calls = syntax.format_calls(m["tool_calls"])
+            m = {"role": "assistant", "content": (m["content"] + "\n" if m["content"] else "") + calls}
+        elif m["role"] == "tool":
+            m = {**m, "content": syntax.format_result(m["content"])}
+        out.append(m)
+    if tools:
+        described = syntax.describe(tools)
+        if out and out[0]["role"] == "system":
+            out[0] = {**out[0], "content": out[0]["content"] + "\n\n" + described}
+        else:
+            out.insert(0, {"role": "system", "content": described})
+    return out, {}
 
 
 def _defaults(loaded: LoadedModel) -> SamplingParams:

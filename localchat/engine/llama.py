@@ -17,6 +17,7 @@ import llama_cpp as C
 from ..errors import ContextOverflow, EngineError, ModelUnavailable
 from .params import Constraint, Done, Event, SamplingParams, Text
 from .sampling import Sampler
+from .utf8guard import Utf8Tables
 from .text import StopMatcher, Utf8Stream
 
 _backend_ready = False
@@ -77,6 +78,8 @@ class Engine:
         self._bos = C.llama_vocab_bos(self._vocab)
         self._add_bos = C.llama_vocab_get_add_bos(self._vocab)
         self._pieces: dict[int, bytes] = {}
+        self.visible: set[int] = set()
+        self._utf8: Utf8Tables | None = None
         self._cached: list[int] = []  # the tokens whose K/V are in the context, in order
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="localchat-engine")
         self._lock = asyncio.Lock()
@@ -109,15 +112,31 @@ class Engine:
         return ids[0] if len(ids) == 1 else None
 
     def piece(self, token: int) -> bytes:
+        """A token's text. Control tokens are empty, except those named in `visible`
+        (a family's tool-call marker such as Mistral's [TOOL_CALLS])."""
         cached = self._pieces.get(token)
         if cached is None:
+            special = token in self.visible
             buf = ctypes.create_string_buffer(64)
-            n = C.llama_token_to_piece(self._vocab, token, buf, 64, 0, False)
+            n = C.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
             if n < 0:
                 buf = ctypes.create_string_buffer(-n)
-                n = C.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
+                n = C.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
             cached = self._pieces[token] = buf.raw[:n]
         return cached
+
+    def _utf8_tables(self) -> Utf8Tables:
+        if self._utf8 is None:  # built on the first constrained request (~1 s for 262k tokens)
+            self._utf8 = Utf8Tables(self.n_vocab, self.piece)
+        return self._utf8
+
+    def show_tokens(self, texts: Iterable[str]) -> None:
+        """Let these control tokens appear in the output text (see `piece`)."""
+        for text in texts:
+            token = self.token_id(text)
+            if token is not None and token not in self.visible:
+                self.visible.add(token)
+                self._pieces.pop(token, None)
 
     def check_fits(self, tokens: list[int]) -> None:
         """A prompt must leave room for at least one generated token."""
@@ -168,7 +187,8 @@ class Engine:
     def _complete(self, tokens: list[int], params: SamplingParams, stop_tokens: frozenset[int],
                   constraint: Constraint | None, emit: Callable[[Event], None], cancel: threading.Event) -> Done:
         cached = self._prefill(tokens, cancel)
-        sampler = Sampler(params, self._vocab, self.n_vocab, constraint)
+        sampler = Sampler(params, self._vocab, self.n_vocab, constraint, self.piece,
+                          lambda text: self._tokenize(text.encode(), parse_special=True), self._utf8_tables)
         utf8, stopper = Utf8Stream(), StopMatcher(list(params.stop))
         budget = self.n_ctx - len(tokens)
         if params.max_tokens is not None:

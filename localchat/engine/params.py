@@ -24,17 +24,12 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class Constraint:
-    """A GBNF grammar the output must follow; checked by the caller before it gets here.
-    With trigger patterns or tokens it is lazy: free text until a trigger, then the grammar."""
+    """A GBNF grammar (start rule `root`) the output must follow; checked by the caller
+    before it gets here. With triggers it is lazy: the text is free until it contains one of
+    the trigger strings, and from the end of that string on the grammar holds."""
 
     grammar: str
-    root: str = "root"
-    trigger_patterns: tuple[str, ...] = ()
-    trigger_tokens: tuple[int, ...] = ()
-
-    @property
-    def lazy(self) -> bool:
-        return bool(self.trigger_patterns or self.trigger_tokens)
+    triggers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import ctypes
 import random
+from collections.abc import Callable
 
 import llama_cpp as C
 import numpy as np
 
 from ..errors import EngineError
 from .params import Constraint, SamplingParams
+from .utf8guard import Utf8Guard, Utf8Tables
 
 GREEDY_CANDIDATES = 64
 WIDE = 1024  # candidates the grammar judges first when none of the chain's picks is allowed
@@ -23,25 +25,49 @@ _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float3
 
 
 class Sampler:
-    def __init__(self, params: SamplingParams, vocab, n_vocab: int, constraint: Constraint | None) -> None:
-        self.n_vocab = n_vocab
-        self.chain = _chain(params, n_vocab, constraint is not None)
-        self.grammar = _grammar(constraint, vocab) if constraint else None
-        self.pick = None
-        if self.grammar:
-            self.pick = C.llama_sampler_init_greedy() if params.temperature <= 0 else \
-                C.llama_sampler_init_dist(_seed(params))
-            self.buf = np.zeros(n_vocab, dtype=_TOKEN_DATA)
-            self.ids = np.arange(n_vocab, dtype=np.int32)
-            self.cur = C.llama_token_data_array(
-                self.buf.ctypes.data_as(C.llama_token_data_p), n_vocab, -1, False)
-            self.fallbacks = 0  # steps where no kept candidate was allowed
-            self.full_passes = 0  # … and the grammar had to judge the whole vocabulary
-            self.biased = bool(params.logit_bias)  # a bias can lift any token: no shortcut then
+    def __init__(self, params: SamplingParams, vocab, n_vocab: int, constraint: Constraint | None,
+                 piece: Callable[[int], bytes], tokenize: Callable[[str], list[int]],
+                 utf8: Callable[[], Utf8Tables] | None = None) -> None:
+        self.n_vocab, self.vocab = n_vocab, vocab
+        self.constraint = constraint
+        self.chain = _chain(params, n_vocab, constraint is not None and not constraint.triggers)
+        self.grammar = self.pick = None
+        self.fallbacks = 0  # steps where none of the chain's picks was allowed
+        self.full_passes = 0  # … and the grammar had to judge the whole vocabulary
+        self.biased = bool(params.logit_bias)  # a bias can lift any token: no shortcut then
+        self._params = params
+        self._piece, self._tokenize = piece, tokenize
+        self._recent = ""  # the tail of the free text, watched for a trigger
+        self._utf8 = utf8
+        self.guard: Utf8Guard | None = None
+        self._forced: list[int] = []  # the rest of a trigger, emitted before the grammar starts
+        if constraint and not constraint.triggers:
+            self._start_grammar()
+
+    def _start_grammar(self) -> None:
+        assert self.constraint is not None
+        self.grammar = C.llama_sampler_init_grammar(self.vocab, self.constraint.grammar.encode(), b"root")
+        if not self.grammar:
+            raise EngineError("llama.cpp rejected the grammar")
+        if self.constraint.triggers:  # the free chain picked by itself; now truncate only
+            C.llama_sampler_free(self.chain)
+            self.chain = _chain(self._params, self.n_vocab, True)
+        self.pick = C.llama_sampler_init_greedy() if self._params.temperature <= 0 else \
+            C.llama_sampler_init_dist(_seed(self._params))
+        self.buf = np.zeros(self.n_vocab, dtype=_TOKEN_DATA)
+        self.ids = np.arange(self.n_vocab, dtype=np.int32)
+        self.cur = C.llama_token_data_array(self.buf.ctypes.data_as(C.llama_token_data_p), self.n_vocab, -1, False)
+        if self._utf8 is not None:
+            self.guard = Utf8Guard(self._utf8())
 
     def sample(self, ctx) -> int:
+        if self._forced:
+            return self.sample_forced()
         if self.grammar is None:
-            return C.llama_sampler_sample(self.chain, ctx, -1)  # samples and accepts, all in C
+            token = C.llama_sampler_sample(self.chain, ctx, -1)  # samples and accepts, all in C
+            if self.constraint is not None:
+                token = self._watch(token)
+            return token
         logits = np.ctypeslib.as_array(C.llama_get_logits_ith(ctx, -1), shape=(self.n_vocab,))
         self._load(logits)
         C.llama_sampler_apply(self.chain, ctypes.byref(self.cur))
@@ -52,13 +78,43 @@ class Sampler:
         token = int(self._kept()[self.cur.selected]["id"])
         C.llama_sampler_accept(self.grammar, token)
         C.llama_sampler_accept(self.chain, token)
+        if self.guard is not None:
+            self.guard.accept(self._piece(token))
+        return token
+
+    def _watch(self, token: int) -> int:
+        """Free text: does this token complete a trigger? If it also runs past the trigger's
+        end, emit the trigger's own remaining tokens instead, so the grammar starts exactly
+        there (llama.cpp's lazy grammar would get the overrun and abort the process)."""
+        before = self._recent
+        text = before + self._piece(token).decode("utf-8", errors="replace")
+        for trigger in self.constraint.triggers:
+            at = text.find(trigger, max(0, len(before) - len(trigger) + 1))
+            if at < 0:
+                continue
+            if at + len(trigger) == len(text):
+                self._start_grammar()
+                return token
+            rest = trigger[max(0, len(before) - at):]
+            self._forced = self._tokenize(rest) if at < len(before) else self._tokenize(trigger)
+            if at >= len(before):  # the whole trigger sits inside this token, after other text
+                self._forced = self._tokenize(text[len(before):at]) + self._forced
+            self._recent = ""
+            return self.sample_forced()
+        self._recent = text[-64:]
+        return token
+
+    def sample_forced(self) -> int:
+        token = self._forced.pop(0)
+        if not self._forced:
+            self._start_grammar()
         return token
 
     def _grammar_first(self, logits: np.ndarray) -> None:
         """None of the chain's picks is allowed: let the grammar choose first, among the
         WIDE best candidates if any of them is allowed, else among the whole vocabulary."""
         self.fallbacks += 1
-        if not self.biased:
+        if not self.biased and self.n_vocab > WIDE:
             best = np.argpartition(logits, -WIDE)[-WIDE:]
             self._load(logits, best)
             C.llama_sampler_apply(self.grammar, ctypes.byref(self.cur))
@@ -68,7 +124,8 @@ class Sampler:
         self.full_passes += 1
         self._load(logits)
         C.llama_sampler_apply(self.grammar, ctypes.byref(self.cur))
-        self._keep_allowed()
+        if not self._keep_allowed():
+            raise EngineError("the grammar allows no token of this model's vocabulary here")
         C.llama_sampler_apply(self.chain, ctypes.byref(self.cur))
 
     def _load(self, logits: np.ndarray, subset: np.ndarray | None = None) -> None:
@@ -88,7 +145,10 @@ class Sampler:
         """Drop the candidates the grammar rejected (-inf), keeping their order, so the final
         pick never sees them (dist takes the first entry of a sorted array as the maximum)."""
         kept = self._kept()
-        allowed = kept[np.isfinite(kept["logit"])]
+        ok = np.isfinite(kept["logit"])
+        if self.guard is not None:
+            ok &= self.guard.allowed(kept["id"])
+        allowed = kept[ok]
         self.buf[: len(allowed)] = allowed
         self.cur.data = self.buf.ctypes.data_as(C.llama_token_data_p)
         self.cur.size = len(allowed)
@@ -140,17 +200,3 @@ def _chain(p: SamplingParams, n_vocab: int, constrained: bool):
     if not constrained:
         add(C.llama_sampler_init_dist(_seed(p)))
     return chain
-
-
-def _grammar(c: Constraint, vocab):
-    if c.lazy:
-        patterns = (ctypes.c_char_p * len(c.trigger_patterns))(*(t.encode() for t in c.trigger_patterns))
-        tokens = (C.llama_token * len(c.trigger_tokens))(*c.trigger_tokens)
-        sampler = C.llama_sampler_init_grammar_lazy_patterns(
-            vocab, c.grammar.encode(), c.root.encode(), patterns, len(c.trigger_patterns),
-            tokens, len(c.trigger_tokens))
-    else:
-        sampler = C.llama_sampler_init_grammar(vocab, c.grammar.encode(), c.root.encode())
-    if not sampler:
-        raise EngineError("llama.cpp rejected the grammar")
-    return sampler

@@ -2,7 +2,49 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolSyntax:
+    """How a family's model calls tools: calls are JSON objects {"name": …, args_key: {…}},
+    each wrapped in call_open/call_close, joined by separator, the whole in open/close.
+    `trigger` is the text that starts the calls when tool_choice is "auto"."""
+
+    open: str = ""
+    close: str = ""
+    call_open: str = ""
+    call_close: str = ""
+    separator: str = "\n"
+    args_key: str = "arguments"
+    trigger: str = ""
+    # Prompt wording when the chat template has no `tools` variable of its own.
+    instructions: str = ("You can call these tools. To call tools, answer with nothing but the calls, "
+                         "written as: {example}\nThe tools, as JSON schemas:\n{tools}")
+    result_open: str = ""
+    result_close: str = ""
+    visible_tokens: tuple[str, ...] = ()  # control tokens that must appear in the output text
+
+    def format_calls(self, calls: list[dict[str, Any]]) -> str:
+        """Assistant tool calls from the history, written the way the model writes them."""
+        parts = [self.call_open + json.dumps({"name": c["function"]["name"], self.args_key: c["function"]["arguments"]},
+                                             ensure_ascii=False) + self.call_close for c in calls]
+        return self.open + self.separator.join(parts) + self.close
+
+    def describe(self, tools: list[dict[str, Any]]) -> str:
+        example = self.format_calls([{"function": {"name": "tool_name", "arguments": {"argument": "value"}}}])
+        joiner = ", " if self.instructions.startswith("[AVAILABLE_TOOLS]") else "\n"
+        listing = joiner.join(json.dumps(t, ensure_ascii=False) for t in tools)
+        return self.instructions.format(example=example, tools=listing)
+
+    def format_result(self, content: str) -> str:
+        return f"{self.result_open}{content}{self.result_close}"
+
+
+GENERIC_TOOLS = ToolSyntax(open='{"tool_calls": [', close="]}", separator=", ", trigger='{"tool_calls":',
+                           result_open="Tool result: ")
 
 
 @dataclass(frozen=True)
@@ -21,3 +63,5 @@ class Family:
     architectures: tuple[str, ...] = ()
     bos_token: str = ""
     eos_token: str = ""
+    tools: ToolSyntax = GENERIC_TOOLS
+    reasoning: tuple[str, str] | None = None  # (open, close) think tags, for families that think

@@ -1,6 +1,14 @@
 """Llama 3 / 3.1 / 3.2 / 3.3: header tokens around each role, `<|eot_id|>` ends a turn."""
 
-from .base import Family
+from .base import Family, ToolSyntax
+
+# Llama 3.1's JSON-based tool calling.
+TOOLS = ToolSyntax(
+    args_key="parameters", separator="\n", trigger='{"name":',
+    instructions=("Given the following functions, please respond with a JSON for a function call with its proper "
+                  "arguments that best answers the given prompt.\n\nRespond in the format {example}. "
+                  "Do not use variables.\n\n{tools}"),
+)
 
 TEMPLATE = (
     "{{ bos_token }}"
@@ -22,4 +30,5 @@ FAMILY = Family(
     template_markers=("<|start_header_id|>",),
     bos_token="<|begin_of_text|>",
     eos_token="<|end_of_text|>",
+    tools=TOOLS,
 )

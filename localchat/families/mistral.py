@@ -1,7 +1,14 @@
 """Mistral / Mixtral (v0.3 tokenizer): `[INST] … [/INST]` with the system prompt folded into
 the first user turn; `</s>` closes each answer."""
 
-from .base import Family
+from .base import Family, ToolSyntax
+
+TOOLS = ToolSyntax(
+    open="[TOOL_CALLS][", close="]", separator=", ", trigger="[TOOL_CALLS]",
+    instructions="[AVAILABLE_TOOLS][{tools}][/AVAILABLE_TOOLS]",
+    result_open="[TOOL_RESULTS]", result_close="[/TOOL_RESULTS]",
+    visible_tokens=("[TOOL_CALLS]",),
+)
 
 TEMPLATE = (
     "{{ bos_token }}"
@@ -23,4 +30,5 @@ FAMILY = Family(
     template_markers=("[INST]",),
     bos_token="<s>",
     eos_token="</s>",
+    tools=TOOLS,
 )

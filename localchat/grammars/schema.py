@@ -26,10 +26,11 @@ Schema = dict[str, Any] | bool
 
 
 class Converter:
-    def __init__(self, root: Schema) -> None:
+    def __init__(self, root: Schema, prefix: str = "", rules: dict[str, str] | None = None) -> None:
         self.root = root
-        self.rules: dict[str, str] = {}
-        self._by_body: dict[str, str] = {}
+        self.prefix = prefix
+        self.rules: dict[str, str] = {} if rules is None else rules  # may be shared by several converters
+        self._by_body: dict[str, str] = {b: n for n, b in self.rules.items()}
         self._refs: dict[str, str] = {}
         self._deadline = time.monotonic() + TIME_BUDGET
         self._reserved = set(library.rules()) | {"root"}
@@ -49,7 +50,7 @@ class Converter:
         return name
 
     def _name(self, hint: str) -> str:
-        base = re.sub(r"[^a-zA-Z0-9-]+", "-", hint).strip("-")[:48] or "r"
+        base = self.prefix + (re.sub(r"[^a-zA-Z0-9-]+", "-", hint).strip("-")[:48] or "r")
         name, i = base, 1
         while name in self.rules or name in self._reserved:
             i += 1
@@ -58,11 +59,8 @@ class Converter:
             raise GrammarError("the schema is too large or too deeply nested to turn into a grammar", param="schema")
         return name
 
-    def grammar(self, root_rule: str) -> str:
-        lines = [f"root ::= {root_rule}"] + [f"{n} ::= {b}" for n, b in self.rules.items()]
-        needed = set().union(*(library.references(b) for b in [root_rule, *self.rules.values()]))
-        lines += [f"{n} ::= {b}" for n, b in library.closure(needed).items()]
-        return "\n".join(lines) + "\n"
+    def grammar(self, root_body: str) -> str:
+        return assemble(root_body, self.rules)
 
     # -- values ----------------------------------------------------------------------------
 
@@ -289,6 +287,14 @@ class Converter:
         return "number"  # bounds this grammar cannot express: any number (looser)
 
 
+def assemble(root_body: str, rules: dict[str, str]) -> str:
+    """A whole grammar: `root`, the generated rules, and the library rules they use."""
+    lines = [f"root ::= {root_body}"] + [f"{n} ::= {b}" for n, b in rules.items()]
+    needed = set().union(*(library.references(b) for b in [root_body, *rules.values()]))
+    lines += [f"{n} ::= {b}" for n, b in library.closure(needed).items()]
+    return "\n".join(lines) + "\n"
+
+
 class _Unsatisfiable(Exception):
     pass
 
@@ -348,16 +354,19 @@ def merge(a: Schema, b: Schema) -> Schema:
     return out
 
 
-def convert(schema: Schema) -> Converter:
+def convert(schema: Schema, prefix: str = "", rules: dict[str, str] | None = None, param: str = "schema") -> Converter:
     """Convert `schema`; the result's `grammar()` has start rule `root`, and `loosened` lists
     what was not enforced exactly."""
-    converter = Converter(schema)
+    converter = Converter(schema, prefix, rules)
     try:
         converter.root_rule = converter.visit(schema, "schema")
     except _Unsatisfiable:
-        raise GrammarError("the schema cannot be satisfied by any JSON value", param="schema") from None
+        raise GrammarError("the schema cannot be satisfied by any JSON value", param=param) from None
     except RecursionError:
-        raise GrammarError("the schema is nested too deeply", param="schema") from None
+        raise GrammarError("the schema is nested too deeply", param=param) from None
+    except GrammarError as exc:
+        exc.param = param
+        raise
     return converter
 
 

@@ -1,0 +1,90 @@
+"""What a request asks of the output's shape, turned into a checked grammar for the engine:
+raw GBNF, a JSON object, a JSON schema, or tool calls in the family's syntax."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine import Constraint
+from ..errors import InvalidRequest
+from ..families import Family
+from ..grammars import schema_to_gbnf, validate
+from ..grammars.schema import assemble
+from ..grammars.tools import after_reasoning, tools_grammar
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str | None
+    parameters: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class OutputRules:
+    """The request's wishes for the output, as the API parsed them."""
+
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: str = "auto"  # auto | none | required | the name of one tool
+    parallel_tool_calls: bool = True
+    json_schema: dict[str, Any] | bool | None = None  # response_format json_schema
+    json_object: bool = False  # response_format json_object
+    grammar: str | None = None  # raw GBNF (extension)
+
+    @property
+    def calls_tools(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
+
+
+def check(rules: OutputRules) -> None:
+    names = [t.name for t in rules.tools]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise InvalidRequest(f"tools: the name {dup!r} is used twice; tool names must be unique", param="tools")
+    if rules.tool_choice not in ("auto", "none", "required") and rules.tool_choice not in names:
+        raise InvalidRequest(f"tool_choice names {rules.tool_choice!r}, which is not among the tools"
+                             + (f" ({', '.join(names)})" if names else ""), param="tool_choice")
+    if rules.tool_choice == "required" and not rules.tools:
+        raise InvalidRequest("tool_choice is 'required' but the request has no tools", param="tool_choice")
+    shaped = [rules.grammar is not None, rules.json_schema is not None or rules.json_object, rules.calls_tools]
+    if sum(shaped) > 1:
+        raise InvalidRequest("use one of `grammar`, `response_format` (json) and `tools` at a time",
+                             param="response_format" if shaped[1] else "grammar")
+
+
+def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | None:
+    """The engine constraint for these rules; every grammar is validated here. While the
+    model is still thinking, the grammar waits for the end of its reasoning."""
+    after_think = (family.reasoning[1],) if thinking and family.reasoning else ()
+    if rules.grammar is not None:
+        validate(rules.grammar)
+        return Constraint(rules.grammar)
+    if rules.json_schema is not None or rules.json_object:
+        grammar = assemble("object", {}) if rules.json_object else _schema(rules.json_schema)
+        grammar = after_reasoning(grammar) if after_think else grammar
+        validate(grammar)
+        return Constraint(grammar, after_think)
+    if not rules.calls_tools:
+        return None
+    chosen = [t for t in rules.tools if rules.tool_choice in ("auto", "required", t.name)]
+    tools = [(t.name, t.parameters) for t in chosen]
+    if rules.tool_choice == "auto":
+        syntax = family.tools
+        grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, trigger=syntax.trigger)
+        triggers: tuple[str, ...] = (syntax.trigger,)
+    else:
+        grammar = tools_grammar(tools, family.tools, parallel=rules.parallel_tool_calls, lead=bool(after_think))
+        triggers = after_think
+    validate(grammar)
+    return Constraint(grammar, triggers)
+
+
+def _schema(schema: dict[str, Any] | bool) -> str:
+    from ..errors import GrammarError
+
+    try:
+        return schema_to_gbnf(schema)
+    except GrammarError as exc:
+        exc.param = "response_format.json_schema.schema"
+        raise

@@ -1,0 +1,50 @@
+"""Grammars for tool calls and for JSON after a reasoning block.
+
+A call is {"name": "<one of the tools>", <args key>: <that tool's own arguments>}, in the
+family's wrapper. With a trigger (tool_choice "auto", or a model that thinks first), the
+grammar covers only what follows the trigger text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..families.base import ToolSyntax
+from .gbnf import literal
+from .schema import assemble, convert
+
+LEAD = '[ \\n]{0,4} '  # the blank lines a model writes after </think>
+
+
+def tools_grammar(tools: list[tuple[str, Any]], syntax: ToolSyntax, *, parallel: bool,
+                  trigger: str = "", lead: bool = False) -> str:
+    """`tools` is [(name, parameters schema)]. With `trigger`, the grammar starts after it."""
+    rules: dict[str, str] = {}
+    choices = []
+    for i, (name, parameters) in enumerate(tools):
+        args = convert(parameters if parameters is not None else {"type": "object"}, prefix=f"t{i}-", rules=rules,
+                       param=f"tools.{i}.function.parameters").root_rule
+        choices.append(f'{literal(f"{_dump(name)}, {_dump(syntax.args_key)}: ")} {args}')
+    rules["call"] = f'( {" | ".join(choices)} ) "}}"'
+    head = syntax.open + syntax.call_open + '{"name": '
+    if trigger and not head.startswith(trigger):
+        raise ValueError(f"trigger {trigger!r} does not start the tool calls {head!r}")
+    first = head[len(trigger):]
+    between = syntax.call_close + syntax.separator + syntax.call_open + '{"name": '
+    more = f' ( {literal(between)} call )*' if parallel else ""
+    parts = [LEAD] if lead else []
+    if first:
+        parts.append(literal(first))
+    parts.append("call" + more)
+    if syntax.call_close + syntax.close:
+        parts.append(literal(syntax.call_close + syntax.close))
+    return assemble(" ".join(parts), rules)
+
+
+def after_reasoning(grammar: str) -> str:
+    """The same grammar, allowing the blank lines a model writes after its reasoning."""
+    return grammar.replace("root ::= ", f"root ::= {LEAD}", 1)
+
+
+def _dump(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)

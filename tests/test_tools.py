@@ -1,0 +1,269 @@
+"""Tool calls and structured output from every family, through the official SDK.
+
+Tiny models have random weights: what this proves is the constraint, not the model. Every
+call must parse, name a real tool and carry arguments that validate against its schema."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from localchat.families import FAMILIES
+from tinymodels import vocabulary
+
+WEATHER = {"type": "object", "properties": {
+    "city": {"type": "string", "maxLength": 12},
+    "unit": {"enum": ["celsius", "fahrenheit"]},
+    "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]}
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "number"}},
+       "required": ["a", "b"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "add", "parameters": ADD}}]
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+FAMILY_NAMES = list(FAMILIES)
+
+
+def model(name: str) -> str:
+    return f"tiny-{name}"
+
+
+def check_calls(calls) -> None:
+    assert calls, "no tool call"
+    ids = set()
+    for call in calls:
+        assert call.type == "function" and call.id.startswith("call_")
+        ids.add(call.id)
+        jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+    assert len(ids) == len(calls), "tool call ids are unique"
+
+
+def stream_calls(client: openai.OpenAI, **kwargs):
+    """Accumulate a streamed answer as the SDK's users do, checking the contract on the way."""
+    calls: dict[int, dict] = {}
+    content, finish = "", None
+    for chunk in client.chat.completions.create(stream=True, **kwargs):
+        for choice in chunk.choices:
+            delta = choice.delta
+            assert not (delta.content and delta.tool_calls), "content and tool_calls in one delta"
+            content += delta.content or ""
+            for tc in delta.tool_calls or []:
+                assert isinstance(tc.index, int)
+                if tc.index not in calls:
+                    assert tc.id and tc.type == "function" and tc.function.name and tc.function.arguments == ""
+                    calls[tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": ""}
+                else:
+                    assert tc.id is None and tc.function.name is None
+                    calls[tc.index]["arguments"] += tc.function.arguments
+            finish = choice.finish_reason or finish
+    return calls, content, finish
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_required_tool_call_parses_and_validates(client: openai.OpenAI, family: str):
+    r = client.chat.completions.create(model=model(family), messages=ASK, tools=TOOLS, tool_choice="required",
+                                       max_tokens=300, seed=3, parallel_tool_calls=False)
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert msg.content is None
+    check_calls(msg.tool_calls)
+    assert len(msg.tool_calls) == 1
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_streamed_parallel_tool_calls_accumulate(client: openai.OpenAI, family: str):
+    """With its end-of-turn tokens pushed down, the model chains calls until max_tokens: every
+    call but a cut-off last one validates, each under its own index."""
+    vocab = vocabulary(FAMILIES[family])[0]
+    syntax = FAMILIES[family].tools
+    close = syntax.close[:1]  # `]` closes a list of calls: as a character token and as a byte token
+    enders = (*FAMILIES[family].stop_tokens, FAMILIES[family].eos_token, close, f"<0x{ord(close):02X}>" if close else "")
+    ends = {str(vocab.index(t)): -100 for t in enders if t in vocab}
+    calls, content, finish = stream_calls(client, model=model(family), messages=ASK, tools=TOOLS,
+                                          tool_choice="required", max_tokens=600, seed=4, logit_bias=ends)
+    assert finish in ("tool_calls", "length") and not content.strip()
+    complete = list(calls.values())[:-1] if finish == "length" else list(calls.values())
+    assert len(complete) >= 2, "several calls, each with its own index"
+    for call in complete:
+        jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_named_tool_choice_and_one_call_only(client: openai.OpenAI, family: str):
+    for seed in (1, 2):
+        r = client.chat.completions.create(
+            model=model(family), messages=ASK, tools=TOOLS, max_tokens=200, seed=seed, parallel_tool_calls=False,
+            tool_choice={"type": "function", "function": {"name": "add"}})
+        calls = r.choices[0].message.tool_calls
+        check_calls(calls)
+        assert len(calls) == 1 and calls[0].function.name == "add"
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_auto_calls_a_tool_once_the_model_writes_the_trigger(client: openai.OpenAI, family: str):
+    syntax = FAMILIES[family].tools
+    trigger = vocabulary(FAMILIES[family])[0].index(syntax.trigger)
+    kwargs = dict(model=model(family), messages=ASK, tools=TOOLS, tool_choice="auto", max_tokens=300, seed=5,
+                  parallel_tool_calls=False, logit_bias={str(trigger): 100})  # the trigger comes first
+    r = client.chat.completions.create(**kwargs)
+    assert r.choices[0].finish_reason == "tool_calls"
+    check_calls(r.choices[0].message.tool_calls)
+    calls, content, finish = stream_calls(client, **kwargs)
+    assert finish == "tool_calls" and calls
+
+
+@pytest.mark.parametrize("family", ["chatml", "gemma"])
+def test_auto_without_the_trigger_is_plain_text(client: openai.OpenAI, family: str):
+    r = client.chat.completions.create(model=model(family), messages=ASK, tools=TOOLS, max_tokens=12, seed=6)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.choices[0].message.tool_calls is None
+
+
+@pytest.mark.parametrize("family", ["chatml", "mistral"])
+def test_tool_choice_none_never_calls(client: openai.OpenAI, family: str):
+    trigger = vocabulary(FAMILIES[family])[0].index(FAMILIES[family].tools.trigger)
+    r = client.chat.completions.create(model=model(family), messages=ASK, tools=TOOLS, tool_choice="none",
+                                       max_tokens=8, seed=7, logit_bias={str(trigger): 100})
+    assert r.choices[0].message.tool_calls is None
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_max_tokens_inside_a_call_is_length(client: openai.OpenAI):
+    r = client.chat.completions.create(model=model("chatml"), messages=ASK, tools=TOOLS, tool_choice="required",
+                                       max_tokens=6)
+    assert r.choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_json_schema_output_validates(client: openai.OpenAI, family: str):
+    fmt = {"type": "json_schema", "json_schema": {"name": "weather", "schema": WEATHER, "strict": True}}
+    r = client.chat.completions.create(model=model(family), messages=ASK, response_format=fmt, max_tokens=200, seed=8)
+    assert r.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(r.choices[0].message.content), WEATHER)
+    text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model=model(family), messages=ASK, response_format=fmt, max_tokens=200, seed=9, stream=True) if c.choices)
+    jsonschema.validate(json.loads(text), WEATHER)
+
+
+def test_json_object_and_raw_grammar(client: openai.OpenAI):
+    r = client.chat.completions.create(model=model("gemma"), messages=ASK, response_format={"type": "json_object"},
+                                       max_tokens=200, seed=10)
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(r.choices[0].message.content), dict)
+    else:
+        assert r.choices[0].message.content.startswith("{")
+    r = client.chat.completions.create(model=model("gemma"), messages=ASK, max_tokens=10,
+                                       extra_body={"grammar": 'root ::= ("yes" | "no") "!"'})
+    assert r.choices[0].message.content in ("yes!", "no!")
+
+
+def test_default_model_fills_a_schema(client: openai.OpenAI):
+    fmt = {"type": "json_schema", "json_schema": {"name": "w", "schema": WEATHER}}
+    r = client.chat.completions.create(model="", messages=ASK, response_format=fmt, max_tokens=120, temperature=0)
+    jsonschema.validate(json.loads(r.choices[0].message.content), WEATHER)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_a_conversation_with_tool_results_round_trips(client: openai.OpenAI, family: str):
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                              "arguments": '{"city": "Paris", "days": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'},
+    ]
+    r = client.chat.completions.create(model=model(family), messages=history, tools=TOOLS, max_tokens=5, seed=11)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    again = client.chat.completions.create(model=model(family), messages=history, max_tokens=5, seed=11)
+    assert r.usage.prompt_tokens > again.usage.prompt_tokens  # the tools are described in the prompt
+
+
+def test_reasoning_goes_to_reasoning_content(client: openai.OpenAI):
+    r = client.chat.completions.create(model="tiny-qwen3", messages=ASK, max_tokens=10, seed=12)
+    msg = r.choices[0].message
+    assert msg.model_extra["reasoning_content"] and not msg.content
+    chunks = [c for c in client.chat.completions.create(model="tiny-qwen3", messages=ASK, max_tokens=10, seed=12,
+                                                         stream=True) if c.choices]
+    streamed = "".join(c.choices[0].delta.model_extra.get("reasoning_content") or "" for c in chunks)
+    assert streamed == msg.model_extra["reasoning_content"]
+
+
+def test_grammar_applies_after_the_reasoning(client: openai.OpenAI):
+    close = vocabulary(FAMILIES["chatml"])[0].index("</think>")
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": ADD}}
+    r = client.chat.completions.create(model="tiny-qwen3", messages=ASK, response_format=fmt, max_tokens=200,
+                                       seed=13, logit_bias={str(close): 100})
+    jsonschema.validate(json.loads(r.choices[0].message.content), ADD)
+    r = client.chat.completions.create(model="tiny-qwen3", messages=ASK, tools=TOOLS, tool_choice="required",
+                                       max_tokens=300, seed=14, logit_bias={str(close): 100}, parallel_tool_calls=False)
+    check_calls(r.choices[0].message.tool_calls)
+
+
+BAD = [
+    ({"grammar": "root ::= ["}, "grammar"),
+    ({"grammar": 'root ::= "a'}, "grammar"),
+    ({"grammar": "root ::= undefined-rule"}, "grammar"),
+    ({"grammar": 'root ::= x\nx ::= x "a"'}, "grammar"),
+    ({"grammar": 'root ::= ("a"?)*'}, "grammar"),
+    ({"grammar": 'start ::= "a"'}, "grammar"),
+    ({"grammar": 'root ::= "a"{0,100000}'}, "grammar"),
+    ({"grammar": 'root ::= "\\q"'}, "grammar"),
+    ({"grammar": "root ::= " + "(" * 200 + '"a"' + ")" * 200}, "grammar"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": False}, "required": ["a"]}}}}, "response_format.json_schema.schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/nope"}}}},
+     "response_format.json_schema.schema"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"response_format": {"type": "xml"}}, "response_format.type"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+    ({"tools": TOOLS + TOOLS[:1]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools.0.function.name"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools.0.function.name"),
+    ({"tools": [{"type": "retrieval"}]}, "tools.0.type"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"$ref": "http://x/y"}}}],
+      "tool_choice": "required"}, "tools.0.function.parameters"),
+    ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
+]
+
+
+@pytest.mark.parametrize("extra, param", BAD)
+def test_bad_constraints_are_400(http: httpx.Client, extra: dict, param: str):
+    r = http.post("/v1/chat/completions", json={"model": "tiny-chatml", "messages": ASK, "max_tokens": 2, **extra})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param, err
+    assert err["message"]
+
+
+@pytest.mark.parametrize("schema", [
+    {"$ref": "#"},  # recursion with no way out is still a grammar: must not hang
+    json.loads("{" + '"type": "object", "properties": {"a": {' * 150 + '"type": "string"' + "}}" * 150 + "}"),
+    {"type": "object", "properties": {f"p{i}": {"type": "object", "properties": {
+        f"q{j}": {"type": "string"} for j in range(60)}} for i in range(120)}},
+])
+def test_pathological_schemas_are_answered_quickly(http: httpx.Client, schema: dict):
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    r = http.post("/v1/chat/completions", json={"model": "tiny-chatml", "messages": ASK, "max_tokens": 2,
+                                                "response_format": fmt}, timeout=30)
+    assert r.status_code in (200, 400), r.text
+    assert http.get("/health").status_code == 200
+
+
+def test_a_schema_nested_past_any_parser_is_400(http: httpx.Client):
+    depth = 5000
+    schema = '{"type": "object", "properties": {"a": ' * depth + '{"type": "string"}' + "}}" * depth
+    body = ('{"model": "tiny-chatml", "messages": [{"role": "user", "content": "x"}], "response_format": '
+            '{"type": "json_schema", "json_schema": {"name": "x", "schema": ' + schema + "}}}")
+    r = http.post("/v1/chat/completions", content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "nested" in r.json()["error"]["message"]
+
+
+def test_server_survived_every_bad_constraint(client: openai.OpenAI):
+    r = client.chat.completions.create(model=model("chatml"), messages=ASK, tools=TOOLS, tool_choice="required",
+                                       max_tokens=300, seed=15, parallel_tool_calls=False)
+    check_calls(r.choices[0].message.tool_calls)
