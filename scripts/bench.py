@@ -1,11 +1,14 @@
 """localchat benchmark: HTTP streaming against direct llama.cpp decoding, measured side by side.
 
     scripts/bench [--tokens N] [--rounds R] [--model NAME] [--config PATH]
+    scripts/bench --json-schema [--rounds R]
 
 Prints decode tokens/s through the server (SSE, official-client framing) and through
 llama-cpp-python directly (no HTTP, same prompt tokens, same greedy sampling), their ratio,
 time to first token, and a multi-turn chat's second-turn time to first token with prefix reuse
-against a cold start. A benchmark, not a test: figures vary with the machine's load.
+against a cold start. With --json-schema: tokens/s of output constrained by a small JSON object
+schema against free output, same prompt, same length, greedy and sampled.
+A benchmark, not a test: figures vary with the machine's load.
 """
 
 from __future__ import annotations
@@ -93,12 +96,44 @@ def flush(url: str, model: str) -> None:
         "model": model, "messages": [{"role": "user", "content": "Unrelated."}], "max_tokens": 1}).raise_for_status()
 
 
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "city": {"type": "string", "maxLength": 40}, "email": {"type": "string", "format": "email"}},
+    "required": ["name", "age", "city", "email"]}
+
+
+def json_schema_bench(config: Path, model: str, rounds: int) -> None:
+    ask = [{"role": "user", "content": "Describe a person as a JSON object with name, age, city and email."}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    server = Server(config, "--model", model)
+    try:
+        print(f"model {model}: a small JSON object schema (4 properties), {rounds} rounds (median)")
+        for label, sampling in (("greedy", {"temperature": 0}), ("sampled", {"temperature": 1.0, "seed": 7})):
+            body = {"model": model, "messages": ask, **sampling}
+            http_stream(server.url, {**body, "response_format": fmt, "max_tokens": 64})  # warm-up
+            constrained, free = [], []
+            for _ in range(rounds):
+                flush(server.url, model)
+                c = http_stream(server.url, {**body, "response_format": fmt, "max_tokens": 256})
+                flush(server.url, model)
+                n = c["usage"]["completion_tokens"]
+                f = http_stream(server.url, {**body, "max_tokens": n, "ignore_eos": True})
+                constrained.append(c["tps"])
+                free.append(f["tps"])
+            c_tps, f_tps = statistics.median(constrained), statistics.median(free)
+            print(f"{label:8}: constrained {c_tps:5.1f} tok/s   free {f_tps:5.1f} tok/s   "
+                  f"ratio {c_tps / f_tps:.3f}   ({n} tokens)")
+    finally:
+        server.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--model", default=None)
     ap.add_argument("--config", type=Path, default=None)
+    ap.add_argument("--json-schema", action="store_true", help="constrained against free decoding")
     args = ap.parse_args()
 
     config = (args.config or shipped_config()).resolve()
@@ -110,6 +145,8 @@ def main() -> None:
     n_ctx, threads = loaded.engine.n_ctx, spec.threads or __import__("os").cpu_count()
     loaded.engine.close()
 
+    if args.json_schema:
+        return json_schema_bench(config, spec.name, args.rounds)
     print(f"model {spec.name}: {len(tokens)} prompt tokens, {args.tokens} generated, greedy, "
           f"{threads} threads, {args.rounds} rounds (median)")
     server = Server(config, "--model", spec.name)

@@ -20,13 +20,13 @@ def extra_tokens(family: Family) -> list[str]:
     return extra + list(family.reasoning or ())
 
 
-def vocabulary(family: Family) -> tuple[list[str], list[int]]:
+def vocabulary(family: Family, extra: tuple[str, ...] = ()) -> tuple[list[str], list[int]]:
     tokens, types = ["<unk>"], [TokenType.UNKNOWN]
     for t in family.control_tokens:
         tokens.append(t)
         types.append(TokenType.CONTROL)
     # Single tokens for the tool-call trigger and think tags, as real vocabularies have them.
-    for t in extra_tokens(family):
+    for t in (*extra_tokens(family), *extra):
         tokens.append(t)
         types.append(TokenType.USER_DEFINED)
     for b in range(256):
@@ -39,8 +39,8 @@ def vocabulary(family: Family) -> tuple[list[str], list[int]]:
 
 
 def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int = 0,
-                     chat_template: str | None = "family") -> Path:
-    tokens, types = vocabulary(family)
+                     chat_template: str | None = "family", extra: tuple[str, ...] = ()) -> Path:
+    tokens, types = vocabulary(family, extra)
     index = {t: i for i, t in enumerate(tokens)}
     eos = family.eos_token if family.eos_token in index else family.stop_tokens[0]
     rng = np.random.default_rng(seed)
