@@ -7,7 +7,6 @@ looser rule (valid JSON of the right type) instead of failing. Words that only d
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 from typing import Any
@@ -15,13 +14,11 @@ from typing import Any
 from ..errors import GrammarError
 from . import library
 from .gbnf import literal
-from .numbers import integer_range
 from .objects import ObjectShape, object_shapes
-from .regex import pattern_to_gbnf
+from .scalars import number_body, string_body
 
 MAX_RULES = 5000
 TIME_BUDGET = 2.0  # seconds
-STRING_FORMATS = {"date", "time", "date-time", "uuid", "email", "ipv4"}
 Schema = dict[str, Any] | bool
 
 
@@ -235,56 +232,13 @@ class Converter:
         return self.add(hint, f'"[" ws {inner} "]" ws' if low else f'"[" ws ( {inner} )? "]" ws')
 
     def _string(self, schema: dict[str, Any], hint: str) -> str:
-        fmt = schema.get("format")
-        if fmt in STRING_FORMATS:
-            return self.add(hint, f'"\\"" {fmt} "\\"" ws')
-        low = min(int(schema.get("minLength") or 0), 2000)
-        high = schema.get("maxLength")
-        if isinstance(schema.get("pattern"), str):
-            body = pattern_to_gbnf(schema["pattern"])
-            if body is not None:
-                return self.add(hint, f'"\\"" ({body}) "\\"" ws')
-        count = "*" if not low and high is None else f"{{{low},}}" if high is None else f"{{{low},{min(int(high), 2000)}}}"
-        return self.add(hint, f'"\\"" char{count} "\\"" ws')
+        return self.add(hint, string_body(schema))
 
     def _number(self, schema: dict[str, Any], kind: str, hint: str) -> str:
-        lo, hi = schema.get("minimum"), schema.get("maximum")
-        xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
-        if isinstance(xlo, bool):  # draft 4: a flag on minimum
-            xlo, lo = (lo if xlo else None), (None if xlo else lo)
-        if isinstance(xhi, bool):
-            xhi, hi = (hi if xhi else None), (None if xhi else hi)
-        if kind == "integer":
-            low = _max(math.ceil(lo) if lo is not None else None, math.floor(xlo) + 1 if xlo is not None else None)
-            high = _min(math.floor(hi) if hi is not None else None, math.ceil(xhi) - 1 if xhi is not None else None)
-            if low is None and high is None:
-                return self.add(hint, "integer ws")
-            if low is not None and high is not None and low > high:
-                raise _Unsatisfiable
-            return self.add(hint, f"({integer_range(low, high)}) ws")
-        low_ok = (lo is not None and lo >= 0) or (xlo is not None and xlo >= 0)
-        if hi is None and xhi is None:
-            if xlo is not None and xlo >= 0 and lo is None:
-                whole = integer_range(max(math.floor(xlo) + 1, 1), None)
-                return self.add(hint, f"( ({whole}) fraction? | ({integer_range(math.floor(xlo), math.floor(xlo))}) "
-                                      f'"." [0-9]{{0,15}} [1-9] ) ws')
-            if low_ok:
-                whole = integer_range(math.ceil(lo if lo is not None else xlo), None)
-                return self.add(hint, f"({whole}) fraction? ws")
-            return "number"
-        top = hi if hi is not None else xhi
-        bottom = lo if lo is not None else xlo if xlo is not None else None
-        if bottom is not None and bottom >= 0 and float(top).is_integer() and float(bottom).is_integer():
-            bottom, top = int(bottom), int(top)
-            if xlo is not None and lo is None:
-                bottom += 1
-            if xhi is not None and hi is None:
-                top -= 1
-                return self.add(hint, f"({integer_range(bottom, top)}) fraction? ws") if top >= bottom else _unsat()
-            if top <= bottom:
-                return self.add(hint, f'{literal(str(top))} ws') if top == bottom else _unsat()
-            return self.add(hint, f'( ({integer_range(bottom, top - 1)}) fraction? | {literal(str(top))} ) ws')
-        return "number"  # bounds this grammar cannot express: any number (looser)
+        body = number_body(schema, kind)
+        if body is None:
+            raise _Unsatisfiable
+        return self.add(hint, body)
 
 
 def assemble(root_body: str, rules: dict[str, str]) -> str:
@@ -299,10 +253,6 @@ class _Unsatisfiable(Exception):
     pass
 
 
-def _unsat() -> str:
-    raise _Unsatisfiable
-
-
 _DESCRIPTIVE = {"description", "title", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly"}
 
 
@@ -313,16 +263,6 @@ def _looks_like_object(schema: dict[str, Any]) -> bool:
 
 def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
-
-
-def _max(*xs: int | None) -> int | None:
-    vals = [x for x in xs if x is not None]
-    return max(vals) if vals else None
-
-
-def _min(*xs: int | None) -> int | None:
-    vals = [x for x in xs if x is not None]
-    return min(vals) if vals else None
 
 
 def merge(a: Schema, b: Schema) -> Schema:
