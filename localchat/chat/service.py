@@ -102,15 +102,15 @@ def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Fami
     syntax, out = family.tools, []
     for m in messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
-            calls = syntax.format_calls(m["tool_calls"])
-            m = {"role": "assistant", "content": (m["content"] + "\n" if m["content"] else "") + calls}
+            said = [(m["content"], True), ("\n", False)] if m["content"] else []
+            m = {"role": "assistant", "content": said + syntax.format_calls(m["tool_calls"])}
         elif m["role"] == "tool":
             m = {**m, "content": syntax.format_result(m["content"])}
         out.append(m)
     if tools:
         described = syntax.describe(tools)
         if out and out[0]["role"] == "system":
-            out[0] = {**out[0], "content": out[0]["content"] + "\n\n" + described}
+            out[0] = {**out[0], "content": [(out[0]["content"], True), ("\n\n", False), *described]}
         else:
             out.insert(0, {"role": "system", "content": described})
     return out, {}

@@ -27,20 +27,34 @@ class ToolSyntax:
     result_close: str = ""
     visible_tokens: tuple[str, ...] = ()  # control tokens that must appear in the output text
 
-    def format_calls(self, calls: list[dict[str, Any]]) -> str:
-        """Assistant tool calls from the history, written the way the model writes them."""
-        parts = [self.call_open + json.dumps({"name": c["function"]["name"], self.args_key: c["function"]["arguments"]},
-                                             ensure_ascii=False) + self.call_close for c in calls]
-        return self.open + self.separator.join(parts) + self.close
+    def format_calls(self, calls: list[dict[str, Any]]) -> Segments:
+        """Assistant tool calls from the history, written the way the model writes them: our
+        markup as template text, the calls' JSON as plain text."""
+        out: Segments = [(self.open, False)]
+        for i, c in enumerate(calls):
+            call = {"name": c["function"]["name"], self.args_key: c["function"]["arguments"]}
+            out += [(self.separator if i else "", False), (self.call_open, False),
+                    (json.dumps(call, ensure_ascii=False), True), (self.call_close, False)]
+        return _tidy(out + [(self.close, False)])
 
-    def describe(self, tools: list[dict[str, Any]]) -> str:
-        example = self.format_calls([{"function": {"name": "tool_name", "arguments": {"argument": "value"}}}])
+    def describe(self, tools: list[dict[str, Any]]) -> Segments:
+        """The tools in the family's wording (the tools' own text stays plain)."""
+        example = "".join(t for t, _ in self.format_calls(
+            [{"function": {"name": "tool_name", "arguments": {"argument": "value"}}}]))
         joiner = ", " if self.instructions.startswith("[AVAILABLE_TOOLS]") else "\n"
         listing = joiner.join(json.dumps(t, ensure_ascii=False) for t in tools)
-        return self.instructions.format(example=example, tools=listing)
+        before, _, after = self.instructions.format(example=example, tools="\x00").partition("\x00")
+        return _tidy([(before, False), (listing, True), (after, False)])
 
-    def format_result(self, content: str) -> str:
-        return f"{self.result_open}{content}{self.result_close}"
+    def format_result(self, content: str) -> Segments:
+        return _tidy([(self.result_open, False), (content, True), (self.result_close, False)])
+
+
+Segments = list[tuple[str, bool]]  # (text, is_plain): only plain=False text may hold control tokens
+
+
+def _tidy(segments: Segments) -> Segments:
+    return [s for s in segments if s[0]]
 
 
 GENERIC_TOOLS = ToolSyntax(open='{"tool_calls": [', close="]}", separator=", ", trigger='{"tool_calls":',

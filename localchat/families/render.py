@@ -37,6 +37,10 @@ def _raise(message: str) -> None:
     raise jinja2.TemplateError(message)
 
 
+def _plain(content: str | list[tuple[str, bool]] | None) -> str:
+    return content if isinstance(content, str) else "".join(t for t, _ in content or [])
+
+
 @lru_cache(maxsize=16)
 def _compile(source: str) -> jinja2.Template:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
@@ -55,21 +59,26 @@ def render_prompt(
     add_generation_prompt: bool = True,
     **extra: Any,
 ) -> Prompt:
-    """Render messages (OpenAI-shaped dicts with string content). A trailing assistant message
-    is a prefill: the answer continues from its text."""
+    """Render messages (OpenAI-shaped dicts). Content is a string, always plain text, or a
+    list of (text, is_plain) pieces when it mixes our own markup with plain text. A trailing
+    assistant message is a prefill: the answer continues from its text."""
     prefill = None
     if messages and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls"):
-        prefill, messages = messages[-1].get("content") or "", messages[:-1]
+        prefill, messages = _plain(messages[-1].get("content")), messages[:-1]
         add_generation_prompt = True
 
     nonce = secrets.token_hex(4)
-    texts: list[str] = []
+    texts: list[tuple[str, bool]] = []
 
-    def hide(text: str) -> str:
-        texts.append(text)
-        return f"\ue000{nonce}:{len(texts) - 1}\ue001"
+    def hide(content: str | list[tuple[str, bool]]) -> str:
+        """A placeholder per piece; a piece marked False is our own markup (control tokens parse)."""
+        pieces = [(content, True)] if isinstance(content, str) else content
+        start = len(texts)
+        texts.extend(pieces)
+        return "".join(f"\ue000{nonce}:{i}\ue001" for i in range(start, len(texts)))
 
-    masked = [{**m, "content": hide(m["content"])} if isinstance(m.get("content"), str) else m for m in messages]
+    masked = [{**m, "content": hide(m["content"])} if isinstance(m.get("content"), (str, list)) else m
+              for m in messages]
     try:
         rendered = _compile(template).render(
             messages=masked, add_generation_prompt=add_generation_prompt,
@@ -81,7 +90,7 @@ def render_prompt(
     segments: list[tuple[str, bool]] = []
     for i, part in enumerate(re.split(f"\ue000{nonce}:(\\d+)\ue001", rendered)):
         if i % 2:
-            segments.append((texts[int(part)], True))
+            segments.append(texts[int(part)])
         elif part:
             segments.append((part, False))
     if prefill:
