@@ -135,6 +135,13 @@ def test_multiline_input(chat: Chat, tmp_path: Path):
     assert users == ["first line\nsecond line", "alpha\nbeta"]
 
 
+def test_tab_completes_slash_commands(chat: Chat):
+    chat.p.send("/sh\t")
+    chat.p.send("\r")
+    chat.p.expect_exact(ACCEPTED)
+    assert "messages    0" in chat.ready()
+
+
 def test_unknown_command_help_and_leaving(chat: Chat):
     assert "unknown command /bogus" in chat.say("/bogus")
     helped = chat.say("/help")

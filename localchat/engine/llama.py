@@ -81,7 +81,7 @@ class Engine:
         self._pieces: dict[int, bytes] = {}
         self.visible: set[int] = set()
         self._utf8: Utf8Tables | None = None
-        self._eog: frozenset[int] | None = None
+        self._eog = frozenset(t for t in range(self.n_vocab) if C.llama_vocab_is_eog(self._vocab, t))
         self._cached: list[int] = []  # the tokens whose K/V are in the context, in order
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="localchat-engine")
         self._lock = asyncio.Lock()
@@ -126,11 +126,6 @@ class Engine:
                 n = C.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
             cached = self._pieces[token] = buf.raw[:n]
         return cached
-
-    def _end_tokens(self) -> frozenset[int]:
-        if self._eog is None:
-            self._eog = frozenset(t for t in range(self.n_vocab) if C.llama_vocab_is_eog(self._vocab, t))
-        return self._eog
 
     def _utf8_tables(self) -> Utf8Tables:
         if self._utf8 is None:  # built on the first constrained request (~1 s for 262k tokens)
@@ -195,7 +190,7 @@ class Engine:
                   constraint: Constraint | None, emit: Callable[[Event], None], cancel: threading.Event) -> Done:
         cached = self._prefill(tokens, cancel)
         if params.ignore_eos:  # as llama.cpp does it: end-of-generation tokens are never sampled
-            banned = dict.fromkeys(self._end_tokens() | stop_tokens, float("-inf"))
+            banned = dict.fromkeys(self._eog | stop_tokens, float("-inf"))
             params = replace(params, logit_bias={**params.logit_bias, **banned})
         sampler = Sampler(params, self._vocab, self.n_vocab, constraint, self.piece,
                           lambda text: self._tokenize(text.encode(), parse_special=True), self._utf8_tables)
