@@ -32,8 +32,6 @@ class Sampler:
         self.constraint = constraint
         self.chain = _chain(params, n_vocab, constraint is not None and not constraint.triggers)
         self.grammar = self.pick = None
-        self.fallbacks = 0  # steps where none of the chain's picks was allowed
-        self.full_passes = 0  # … and the grammar had to judge the whole vocabulary
         self.biased = bool(params.logit_bias)  # a bias can lift any token: no shortcut then
         self._params = params
         self._piece, self._tokenize = piece, tokenize
@@ -62,7 +60,7 @@ class Sampler:
 
     def sample(self, ctx) -> int:
         if self._forced:
-            return self.sample_forced()
+            return self._next_forced()
         if self.grammar is None:
             token = C.llama_sampler_sample(self.chain, ctx, -1)  # samples and accepts, all in C
             if self.constraint is not None:
@@ -84,27 +82,24 @@ class Sampler:
 
     def _watch(self, token: int) -> int:
         """Free text: does this token complete a trigger? If it also runs past the trigger's
-        end, emit the trigger's own remaining tokens instead, so the grammar starts exactly
-        there (llama.cpp's lazy grammar would get the overrun and abort the process)."""
+        end, emit instead the tokens of its text up to that end, so the grammar starts exactly
+        there (llama.cpp's own lazy grammar would be fed the overrun and abort the process)."""
         before = self._recent
         text = before + self._piece(token).decode("utf-8", errors="replace")
+        self._recent = text[-64:]
         for trigger in self.constraint.triggers:
             at = text.find(trigger, max(0, len(before) - len(trigger) + 1))
             if at < 0:
                 continue
-            if at + len(trigger) == len(text):
+            end = at + len(trigger)
+            if end == len(text):
                 self._start_grammar()
                 return token
-            rest = trigger[max(0, len(before) - at):]
-            self._forced = self._tokenize(rest) if at < len(before) else self._tokenize(trigger)
-            if at >= len(before):  # the whole trigger sits inside this token, after other text
-                self._forced = self._tokenize(text[len(before):at]) + self._forced
-            self._recent = ""
-            return self.sample_forced()
-        self._recent = text[-64:]
+            self._forced = self._tokenize(text[len(before):end])
+            return self._next_forced()
         return token
 
-    def sample_forced(self) -> int:
+    def _next_forced(self) -> int:
         token = self._forced.pop(0)
         if not self._forced:
             self._start_grammar()
@@ -113,7 +108,6 @@ class Sampler:
     def _grammar_first(self, logits: np.ndarray) -> None:
         """None of the chain's picks is allowed: let the grammar choose first, among the
         WIDE best candidates if any of them is allowed, else among the whole vocabulary."""
-        self.fallbacks += 1
         if not self.biased and self.n_vocab > WIDE:
             best = np.argpartition(logits, -WIDE)[-WIDE:]
             self._load(logits, best)
@@ -121,7 +115,6 @@ class Sampler:
             if self._keep_allowed():
                 C.llama_sampler_apply(self.chain, ctypes.byref(self.cur))
                 return
-        self.full_passes += 1
         self._load(logits)
         C.llama_sampler_apply(self.grammar, ctypes.byref(self.cur))
         if not self._keep_allowed():
