@@ -76,6 +76,14 @@ def test_generation_stops_at_the_end_of_the_context(client: openai.OpenAI):
     assert r.usage.total_tokens == TINY_CTX
 
 
+def test_model_whose_file_is_gone_is_503_and_the_server_goes_on(http: httpx.Client, client: openai.OpenAI):
+    http.post("/v1/chat/completions", json={"model": "", "messages": HELLO, "max_tokens": 1})
+    err = _error(http.post("/v1/chat/completions", json={"model": "ghost", "messages": HELLO}), 503)
+    assert err["code"] == "model_unavailable" and "/nonexistent/ghost.gguf" in err["message"]
+    assert http.get("/health").json()["model"] == "gemma-3-270m", "the loaded model stayed loaded"
+    assert client.chat.completions.create(model="", messages=HELLO, max_tokens=1).choices[0].finish_reason
+
+
 def test_non_loopback_host_header_is_403(http: httpx.Client):
     err = _error(http.get("/v1/models", headers={"Host": "attacker.example:8000"}), 403)
     assert "loopback" in err["message"]

@@ -63,6 +63,7 @@ class ModelHost:
         spec = self.registry.resolve(name)
         async with self._lock:
             if self.current is None or self.current.spec.name != spec.name:
+                await asyncio.to_thread(inspect, spec.file())  # a missing or broken file: keep what is loaded
                 old, self.current = self.current, None
                 if old is not None:
                     await asyncio.to_thread(old.engine.close)
