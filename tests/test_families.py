@@ -31,6 +31,8 @@ EXPECTED = {
             "<|im_start|>assistant<|im_sep|>",
     "phi3": "<|system|>\nBe brief.<|end|>\n<|user|>\nhello<|end|>\n<|assistant|>\nthe sea<|end|>\n"
             "<|user|>\nand the world<|end|>\n<|assistant|>\n",
+    "deepseek-r1": "<｜begin▁of▁sentence｜>Be brief.<｜User｜>hello<｜Assistant｜>the sea<｜end▁of▁sentence｜>"
+                   "<｜User｜>and the world<｜Assistant｜><think>\n",
     "chatml": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n"
               "<|im_start|>assistant\nthe sea<|im_end|>\n<|im_start|>user\nand the world<|im_end|>\n<|im_start|>assistant\n",
 }

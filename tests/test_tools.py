@@ -33,6 +33,14 @@ def model(name: str) -> str:
     return f"tiny-{name}"
 
 
+def nudge(family: str, bias: dict[str, float] | None = None) -> dict[str, float]:
+    """logit_bias for a test: for a model that thinks first, end its reasoning at once."""
+    bias = dict(bias or {})
+    if FAMILIES[family].template.rstrip().endswith("{% endif -%}") and "<think>" in FAMILIES[family].template:
+        bias[str(vocabulary(FAMILIES[family])[0].index(FAMILIES[family].reasoning[1]))] = 100
+    return bias
+
+
 def check_calls(calls) -> None:
     assert calls, "no tool call"
     ids = set()
@@ -67,7 +75,7 @@ def stream_calls(client: openai.OpenAI, **kwargs):
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_required_tool_call_parses_and_validates(client: openai.OpenAI, family: str):
     r = client.chat.completions.create(model=model(family), messages=ASK, tools=TOOLS, tool_choice="required",
-                                       max_tokens=300, seed=3, parallel_tool_calls=False)
+                                       max_tokens=300, seed=3, parallel_tool_calls=False, logit_bias=nudge(family))
     msg = r.choices[0].message
     assert r.choices[0].finish_reason == "tool_calls"
     assert msg.content is None
@@ -85,7 +93,7 @@ def test_streamed_parallel_tool_calls_accumulate(client: openai.OpenAI, family: 
     enders = (*FAMILIES[family].stop_tokens, FAMILIES[family].eos_token, close, f"<0x{ord(close):02X}>" if close else "")
     ends = {str(vocab.index(t)): -100 for t in enders if t in vocab}
     calls, content, finish = stream_calls(client, model=model(family), messages=ASK, tools=TOOLS,
-                                          tool_choice="required", max_tokens=600, seed=4, logit_bias=ends)
+                                          tool_choice="required", max_tokens=600, seed=4, logit_bias=nudge(family, ends))
     assert finish in ("tool_calls", "length") and not content.strip()
     complete = list(calls.values())[:-1] if finish == "length" else list(calls.values())
     assert len(complete) >= 2, "several calls, each with its own index"
@@ -98,7 +106,7 @@ def test_named_tool_choice_and_one_call_only(client: openai.OpenAI, family: str)
     for seed in (1, 2):
         r = client.chat.completions.create(
             model=model(family), messages=ASK, tools=TOOLS, max_tokens=200, seed=seed, parallel_tool_calls=False,
-            tool_choice={"type": "function", "function": {"name": "add"}})
+            tool_choice={"type": "function", "function": {"name": "add"}}, logit_bias=nudge(family))
         calls = r.choices[0].message.tool_calls
         check_calls(calls)
         assert len(calls) == 1 and calls[0].function.name == "add"
@@ -109,7 +117,7 @@ def test_auto_calls_a_tool_once_the_model_writes_the_trigger(client: openai.Open
     syntax = FAMILIES[family].tools
     trigger = vocabulary(FAMILIES[family])[0].index(syntax.trigger)
     kwargs = dict(model=model(family), messages=ASK, tools=TOOLS, tool_choice="auto", max_tokens=300, seed=5,
-                  parallel_tool_calls=False, logit_bias={str(trigger): 100})  # the trigger comes first
+                  parallel_tool_calls=False, logit_bias=nudge(family, {str(trigger): 100}))  # the trigger comes first
     r = client.chat.completions.create(**kwargs)
     assert r.choices[0].finish_reason == "tool_calls"
     check_calls(r.choices[0].message.tool_calls)
@@ -142,11 +150,13 @@ def test_max_tokens_inside_a_call_is_length(client: openai.OpenAI):
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_json_schema_output_validates(client: openai.OpenAI, family: str):
     fmt = {"type": "json_schema", "json_schema": {"name": "weather", "schema": WEATHER, "strict": True}}
-    r = client.chat.completions.create(model=model(family), messages=ASK, response_format=fmt, max_tokens=200, seed=8)
+    r = client.chat.completions.create(model=model(family), messages=ASK, response_format=fmt, max_tokens=200, seed=8,
+                                       logit_bias=nudge(family))
     assert r.choices[0].finish_reason == "stop"
     jsonschema.validate(json.loads(r.choices[0].message.content), WEATHER)
     text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
-        model=model(family), messages=ASK, response_format=fmt, max_tokens=200, seed=9, stream=True) if c.choices)
+        model=model(family), messages=ASK, response_format=fmt, max_tokens=200, seed=9, stream=True,
+        logit_bias=nudge(family)) if c.choices)
     jsonschema.validate(json.loads(text), WEATHER)
 
 
@@ -190,6 +200,19 @@ def test_reasoning_goes_to_reasoning_content(client: openai.OpenAI):
                                                          stream=True) if c.choices]
     streamed = "".join(c.choices[0].delta.model_extra.get("reasoning_content") or "" for c in chunks)
     assert streamed == msg.model_extra["reasoning_content"]
+
+
+def test_auto_trigger_counts_only_after_the_reasoning(client: openai.OpenAI):
+    """A trigger written while the model still thinks is part of its thoughts, not a call."""
+    vocab = vocabulary(FAMILIES["chatml"])[0]
+    trigger, close = vocab.index("<tool_call>"), vocab.index("</think>")
+    r = client.chat.completions.create(model="tiny-qwen3", messages=ASK, tools=TOOLS, max_tokens=40, seed=16,
+                                       logit_bias={str(trigger): 100, str(close): -100})
+    assert r.choices[0].message.tool_calls is None
+    assert "<tool_call>" in r.choices[0].message.model_extra["reasoning_content"]
+    r = client.chat.completions.create(model="tiny-qwen3", messages=ASK, tools=TOOLS, max_tokens=300, seed=16,
+                                       parallel_tool_calls=False, logit_bias={str(trigger): 100, str(close): 100})
+    check_calls(r.choices[0].message.tool_calls)
 
 
 def test_grammar_applies_after_the_reasoning(client: openai.OpenAI):

@@ -69,15 +69,14 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
         return None
     chosen = [t for t in rules.tools if rules.tool_choice in ("auto", "required", t.name)]
     tools = [(t.name, t.parameters) for t in chosen]
-    if rules.tool_choice == "auto":
+    if rules.tool_choice == "auto":  # free text, then the calls once the trigger is written
         syntax = family.tools
         grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, trigger=syntax.trigger)
-        triggers: tuple[str, ...] = (syntax.trigger,)
-    else:
-        grammar = tools_grammar(tools, family.tools, parallel=rules.parallel_tool_calls, lead=bool(after_think))
-        triggers = after_think
+        validate(grammar)
+        return Constraint(grammar, (syntax.trigger,), after=after_think[0] if after_think else "")
+    grammar = tools_grammar(tools, family.tools, parallel=rules.parallel_tool_calls, lead=bool(after_think))
     validate(grammar)
-    return Constraint(grammar, triggers)
+    return Constraint(grammar, after_think)
 
 
 def _schema(schema: dict[str, Any] | bool) -> str:

@@ -30,6 +30,7 @@ class Constraint:
 
     grammar: str
     triggers: tuple[str, ...] = ()
+    after: str = ""  # the triggers count only once this text has been written (a think block's end)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ class Sampler:
         self._utf8 = utf8
         self.guard: Utf8Guard | None = None
         self._forced: list[int] = []  # the rest of a trigger, emitted before the grammar starts
+        self._armed = not (constraint and constraint.after)
         if constraint and not constraint.triggers:
             self._start_grammar()
 
@@ -87,6 +88,13 @@ class Sampler:
         before = self._recent
         text = before + self._piece(token).decode("utf-8", errors="replace")
         self._recent = text[-64:]
+        if not self._armed:
+            at = text.find(self.constraint.after)
+            if at < 0:
+                return token
+            self._armed = True
+            before, text = "", text[at + len(self.constraint.after):]
+            self._recent = text
         for trigger in self.constraint.triggers:
             at = text.find(trigger, max(0, len(before) - len(trigger) + 1))
             if at < 0:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from . import chatml, gemma, llama3, mistral, phi
+from . import chatml, deepseek, gemma, llama3, mistral, phi
 from .base import Family
 from .render import Prompt, render_prompt
 
 # Order matters for detection: a more specific template marker comes before a general one
 # (Phi-4's `<|im_sep|>` template also contains ChatML's `<|im_start|>`).
 FAMILIES: dict[str, Family] = {
-    f.name: f for f in (gemma.FAMILY, llama3.FAMILY, mistral.FAMILY, phi.PHI4, phi.PHI3, chatml.FAMILY)
+    f.name: f for f in (gemma.FAMILY, llama3.FAMILY, mistral.FAMILY, deepseek.FAMILY, phi.PHI4, phi.PHI3,
+                        chatml.FAMILY)
 }
 DEFAULT_FAMILY = chatml.FAMILY
 
