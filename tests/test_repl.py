@@ -199,3 +199,20 @@ def test_unreachable_url_is_one_clear_line(tmp_path: Path):
         assert "messages    0" in c.say("/show")
     finally:
         c.close()
+
+
+def test_reasoning_is_shown_dimmed(registry_file: Path, tmp_path: Path):
+    c = Chat("--config", str(registry_file), "--model", "tiny-qwen3", home=tmp_path)
+    try:
+        c.say("/set max_tokens 6")
+        c.ask("hello")
+        c.p.expect(STATS)
+        raw = c.p.before
+        thought = raw[raw.index("\x1b[2m"):]  # rich's dim style opens the thoughts …
+        assert ANSI.sub("", thought).strip(), "… and they are on screen"
+        c.ready()
+        c.say(f"/save {tmp_path / 't.json'}")
+        saved = json.loads((tmp_path / "t.json").read_text())
+        assert saved[-1] == {"role": "assistant", "content": ""}  # thoughts are not part of the answer
+    finally:
+        c.close()
