@@ -290,3 +290,14 @@ def test_server_survived_every_bad_constraint(client: openai.OpenAI):
     r = client.chat.completions.create(model=model("chatml"), messages=ASK, tools=TOOLS, tool_choice="required",
                                        max_tokens=300, seed=15, parallel_tool_calls=False)
     check_calls(r.choices[0].message.tool_calls)
+
+
+def test_stop_strings_do_not_cut_constrained_output(client: openai.OpenAI):
+    """Editor plugins send stop strings with every request; they must not break a call or JSON."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": ADD}}
+    r = client.chat.completions.create(model=model("chatml"), messages=ASK, response_format=fmt, max_tokens=200,
+                                       seed=17, stop=["}", ",", '"'])
+    jsonschema.validate(json.loads(r.choices[0].message.content), ADD)
+    r = client.chat.completions.create(model=model("chatml"), messages=ASK, tools=TOOLS, tool_choice="required",
+                                       max_tokens=300, seed=17, stop=["}", '"', "\n"], parallel_tool_calls=False)
+    check_calls(r.choices[0].message.tool_calls)

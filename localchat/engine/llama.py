@@ -209,7 +209,10 @@ class Engine:
                     finish = "stop"
                     break
                 generated += 1
-                text, stopped = stopper.push(utf8.push(self.piece(token)))
+                if sampler.grammar is None:
+                    text, stopped = stopper.push(utf8.push(self.piece(token)))
+                else:  # under a grammar the grammar says where the output ends: a stop string
+                    text, stopped = stopper.flush() + utf8.push(self.piece(token)), False  # could cut JSON
                 if text:
                     emit(Text(text))
                 if stopped:
