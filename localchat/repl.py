@@ -143,7 +143,7 @@ class Repl:
     def _stats(self, start: float, first: float | None, tokens: int, interrupted: bool) -> None:
         end = time.perf_counter()
         bits = ["interrupted"] if interrupted else []
-        bits.append(f"{tokens} tokens")
+        bits.append(f"{tokens} token" + ("" if tokens == 1 else "s"))
         if first is not None:
             if tokens > 1 and end > first:
                 bits.append(f"{(tokens - 1) / (end - first):.1f} tok/s")
