@@ -11,7 +11,7 @@ HELLO = [{"role": "user", "content": "Write one sentence about the sea."}]
 
 
 def test_non_streaming_completion(client: openai.OpenAI):
-    r = client.chat.completions.create(model="", messages=HELLO, max_tokens=12, temperature=0)
+    r = client.chat.completions.create(model="", messages=HELLO, max_tokens=12, temperature=0, seed=5)
     assert r.id.startswith("chatcmpl-")
     assert r.object == "chat.completion"
     assert r.model == "gemma-3-270m"
@@ -42,7 +42,7 @@ def _events(http: httpx.Client, body: dict) -> tuple[list[dict], str]:
 
 
 def test_stream_follows_the_contract(http: httpx.Client):
-    chunks, _ = _events(http, {"messages": HELLO, "max_tokens": 8, "stream": True,
+    chunks, _ = _events(http, {"messages": HELLO, "max_tokens": 8, "stream": True, "seed": 5, "ignore_eos": True,
                                "stream_options": {"include_usage": True}})
     assert len({c["id"] for c in chunks}) == 1 and chunks[0]["id"].startswith("chatcmpl-")
     assert len({c["created"] for c in chunks}) == 1
