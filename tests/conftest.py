@@ -63,7 +63,7 @@ class Server:
     def __init__(self, config: Path, *extra: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(config.parent / f"server-{self.port}.log", "w+")
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"localchat-server-{self.port}-", suffix=".log")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "localchat", "serve", "--port", str(self.port), "--config", str(config), *extra],
             stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
