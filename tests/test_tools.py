@@ -110,6 +110,11 @@ def test_named_tool_choice_and_one_call_only(client: openai.OpenAI, family: str)
         calls = r.choices[0].message.tool_calls
         check_calls(calls)
         assert len(calls) == 1 and calls[0].function.name == "add"
+    streamed, content, finish = stream_calls(
+        client, model=model(family), messages=ASK, tools=TOOLS, max_tokens=200, seed=3, parallel_tool_calls=False,
+        tool_choice={"type": "function", "function": {"name": "add"}}, logit_bias=nudge(family))
+    assert finish == "tool_calls" and [c["name"] for c in streamed.values()] == ["add"]
+    jsonschema.validate(json.loads(streamed[0]["arguments"]), ADD)
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
@@ -132,13 +137,16 @@ def test_auto_without_the_trigger_is_plain_text(client: openai.OpenAI, family: s
     assert r.choices[0].message.tool_calls is None
 
 
-@pytest.mark.parametrize("family", ["chatml", "mistral"])
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_tool_choice_none_never_calls(client: openai.OpenAI, family: str):
     trigger = vocabulary(FAMILIES[family])[0].index(FAMILIES[family].tools.trigger)
-    r = client.chat.completions.create(model=model(family), messages=ASK, tools=TOOLS, tool_choice="none",
-                                       max_tokens=8, seed=7, logit_bias={str(trigger): 100})
+    kwargs = dict(model=model(family), messages=ASK, tools=TOOLS, tool_choice="none", max_tokens=8, seed=7,
+                  logit_bias={str(trigger): 100})  # even a model that writes the trigger
+    r = client.chat.completions.create(**kwargs)
     assert r.choices[0].message.tool_calls is None
     assert r.choices[0].finish_reason in ("stop", "length")
+    calls, _, finish = stream_calls(client, **kwargs)
+    assert not calls and finish in ("stop", "length")
 
 
 def test_max_tokens_inside_a_call_is_length(client: openai.OpenAI):
