@@ -25,6 +25,10 @@ class InvalidRequest(LocalchatError):
     type = "invalid_request_error"
 
 
+class PayloadTooLarge(InvalidRequest):
+    status = 413
+
+
 class ContextOverflow(InvalidRequest):
     code = "context_length_exceeded"
 

@@ -145,7 +145,8 @@ class Registry:
     @classmethod
     def load(cls, path: Path | None = None, user_path: Path | None = None) -> "Registry":
         """The shipped models.toml (or `path`), with the user's registry merged over it."""
-        default, models = _read(path or shipped_config())
+        path = path or shipped_config()
+        default, models = _read(path)
         user_path = user_path if user_path is not None else paths.user_registry()
         user_default, user_models = _read(user_path) if user_path.is_file() else (None, {})
         models.update(user_models)

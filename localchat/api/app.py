@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..chat import Chat, Delta, Finish, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn, Usage
-from ..errors import InvalidRequest, LocalchatError
+from ..errors import InvalidRequest, LocalchatError, PayloadTooLarge
 from ..registry import Registry
 from .guard import LocalOnly
 from .schemas import ChatCompletionRequest
@@ -74,11 +74,12 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
 # -- request parsing -----------------------------------------------------------------------
 
 async def _json_body(request: Request) -> Any:
+    too_large = PayloadTooLarge(f"the request body is larger than {MAX_BODY // (1024 * 1024)} MiB")
     if int(request.headers.get("content-length") or 0) > MAX_BODY:
-        raise _TooLarge(f"the request body is larger than {MAX_BODY // (1024 * 1024)} MiB")
+        raise too_large
     raw = await request.body()
     if len(raw) > MAX_BODY:
-        raise _TooLarge(f"the request body is larger than {MAX_BODY // (1024 * 1024)} MiB")
+        raise too_large
     try:
         body = json.loads(raw)
     except RecursionError:
@@ -88,10 +89,6 @@ async def _json_body(request: Request) -> Any:
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
     return body
-
-
-class _TooLarge(InvalidRequest):
-    status = 413
 
 
 def _invalid(exc: ValidationError) -> InvalidRequest:

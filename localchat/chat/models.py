@@ -33,10 +33,10 @@ def context_length(spec: ModelSpec, info: ModelInfo) -> int:
     return spec.context_length or min(info.context_length or DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP)
 
 
-def load_model(spec: ModelSpec) -> LoadedModel:
-    """Blocking: reads the GGUF header, picks the family and template, loads llama.cpp."""
+def load_model(spec: ModelSpec, info: ModelInfo | None = None) -> LoadedModel:
+    """Blocking: reads the GGUF header (unless given), picks the family and template, loads llama.cpp."""
     path = spec.file()
-    info = inspect(path)
+    info = info or inspect(path)
     family = get_family(spec.family) if spec.family else detect(info.architecture, info.chat_template, info.tokens)
     if spec.template:
         template = spec.template
@@ -63,11 +63,11 @@ class ModelHost:
         spec = self.registry.resolve(name)
         async with self._lock:
             if self.current is None or self.current.spec.name != spec.name:
-                await asyncio.to_thread(inspect, spec.file())  # a missing or broken file: keep what is loaded
+                info = await asyncio.to_thread(inspect, spec.file())  # a missing or broken file: keep what is loaded
                 old, self.current = self.current, None
                 if old is not None:
                     await asyncio.to_thread(old.engine.close)
-                self.current = await asyncio.to_thread(load_model, spec)
+                self.current = await asyncio.to_thread(load_model, spec, info)
             return self.current
 
     def context_length(self, name: str) -> int | None:

@@ -26,6 +26,7 @@ class ToolSyntax:
     result_open: str = ""
     result_close: str = ""
     visible_tokens: tuple[str, ...] = ()  # control tokens that must appear in the output text
+    tools_separator: str = "\n"  # between the tools' schemas in `instructions`
 
     def format_calls(self, calls: list[dict[str, Any]]) -> Segments:
         """Assistant tool calls from the history, written the way the model writes them: our
@@ -41,8 +42,7 @@ class ToolSyntax:
         """The tools in the family's wording (the tools' own text stays plain)."""
         example = "".join(t for t, _ in self.format_calls(
             [{"function": {"name": "tool_name", "arguments": {"argument": "value"}}}]))
-        joiner = ", " if self.instructions.startswith("[AVAILABLE_TOOLS]") else "\n"
-        listing = joiner.join(json.dumps(t, ensure_ascii=False) for t in tools)
+        listing = self.tools_separator.join(json.dumps(t, ensure_ascii=False) for t in tools)
         before, _, after = self.instructions.format(example=example, tools="\x00").partition("\x00")
         return _tidy([(before, False), (listing, True), (after, False)])
 

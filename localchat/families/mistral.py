@@ -8,6 +8,7 @@ TOOLS = ToolSyntax(
     instructions="[AVAILABLE_TOOLS][{tools}][/AVAILABLE_TOOLS]",
     result_open="[TOOL_RESULTS]", result_close="[/TOOL_RESULTS]",
     visible_tokens=("[TOOL_CALLS]",),
+    tools_separator=", ",
 )
 
 TEMPLATE = (
