@@ -40,11 +40,23 @@ def serve(
     config: Optional[Path] = ConfigOpt,
     api_key: Optional[str] = typer.Option(None, envvar="LOCALCHAT_API_KEY",
                                           help="Require this key as `Authorization: Bearer KEY`."),
+    parallel: Optional[int] = typer.Option(None, min=1, max=64,
+                                           help="Requests decoded together per model (slots; default 4)."),
+    queue_limit: Optional[int] = typer.Option(None, min=0, help="Requests that may wait for a slot (default 64)."),
+    max_loaded_models: Optional[int] = typer.Option(None, min=1, help="Models kept loaded at once (default 2)."),
+    keep_alive: Optional[str] = typer.Option(None, help="How long an idle model stays loaded: seconds or '10m' "
+                                             "(default 10m; negative: forever)."),
 ) -> None:
     """Serve the OpenAI chat completion routes on localhost."""
     from .server import PortInUse, serve as run
 
     registry = _registry(config)
+    overrides = {k: v for k, v in (("parallel", parallel), ("queue_limit", queue_limit),
+                                   ("max_loaded_models", max_loaded_models), ("keep_alive", keep_alive)) if v is not None}
+    try:
+        registry.settings = registry.settings.model_validate({**registry.settings.model_dump(), **overrides})
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     try:
         run(registry, host=host, port=port, model=model, api_key=api_key)
     except (PortInUse, LocalchatError) as exc:
@@ -70,6 +82,43 @@ def chat(
         run_repl(backend, system=system)
     finally:
         backend.close()
+
+
+@app.command()
+def ps(
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", help="The running localchat server."),
+    api_key: Optional[str] = typer.Option(None, envvar="LOCALCHAT_API_KEY", help="API key, if the server needs one."),
+) -> None:
+    """List the models a running server has loaded: memory, slots, requests, idle time."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(url.rstrip("/").removesuffix("/v1") + "/health", headers=headers, timeout=5)
+        r.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise fail(f"no localchat server answers at {url} ({exc}); start one with `localchat serve`") from None
+    loaded = r.json().get("loaded", [])
+    table = Table(box=None, header_style="bold")
+    for column in ("name", "family", "size", "context", "slots busy", "queued", "requests", "idle", "unloads after"):
+        table.add_column(column, justify="left" if column in ("name", "family") else "right")
+    for m in loaded:
+        keep = m["keep_alive_seconds"]
+        until = "never" if keep is None else "now" if keep == 0 else _duration(max(keep - m["idle_seconds"], 0))
+        table.add_row(m["name"], m["family"], _bytes(m["size_bytes"]), str(m["context_length"]),
+                      f"{m['busy_slots']}/{m['slots']}", str(m["queued"]), str(m["requests"]),
+                      _duration(m["idle_seconds"]) if not m["requests"] else "busy",
+                      until if not m["requests"] else "-")
+    out.print(table if loaded else "[dim]no model is loaded[/dim]")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:.0f} MB"
 
 
 @models_app.callback()

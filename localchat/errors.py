@@ -8,6 +8,7 @@ class LocalchatError(Exception):
     status = 500
     type = "server_error"
     code: str | None = None
+    retry_after: int | None = None  # seconds, sent as a Retry-After header
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
@@ -61,3 +62,12 @@ class EngineError(LocalchatError):
     status = 500
     type = "server_error"
     code = "engine_error"
+
+
+class QueueFull(LocalchatError):
+    """Every slot is busy and the queue of waiting requests is at its limit."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "queue_full"
+    retry_after = 1

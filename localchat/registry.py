@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from gguf import LlamaFileType
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import paths
 from .errors import ModelNotFound, ModelUnavailable
@@ -38,6 +39,42 @@ class SamplingDefaults(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
 
 
+def parse_duration(value: object) -> float:
+    """Seconds from a number or an Ollama-style duration ("10m", "1h30m", "45s", "-1")."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string such as '10m'")
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = re.fullmatch(r"(-)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?"
+                         r"(?:(\d+(?:\.\d+)?)ms)?", text)
+    if not text or not parts or not any(parts.groups()[1:]):
+        raise ValueError(f"{text!r} is not a duration: use seconds or a string such as '10m', '1h30m', '45s'")
+    h, m, sec, ms = (float(g or 0) for g in parts.groups()[1:])
+    seconds = h * 3600 + m * 60 + sec + ms / 1000
+    return -seconds if parts.group(1) else seconds
+
+
+class Settings(BaseModel):
+    """Server-wide settings: top-level keys of models.toml; `localchat serve` flags override them."""
+
+    model_config = ConfigDict(extra="forbid")
+    parallel: int = Field(4, ge=1, le=64)  # slots per loaded model: requests decoded together
+    queue_limit: int = Field(64, ge=0)  # requests that may wait for a slot; past it a 429
+    max_loaded_models: int = Field(2, ge=1)
+    keep_alive: float = 600.0  # seconds an idle model stays loaded; negative: forever
+    reap_interval: float = Field(1.0, gt=0)  # how often idle models are looked at (seconds)
+
+    @field_validator("keep_alive", mode="before")
+    @classmethod
+    def _duration(cls, v: object) -> float:
+        return parse_duration(v)
+
+
 class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -49,7 +86,14 @@ class ModelSpec(BaseModel):
     context_length: int | None = Field(None, ge=64)
     gpu_layers: int = 0
     threads: int | None = Field(None, ge=1)
+    parallel: int | None = Field(None, ge=1, le=64)
+    keep_alive: float | None = None
     sampling: SamplingDefaults = SamplingDefaults()
+
+    @field_validator("keep_alive", mode="before")
+    @classmethod
+    def _duration(cls, v: object) -> float | None:
+        return None if v is None else parse_duration(v)
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSpec":
@@ -134,8 +178,10 @@ def _quantization(file_type: int | None) -> str:
 
 
 class Registry:
-    def __init__(self, models: dict[str, ModelSpec], default: str, user_models: frozenset[str] = frozenset()) -> None:
+    def __init__(self, models: dict[str, ModelSpec], default: str, user_models: frozenset[str] = frozenset(),
+                 settings: Settings | None = None) -> None:
         self.models = models
+        self.settings = settings or Settings()
         self.default = default
         self.user_models = user_models  # names that come from the user's own registry
         self._names = {n: spec for spec in models.values() for n in (spec.name, *spec.aliases)}
@@ -146,13 +192,13 @@ class Registry:
     def load(cls, path: Path | None = None, user_path: Path | None = None) -> "Registry":
         """The shipped models.toml (or `path`), with the user's registry merged over it."""
         path = path or shipped_config()
-        default, models = _read(path)
+        default, models, settings = _read(path)
         user_path = user_path if user_path is not None else paths.user_registry()
-        user_default, user_models = _read(user_path) if user_path.is_file() else (None, {})
+        user_default, user_models, _ = _read(user_path) if user_path.is_file() else (None, {}, None)
         models.update(user_models)
         if not models:
             raise ValueError(f"{path} lists no models")
-        return cls(models, user_default or default or next(iter(models)), frozenset(user_models))
+        return cls(models, user_default or default or next(iter(models)), frozenset(user_models), settings)
 
     def resolve(self, name: str | None) -> ModelSpec:
         """A model by name or alias; an empty or missing name means the default model."""
@@ -166,7 +212,7 @@ class Registry:
         return spec
 
 
-def _read(path: Path) -> tuple[str | None, dict[str, ModelSpec]]:
+def _read(path: Path) -> tuple[str | None, dict[str, ModelSpec], Settings]:
     path = path.expanduser().resolve()
     try:
         data = tomllib.loads(path.read_text())
@@ -181,4 +227,8 @@ def _read(path: Path) -> tuple[str | None, dict[str, ModelSpec]]:
             models[name] = ModelSpec.model_validate(table)
         except ValidationError as exc:
             raise ValueError(f"{path}: model {name!r}: {exc}") from exc
-    return data.get("default"), models
+    try:
+        settings = Settings.model_validate({k: v for k, v in data.items() if k not in ("default", "models")})
+    except ValidationError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+    return data.get("default"), models, settings

@@ -39,6 +39,7 @@ def check_port(host: str, port: int) -> None:
 
 def serve(registry: Registry, *, host: str, port: int, model: str | None, api_key: str | None) -> None:
     check_port(host, port)
+    s = registry.settings
     if model:
         registry.default = registry.resolve(model).name
     chat = Chat(ModelHost(registry))
@@ -47,8 +48,9 @@ def serve(registry: Registry, *, host: str, port: int, model: str | None, api_ke
     app = create_app(chat, api_key=api_key, loopback_only=is_loopback(host))
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/v1"
-    print(f"localchat: serving {loaded.spec.name} ({loaded.family.name} family, "
-          f"{loaded.engine.n_ctx}-token context) at {url}", file=sys.stderr)
+    print(f"localchat: serving {loaded.spec.name} ({loaded.family.name} family, {loaded.engine.parallel} slots of "
+          f"{loaded.engine.n_ctx} tokens; up to {s.max_loaded_models} models loaded, {s.queue_limit} queued) at {url}",
+          file=sys.stderr)
     print(f"  try: curl {url}/chat/completions -H 'Content-Type: application/json' "
           f"-d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'", file=sys.stderr, flush=True)
     try:

@@ -2,12 +2,16 @@
 
     scripts/bench [--tokens N] [--rounds R] [--model NAME] [--config PATH]
     scripts/bench --json-schema [--rounds R]
+    scripts/bench --concurrency [--tokens N] [--rounds R]
 
 Prints decode tokens/s through the server (SSE, official-client framing) and through
 llama-cpp-python directly (no HTTP, same prompt tokens, same greedy sampling), their ratio,
 time to first token, and a multi-turn chat's second-turn time to first token with prefix reuse
 against a cold start. With --json-schema: tokens/s of output constrained by a small JSON object
-schema against free output, same prompt, same length, greedy and sampled.
+schema against free output, same prompt, same length, greedy and sampled. With --concurrency:
+the aggregate decode tokens/s of 1, 2 and 4 streams at once (and each against 1 stream), a short
+request's time to first token alone and during a long stream, the single-stream HTTP/direct
+ratio, and whether each meets its goal.
 A benchmark, not a test: figures vary with the machine's load.
 """
 
@@ -18,7 +22,9 @@ import ctypes
 import json
 import statistics
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -28,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from conftest import Server  # noqa: E402  (the same server launcher the tests use)
 
 from localchat.chat.models import load_model  # noqa: E402
-from localchat.engine.llama import _quiet_progress  # noqa: E402
+from localchat.engine.model import quiet_progress as _quiet_progress  # noqa: E402
 from localchat.families import render_prompt  # noqa: E402
-from localchat.registry import Registry, shipped_config  # noqa: E402
+from localchat.registry import ModelSpec, Registry, Settings, shipped_config  # noqa: E402
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper and the sea."}]
 
@@ -68,7 +74,8 @@ def direct_decode(path: Path, tokens: list[int], n: int, n_ctx: int, threads: in
 
 
 def http_stream(url: str, body: dict) -> dict:
-    """Stream one chat completion; returns ttft, decode tok/s, chunk count and usage."""
+    """Stream one chat completion; returns ttft, decode tok/s, chunk count and usage, and the
+    perf_counter times of the request's start and of its first and last content chunks."""
     start = time.perf_counter()
     first = last = None
     chunks, usage = 0, None
@@ -86,14 +93,37 @@ def http_stream(url: str, body: dict) -> dict:
                 first = first or now
                 last = now
                 chunks += 1
+    if first is None:
+        raise RuntimeError(f"no content streamed for {body['messages'][-1]['content']!r}")
     n = usage["completion_tokens"]
-    return {"ttft": first - start, "tps": (n - 1) / (last - first), "usage": usage, "chunks": chunks}
+    return {"ttft": first - start, "tps": (n - 1) / (last - first) if last > first else 0.0, "usage": usage,
+            "chunks": chunks, "start": start, "first": first, "last": last}
+
+
+def slots(url: str, model: str) -> dict:
+    """The model's entry in GET /health: slots, busy_slots, queued..."""
+    health = httpx.get(url + "/health", timeout=60).json()
+    return next(m for m in health["loaded"] if m["name"] == model)
 
 
 def flush(url: str, model: str) -> None:
-    """A short unrelated request, so the next one finds nothing useful in the KV cache."""
+    """A short unrelated request in every slot at once (n = slots), so the next request finds
+    nothing useful in any slot's KV cache."""
+    n = slots(url, model)["slots"]
     httpx.post(url + "/v1/chat/completions", timeout=600, json={
-        "model": model, "messages": [{"role": "user", "content": "Unrelated."}], "max_tokens": 1}).raise_for_status()
+        "model": model, "messages": [{"role": "user", "content": "Unrelated."}], "max_tokens": 1,
+        "n": n}).raise_for_status()
+
+
+def wait_idle(url: str, model: str) -> None:
+    """Until no slot of the model is busy and nothing waits (a cancelled stream stops within a step)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        s = slots(url, model)
+        if not s["busy_slots"] and not s["queued"]:
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"{model} still busy after 60 s: {s}")
 
 
 PERSON = {"type": "object", "properties": {
@@ -127,6 +157,138 @@ def json_schema_bench(config: Path, model: str, rounds: int) -> None:
         server.stop()
 
 
+def served_vs_direct(url: str, spec: ModelSpec, tokens: list[int], n: int, rounds: int, n_ctx: int,
+                     threads: int) -> float:
+    """One stream of PROMPT through the server against direct_decode; prints both, returns HTTP / direct."""
+    body = {"model": spec.name, "messages": PROMPT, "max_tokens": n, "temperature": 0, "ignore_eos": True}
+    direct, served = [], []
+    for _ in range(rounds):
+        direct.append(direct_decode(spec.file(), tokens, n, n_ctx, threads))
+        flush(url, spec.name)
+        served.append(http_stream(url, body))
+    d_tps = statistics.median(t for _, t in direct)
+    d_ttft = statistics.median(f for f, _ in direct)
+    h_tps = statistics.median(s["tps"] for s in served)
+    h_ttft = statistics.median(s["ttft"] for s in served)
+    print(f"direct llama-cpp-python : {d_tps:6.1f} tok/s   ttft {d_ttft * 1000:6.1f} ms")
+    print(f"localchat HTTP stream   : {h_tps:6.1f} tok/s   ttft {h_ttft * 1000:6.1f} ms   "
+          f"({served[-1]['chunks']} SSE content chunks)")
+    print(f"ratio HTTP / direct     : {h_tps / d_tps:6.3f}")
+    return h_tps / d_tps
+
+
+def story(model: str, n: int, tag: str) -> dict:
+    """PROMPT with a tag at its end (streams share the prefix, not everything): n tokens, greedy, past EOS."""
+    messages = [{"role": "user", "content": f"{PROMPT[0]['content']} ({tag})"}]
+    return {"model": model, "messages": messages, "max_tokens": n, "temperature": 0, "ignore_eos": True}
+
+
+def short(model: str, k: int) -> dict:
+    """A ~16-token request; k leads the prompt so no slot holds more of it than the template's head."""
+    return {"model": model, "messages": [{"role": "user", "content": f"{k}. Say hi."}], "max_tokens": 4,
+            "temperature": 0, "ignore_eos": True}
+
+
+def concurrent_streams(url: str, bodies: list[dict]) -> dict:
+    """Stream the bodies at once, one thread each. Aggregate tok/s: the tokens after the first
+    content token of any stream over the time from it to the last token of any stream."""
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        runs = list(pool.map(lambda body: http_stream(url, body), bodies))
+    tokens = sum(r["usage"]["completion_tokens"] for r in runs)
+    window = max(r["last"] for r in runs) - min(r["first"] for r in runs)
+    return {"tps": (tokens - 1) / window, "tokens": tokens, "ttft": max(r["ttft"] for r in runs)}
+
+
+def long_stream(url: str, body: dict, going: threading.Event, stop: threading.Event, after: int = 20) -> int:
+    """Stream body, set `going` after `after` content chunks, hang up once `stop` is set; returns chunks read."""
+    chunks = 0
+    with httpx.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["delta"].get("content"):
+                chunks += 1
+                if chunks == after:
+                    going.set()
+            if stop.is_set():
+                break
+    going.set()  # never leave the caller waiting, even on a stream shorter than `after`
+    return chunks
+
+
+def ttft_during(url: str, long_body: dict, short_body: dict) -> tuple[dict, int]:
+    """The short request's stream, sent once the long stream has produced its first 20 tokens;
+    the long stream is then cancelled. Returns the short run and how many chunks the long one read."""
+    going, stop = threading.Event(), threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        background = pool.submit(long_stream, url, long_body, going, stop)
+        going.wait(600)
+        try:
+            run = http_stream(url, short_body)
+        finally:
+            stop.set()
+        long_chunks = background.result()
+    return run, long_chunks
+
+
+def concurrency_bench(config: Path, spec: ModelSpec, tokens: list[int], n: int, rounds: int, n_ctx: int,
+                      threads: int) -> None:
+    levels, long_tokens = (1, 2, 4), max(512, n)
+    print(f"model {spec.name}: concurrency, {n} tokens per stream, greedy, ignore_eos, "
+          f"{rounds} rounds (median)")
+    server = Server(config, "--model", spec.name)
+    try:
+        url, model = server.url, spec.name
+        print(f"server: {slots(url, model)['slots']} slots")
+        concurrent_streams(url, [story(model, 8, f"warm-up {i}") for i in range(max(levels))])  # warm-up
+        http_stream(url, short(model, 999))
+
+        aggregate: dict[int, list[float]] = {k: [] for k in levels}
+        for r in range(rounds):
+            for k in levels:
+                wait_idle(url, model)
+                run = concurrent_streams(url, [story(model, n, f"version {i}, round {r}") for i in range(k)])
+                aggregate[k].append(run["tps"])
+        agg = {k: statistics.median(v) for k, v in aggregate.items()}
+        print("aggregate decode tok/s (all streams' tokens after the first content token, over the time\n"
+              "from the first stream's first content token to the last stream's last token):")
+        for k in levels:
+            print(f"  {k} stream{'s' if k > 1 else ' '}: {agg[k]:6.1f} tok/s   x{agg[k] / agg[1]:5.2f} the 1-stream "
+                  f"aggregate   ({k * n} tokens)")
+
+        alone, during = [], []
+        for r in range(rounds):
+            wait_idle(url, model)
+            alone.append(http_stream(url, short(model, 2 * r)))
+            wait_idle(url, model)
+            run, long_chunks = ttft_during(url, story(model, long_tokens, f"long {r}"), short(model, 2 * r + 1))
+            during.append(run)
+            if long_chunks >= long_tokens:
+                print(f"  (round {r}: the long stream ended before the short request did)")
+            wait_idle(url, model)
+        a_ttft = statistics.median(x["ttft"] for x in alone)
+        d_ttft = statistics.median(x["ttft"] for x in during)
+        cached = [x["usage"]["prompt_tokens_details"]["cached_tokens"] for x in (alone[-1], during[-1])]
+        print(f"short request ttft ({during[-1]['usage']['prompt_tokens']} prompt tokens, a different one each "
+              f"time; cached: alone {cached[0]}, during {cached[1]}):")
+        print(f"  alone                 : {a_ttft * 1000:7.1f} ms")
+        print(f"  during a long stream  : {d_ttft * 1000:7.1f} ms   (sent after its first 20 tokens; "
+              f"{long_tokens} max_tokens, cancelled after)")
+        print(f"  ratio during / alone  : {d_ttft / a_ttft:7.2f}")
+
+        print(f"single stream, {n} tokens, {len(tokens)} prompt tokens, {threads} threads:")
+        single = served_vs_direct(url, spec, tokens, n, rounds, n_ctx, threads)
+    finally:
+        server.stop()
+
+    goals = (("ttft during / alone", d_ttft / a_ttft, "<=", 2.0),
+             ("4-stream / 1-stream aggregate", agg[4] / agg[1], ">=", 1.15),
+             ("single stream HTTP / direct", single, ">=", 0.97))
+    print("goals:")
+    for label, value, op, goal in goals:
+        met = value <= goal if op == "<=" else value >= goal
+        print(f"  {label:30}: {value:6.3f}  (goal {op} {goal:.2f})  {'PASS' if met else 'MISS'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=256)
@@ -134,12 +296,15 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--config", type=Path, default=None)
     ap.add_argument("--json-schema", action="store_true", help="constrained against free decoding")
+    ap.add_argument("--concurrency", action="store_true",
+                    help="1, 2 and 4 streams at once; a short request's ttft during a long stream")
     args = ap.parse_args()
 
     config = (args.config or shipped_config()).resolve()
     registry = Registry.load(config)
     spec = registry.resolve(args.model)
-    loaded = load_model(spec)  # only to render and tokenize the prompt exactly as the server does
+    # only to render and tokenize the prompt exactly as the server does (one slot: a small context)
+    loaded = load_model(spec, settings=Settings(parallel=1))
     prompt = render_prompt(loaded.template, PROMPT, bos_token=loaded.bos_token, eos_token=loaded.eos_token)
     tokens = loaded.engine.tokenize(prompt.segments)
     n_ctx, threads = loaded.engine.n_ctx, spec.threads or __import__("os").cpu_count()
@@ -147,24 +312,13 @@ def main() -> None:
 
     if args.json_schema:
         return json_schema_bench(config, spec.name, args.rounds)
+    if args.concurrency:
+        return concurrency_bench(config, spec, tokens, args.tokens, args.rounds, n_ctx, threads)
     print(f"model {spec.name}: {len(tokens)} prompt tokens, {args.tokens} generated, greedy, "
           f"{threads} threads, {args.rounds} rounds (median)")
     server = Server(config, "--model", spec.name)
     try:
-        body = {"model": spec.name, "messages": PROMPT, "max_tokens": args.tokens, "temperature": 0, "ignore_eos": True}
-        direct, served = [], []
-        for _ in range(args.rounds):
-            direct.append(direct_decode(spec.file(), tokens, args.tokens, n_ctx, threads))
-            flush(server.url, spec.name)
-            served.append(http_stream(server.url, body))
-        d_tps = statistics.median(t for _, t in direct)
-        d_ttft = statistics.median(f for f, _ in direct)
-        h_tps = statistics.median(s["tps"] for s in served)
-        h_ttft = statistics.median(s["ttft"] for s in served)
-        print(f"direct llama-cpp-python : {d_tps:6.1f} tok/s   ttft {d_ttft * 1000:6.1f} ms")
-        print(f"localchat HTTP stream   : {h_tps:6.1f} tok/s   ttft {h_ttft * 1000:6.1f} ms   "
-              f"({served[-1]['chunks']} SSE content chunks)")
-        print(f"ratio HTTP / direct     : {h_tps / d_tps:6.3f}")
+        served_vs_direct(server.url, spec, tokens, args.tokens, args.rounds, n_ctx, threads)
 
         system = {"role": "system", "content": "You are a helpful assistant. " * 40}
         turn1 = [system, {"role": "user", "content": "Tell me about lighthouses."}]

@@ -22,7 +22,9 @@ def _error(r: httpx.Response, status: int) -> dict:
     ({"messages": HELLO, "temperature": 5}, "temperature"),
     ({"messages": HELLO, "top_p": -1}, "top_p"),
     ({"messages": HELLO, "max_tokens": 0}, "max_tokens"),
-    ({"messages": HELLO, "n": 3}, "n"),
+    ({"messages": HELLO, "n": 0}, "n"),
+    ({"messages": HELLO, "n": 5}, "n"),  # more than the model's 4 slots
+    ({"messages": HELLO, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"messages": HELLO, "stop": ["x"] * 17}, "stop"),
     ({"messages": []}, "messages"),
     ({}, "messages"),

@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from localchat.engine import Constraint, Engine, SamplingParams, Text
+from localchat.engine import Constraint, Engine, Generate, SamplingParams, Text
 from localchat.errors import GrammarError
 from localchat.families import FAMILIES, render_prompt
 from localchat.grammars import schema_to_gbnf, validate
@@ -35,7 +35,7 @@ GRAMMARS = [
 CHILD = r"""
 import sys, json
 import llama_cpp as C
-from localchat.engine import llama  # quiets llama.cpp
+from localchat.engine import model  # quiets llama.cpp
 C.llama_backend_init()
 mp = C.llama_model_default_params(); mp.vocab_only = True
 vocab = C.llama_model_get_vocab(C.llama_model_load_from_file(sys.argv[1].encode(), mp))
@@ -124,7 +124,7 @@ def test_random_model_under_a_schema_grammar_only_writes_valid_json(fuzz_engine:
         async def run() -> tuple[str, str]:
             out, finish = "", ""
             params = SamplingParams(max_tokens=400, seed=seed, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-            async for event in fuzz_engine.generate(prompt, params, frozenset(), Constraint(grammar)):
+            async for event in fuzz_engine.generate(Generate(prompt, params, frozenset(), Constraint(grammar))):
                 if isinstance(event, Text):
                     out += event.text
                 else:

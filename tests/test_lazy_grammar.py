@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jsonschema
 
-from localchat.engine import Constraint, Engine, SamplingParams, Text
+from localchat.engine import Constraint, Engine, Generate, SamplingParams, Text
 from localchat.families import FAMILIES, render_prompt
 from localchat.grammars import validate
 from localchat.grammars.tools import tools_grammar
@@ -25,7 +25,7 @@ def generate(engine: Engine, family, bias: dict[int, float], constraint: Constra
     async def run() -> str:
         out = ""
         params = SamplingParams(max_tokens=300, seed=1, logit_bias=bias)
-        async for event in engine.generate(engine.tokenize(prompt.segments), params, frozenset(), constraint):
+        async for event in engine.generate(Generate(engine.tokenize(prompt.segments), params, frozenset(), constraint)):
             out += event.text if isinstance(event, Text) else ""
         return out
 

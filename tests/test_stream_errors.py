@@ -15,15 +15,16 @@ from localchat.errors import EngineError
 
 class FailingTurn:
     model = "m"
+    n = 1
 
     async def events(self):
-        yield Delta("Hello")
+        yield 0, Delta("Hello")
         raise EngineError("llama_decode returned -3")
 
 
 def test_error_after_start_is_an_error_event_then_done():
     async def collect() -> list[bytes]:
-        return [c async for c in _stream(FailingTurn(), {"id": "chatcmpl-x", "created": 1, "model": "m"}, True)]
+        return [c async for c in _stream(FailingTurn(), {"id": "chatcmpl-x", "created": 1, "model": "m"}, True, False)]
 
     frames = asyncio.run(collect())
     assert frames[-1] == b"data: [DONE]\n\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
@@ -18,7 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..chat import Chat, Delta, Finish, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn, Usage
+from ..chat import (Chat, Delta, Finish, Logprobs, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn, Usage,
+                    total_usage)
 from ..errors import InvalidRequest, LocalchatError, PayloadTooLarge
 from ..registry import Registry
 from .guard import LocalOnly
@@ -35,11 +37,15 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
 
     async def health(request: Request) -> Response:
         loaded = chat.host.current
-        return JSONResponse({"status": "ok", "model": loaded.spec.name if loaded else None})
+        return JSONResponse({"status": "ok", "model": loaded.spec.name if loaded else None,
+                             "loads": chat.host.loads, "loaded": [_loaded_card(m) for m in chat.host.loaded.values()]})
 
     async def models(request: Request) -> Response:
-        cards = [_model_card(registry, name, chat.host.context_length(name)) for name in registry.models]
-        return JSONResponse({"object": "list", "data": cards})
+        def cards() -> list[dict[str, Any]]:  # reading GGUF headers: off the event loop
+            return [_model_card(registry, name, chat.host.context_length(name), name in chat.host.loaded)
+                    for name in registry.models]
+
+        return JSONResponse({"object": "list", "data": await asyncio.to_thread(cards)})
 
     async def chat_completions(request: Request) -> Response:
         body = await _json_body(request)
@@ -49,10 +55,14 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
             raise _invalid(exc) from None
         turn = await chat.start(req.to_chat())
         meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
+        logprobs = req.logprobs
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return EventStream(_stream(turn, meta, include_usage))
-        message = await until_disconnect(request.receive, lambda: _collect(turn, meta))
+            return EventStream(_stream(turn, meta, include_usage, logprobs), on_close=turn.close)
+        try:
+            message = await until_disconnect(request.receive, lambda: _collect(turn, meta, logprobs))
+        finally:
+            turn.close()
         return JSONResponse(message) if message else Response(status_code=499)
 
     routes = [
@@ -110,20 +120,29 @@ def _delta(piece: Delta | ReasoningDelta | ToolCallStart | ToolCallArguments) ->
     return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.fragment}}]}
 
 
-async def _stream(turn: Turn, meta: dict[str, Any], include_usage: bool) -> AsyncIterator[bytes]:
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return frame({**meta, "object": "chat.completion.chunk",
-                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+async def _stream(turn: Turn, meta: dict[str, Any], include_usage: bool, logprobs: bool) -> AsyncIterator[bytes]:
+    def chunk(i: int, delta: dict[str, Any], finish: str | None = None, lp: list | None = None) -> bytes:
+        choice: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": finish}
+        if logprobs:
+            choice["logprobs"] = {"content": lp, "refusal": None} if lp else None
+        return frame({**meta, "object": "chat.completion.chunk", "choices": [choice]})
 
-    yield chunk({"role": "assistant", "content": ""})
+    pending: list[list[dict[str, Any]]] = [[] for _ in range(turn.n)]  # logprobs not yet sent, per choice
+    finishes: list[Finish] = []
+    for i in range(turn.n):
+        yield chunk(i, {"role": "assistant", "content": ""})
     try:
-        async for event in turn.events():
-            if isinstance(event, Finish):
-                yield chunk({}, event.reason)
-                if include_usage:
-                    yield frame({**meta, "object": "chat.completion.chunk", "choices": [], "usage": _usage(event.usage)})
+        async for i, event in turn.events():
+            if isinstance(event, Logprobs):
+                pending[i] += [_logprob(t) for t in event.tokens]
+            elif isinstance(event, Finish):
+                finishes.append(event)
+                yield chunk(i, {}, event.reason, pending[i])
             else:
-                yield chunk(_delta(event))
+                lp, pending[i] = (pending[i], []) if isinstance(event, Delta) else (None, pending[i])
+                yield chunk(i, _delta(event), None, lp)
+        if include_usage and finishes:
+            yield frame({**meta, "object": "chat.completion.chunk", "choices": [], "usage": _usage(total_usage(finishes))})
     except LocalchatError as exc:
         yield frame(exc.to_json())
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
@@ -132,32 +151,52 @@ async def _stream(turn: Turn, meta: dict[str, Any], include_usage: bool) -> Asyn
     yield DONE
 
 
-async def _collect(turn: Turn, meta: dict[str, Any]) -> dict[str, Any]:
-    content: list[str] = []
-    reasoning: list[str] = []
-    calls: list[dict[str, Any]] = []
-    finish: Finish | None = None
-    async for event in turn.events():
+class _Choice:
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[dict[str, Any]] = []
+        self.logprobs: list[dict[str, Any]] = []
+        self.finish: Finish | None = None
+
+    def add(self, event: Any) -> None:
         if isinstance(event, Delta):
-            content.append(event.content)
+            self.content.append(event.content)
         elif isinstance(event, ReasoningDelta):
-            reasoning.append(event.text)
+            self.reasoning.append(event.text)
         elif isinstance(event, ToolCallStart):
-            calls.append({"id": event.id, "type": "function", "function": {"name": event.name, "arguments": ""}})
+            self.calls.append({"id": event.id, "type": "function", "function": {"name": event.name, "arguments": ""}})
         elif isinstance(event, ToolCallArguments):
-            calls[event.index]["function"]["arguments"] += event.fragment
+            self.calls[event.index]["function"]["arguments"] += event.fragment
+        elif isinstance(event, Logprobs):
+            self.logprobs += [_logprob(t) for t in event.tokens]
         else:
-            finish = event
-    assert finish is not None
-    text = "".join(content)
-    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
-    if reasoning:
-        message["reasoning_content"] = "".join(reasoning)
-    if calls:
-        message["tool_calls"] = calls
-    return {**meta, "object": "chat.completion", "choices": [{
-        "index": 0, "message": message, "finish_reason": finish.reason, "logprobs": None,
-    }], "usage": _usage(finish.usage)}
+            self.finish = event
+
+    def message(self, index: int, logprobs: bool) -> dict[str, Any]:
+        text = "".join(self.content)
+        message: dict[str, Any] = {"role": "assistant", "content": text if text or not self.calls else None}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = self.calls
+        assert self.finish is not None
+        return {"index": index, "message": message, "finish_reason": self.finish.reason,
+                "logprobs": {"content": self.logprobs, "refusal": None} if logprobs else None}
+
+
+async def _collect(turn: Turn, meta: dict[str, Any], logprobs: bool) -> dict[str, Any]:
+    choices = [_Choice() for _ in range(turn.n)]
+    async for i, event in turn.events():
+        choices[i].add(event)
+    usage = total_usage([c.finish for c in choices if c.finish is not None])
+    return {**meta, "object": "chat.completion", "choices": [c.message(i, logprobs) for i, c in enumerate(choices)],
+            "usage": _usage(usage)}
+
+
+def _logprob(t: Any) -> dict[str, Any]:
+    return {"token": t.token, "logprob": t.logprob, "bytes": t.bytes,
+            "top_logprobs": [{"token": x.token, "logprob": x.logprob, "bytes": x.bytes} for x in t.top]}
 
 
 def _usage(u: Usage) -> dict[str, Any]:
@@ -165,18 +204,27 @@ def _usage(u: Usage) -> dict[str, Any]:
             "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
 
 
-def _model_card(registry: Registry, name: str, context_length: int | None) -> dict[str, Any]:
+def _model_card(registry: Registry, name: str, context_length: int | None, loaded: bool) -> dict[str, Any]:
     spec = registry.models[name]
     return {"id": name, "object": "model", "created": 0, "owned_by": "localchat",
             "aliases": spec.aliases, "default": name == registry.default,
-            "context_length": context_length, "family": spec.family}
+            "context_length": context_length, "family": spec.family, "loaded": loaded}
+
+
+def _loaded_card(m: Any) -> dict[str, Any]:
+    stats = m.engine.stats()
+    return {"name": m.spec.name, "family": m.family.name, "size_bytes": stats["bytes"], "context_length": stats["n_ctx"],
+            "slots": stats["slots"], "busy_slots": stats["busy"], "queued": stats["queued"], "requests": m.active,
+            "idle_seconds": round(m.idle_for(), 1),
+            "keep_alive_seconds": m.keep_alive}
 
 
 # -- errors, mapped once --------------------------------------------------------------------
 
 async def _error_response(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LocalchatError)
-    return JSONResponse(exc.to_json(), status_code=exc.status)
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+    return JSONResponse(exc.to_json(), status_code=exc.status, headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..chat import ChatRequest, OutputRules, ToolSpec
 from ..errors import InvalidRequest
+from ..registry import parse_duration
 
 
 class _Lenient(BaseModel):
@@ -92,7 +93,10 @@ class ChatCompletionRequest(_Lenient):
     seed: int | None = None
     stop: str | list[str] | None = None
     logit_bias: dict[str, float] | None = None
-    n: int = Field(1, ge=1, le=1, description="only one choice per request is supported")
+    n: int = Field(1, ge=1, le=64)  # at most the model's `parallel` (checked once the model is known)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    keep_alive: float | str | None = None  # extension (Ollama's): how long the model stays loaded afterwards
     ignore_eos: bool = False  # extension (llama.cpp's): generate max_tokens even past end-of-turn
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
@@ -110,7 +114,14 @@ class ChatCompletionRequest(_Lenient):
             raise ValueError("a stop string may be at most 1000 characters")
         return v
 
+    @field_validator("keep_alive")
+    @classmethod
+    def _keep_alive(cls, v: float | str | None) -> float | None:
+        return None if v is None else parse_duration(v)
+
     def to_chat(self) -> ChatRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
         sampling: dict[str, Any] = {
             k: v for k, v in self.model_dump(include={
                 "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
@@ -129,6 +140,9 @@ class ChatCompletionRequest(_Lenient):
             sampling=sampling,
             logit_bias=self.logit_bias or {},
             output=self._output_rules(),
+            n=self.n,
+            logprobs=(self.top_logprobs or 0) if self.logprobs else None,
+            keep_alive=self.keep_alive,  # type: ignore[arg-type]  # a duration in seconds after validation
         )
 
     def _output_rules(self) -> OutputRules:

@@ -47,8 +47,9 @@ async def until_disconnect(receive: Receive, work: Callable[[], Awaitable[T]]) -
 class EventStream:
     """An ASGI response streaming pre-framed SSE chunks."""
 
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], on_close: Callable[[], None] | None = None) -> None:
         self.chunks = chunks
+        self.on_close = on_close  # runs once the response is over, even if the stream never started
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [
@@ -66,4 +67,8 @@ class EventStream:
                     await self.chunks.aclose()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-        await until_disconnect(receive, pump)
+        try:
+            await until_disconnect(receive, pump)
+        finally:
+            if self.on_close is not None:
+                self.on_close()

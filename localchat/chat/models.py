@@ -1,14 +1,20 @@
-"""Keeps one model loaded: its spec, what its GGUF says, its family and its engine."""
+"""The loaded models: each request leases its model until its last event; up to
+`max_loaded_models` stay loaded, the least recently used idle one makes room, and a model
+idle for longer than its keep-alive is unloaded."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import logging
+import time
+from dataclasses import dataclass, field
 
 from ..engine import Engine
 from ..errors import LocalchatError
 from ..families import Family, detect, get_family
-from ..registry import DEFAULT_CONTEXT_CAP, ModelInfo, ModelSpec, Registry, inspect
+from ..registry import DEFAULT_CONTEXT_CAP, ModelInfo, ModelSpec, Registry, Settings, inspect
+
+log = logging.getLogger("localchat.models")
 
 
 @dataclass
@@ -19,6 +25,9 @@ class LoadedModel:
     template: str
     engine: Engine
     stop_ids: frozenset[int]
+    active: int = 0  # leases held: running and queued requests
+    last_used: float = field(default_factory=time.monotonic)
+    keep_alive: float | None = None  # seconds idle before unloading; None: forever
 
     @property
     def bos_token(self) -> str:
@@ -28,13 +37,17 @@ class LoadedModel:
     def eos_token(self) -> str:
         return self.info.eos_token or self.family.eos_token
 
+    def idle_for(self, now: float | None = None) -> float:
+        return 0.0 if self.active else (now or time.monotonic()) - self.last_used
+
 
 def context_length(spec: ModelSpec, info: ModelInfo) -> int:
     return spec.context_length or min(info.context_length or DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP)
 
 
-def load_model(spec: ModelSpec, info: ModelInfo | None = None) -> LoadedModel:
+def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Settings | None = None) -> LoadedModel:
     """Blocking: reads the GGUF header (unless given), picks the family and template, loads llama.cpp."""
+    settings = settings or Settings()
     path = spec.file()
     info = info or inspect(path)
     family = get_family(spec.family) if spec.family else detect(info.architecture, info.chat_template, info.tokens)
@@ -44,37 +57,132 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None) -> LoadedModel:
         template = info.chat_template
     else:
         template = family.template
-    engine = Engine(path, n_ctx=context_length(spec, info), n_threads=spec.threads, n_gpu_layers=spec.gpu_layers)
+    engine = Engine(path, n_ctx=context_length(spec, info), parallel=spec.parallel or settings.parallel,
+                    max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers)
     stop_ids = frozenset(i for t in family.stop_tokens if (i := engine.token_id(t)) is not None)
     engine.show_tokens(family.tools.visible_tokens)
-    return LoadedModel(spec, info, family, template, engine, stop_ids)
+    keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
+    return LoadedModel(spec, info, family, template, engine, stop_ids, keep_alive=keep if keep >= 0 else None)
+
+
+class Lease:
+    """A request's hold on its model; release it after the request's last event."""
+
+    def __init__(self, host: ModelHost, model: LoadedModel, keep_alive: float | None) -> None:
+        self.host, self.model, self._keep_alive = host, model, keep_alive
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.host._release(self.model, self._keep_alive)
 
 
 class ModelHost:
-    """Loads models on demand, one at a time (a laptop has room for one)."""
-
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        self.current: LoadedModel | None = None
-        self._lock = asyncio.Lock()
+        self.settings = registry.settings
+        self.loaded: dict[str, LoadedModel] = {}
+        self._loading: set[str] = set()
+        self._cond: asyncio.Condition | None = None
+        self._reaper: asyncio.Task[None] | None = None
         self._context_lengths: dict[str, int] = {}
+        self.loads = 0  # models loaded since start (a model loaded twice at once would count twice)
 
-    async def get(self, name: str | None) -> LoadedModel:
+    @property
+    def current(self) -> LoadedModel | None:
+        """The most recently used loaded model."""
+        return max(self.loaded.values(), key=lambda m: m.last_used, default=None)
+
+    async def lease(self, name: str | None, keep_alive: float | None = None) -> Lease:
+        """Hold a model (loading it if needed) until the lease is released. keep_alive (seconds,
+        negative: forever) replaces the model's keep-alive once this request ends."""
         spec = self.registry.resolve(name)
-        async with self._lock:
-            if self.current is None or self.current.spec.name != spec.name:
-                info = await asyncio.to_thread(inspect, spec.file())  # a missing or broken file: keep what is loaded
-                old, self.current = self.current, None
-                if old is not None:
-                    await asyncio.to_thread(old.engine.close)
-                self.current = await asyncio.to_thread(load_model, spec, info)
-            return self.current
+        cond = self._condition()
+        if self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap())
+        info = None
+        if spec.name not in self.loaded:  # a missing or broken file: leave what is loaded alone
+            info = await asyncio.to_thread(inspect, spec.file())
+        async with cond:
+            while True:
+                model = self.loaded.get(spec.name)
+                if model is not None:
+                    model.active += 1
+                    return Lease(self, model, keep_alive)
+                if spec.name in self._loading:
+                    await cond.wait()
+                    continue
+                if len(self.loaded) + len(self._loading) < self.settings.max_loaded_models:
+                    break
+                idle = [m for m in self.loaded.values() if not m.active]
+                if not idle:
+                    await cond.wait()  # every loaded model is busy: wait for one to go idle
+                    continue
+                await self._unload(min(idle, key=lambda m: m.last_used))
+            self._loading.add(spec.name)
+        try:
+            model = await asyncio.to_thread(load_model, spec, info, self.settings)
+        finally:
+            async with cond:
+                self._loading.discard(spec.name)
+                cond.notify_all()
+        async with cond:
+            model.active += 1
+            self.loaded[spec.name] = model
+            self.loads += 1
+        return Lease(self, model, keep_alive)
+
+    def _release(self, model: LoadedModel, keep_alive: float | None) -> None:
+        model.active -= 1
+        model.last_used = time.monotonic()
+        if keep_alive is not None:
+            model.keep_alive = keep_alive if keep_alive >= 0 else None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # released while shutting down: nothing waits any more
+            return
+        if self._cond is not None:
+            loop.create_task(self._notify())
+
+    async def _notify(self) -> None:
+        assert self._cond is not None
+        async with self._cond:
+            for model in [m for m in self.loaded.values() if not m.active and m.keep_alive == 0]:
+                await self._unload(model)
+            self._cond.notify_all()
+
+    async def _unload(self, model: LoadedModel) -> None:
+        """With the condition held: forget the model, then free it off the event loop."""
+        if self.loaded.get(model.spec.name) is model:
+            del self.loaded[model.spec.name]
+            log.info("unloading %s (idle %.0f s)", model.spec.name, model.idle_for())
+            await asyncio.to_thread(model.engine.close)
+
+    async def _reap(self) -> None:
+        """Unload models idle past their keep-alive."""
+        while True:
+            await asyncio.sleep(self.settings.reap_interval)
+            now = time.monotonic()
+            expired = [m for m in self.loaded.values()
+                       if not m.active and m.keep_alive is not None and m.idle_for(now) >= m.keep_alive]
+            if expired:
+                async with self._condition():
+                    for model in expired:
+                        if not model.active:
+                            await self._unload(model)
+                    self._condition().notify_all()
+
+    def _condition(self) -> asyncio.Condition:
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+        return self._cond
 
     def context_length(self, name: str) -> int | None:
-        """The context a model gets (without loading it); None if its file cannot be read."""
+        """The context a model gets (without loading it); None if its file cannot be read. Blocking."""
         spec = self.registry.resolve(name)
-        if self.current is not None and self.current.spec.name == spec.name:
-            return self.current.engine.n_ctx
+        if spec.name in self.loaded:
+            return self.loaded[spec.name].engine.n_ctx
         if spec.context_length:
             return spec.context_length
         if spec.name not in self._context_lengths:
@@ -86,10 +194,14 @@ class ModelHost:
 
     def preload(self, name: str | None) -> LoadedModel:
         """Blocking load before the event loop runs (server start-up)."""
-        self.current = load_model(self.registry.resolve(name))
-        return self.current
+        spec = self.registry.resolve(name)
+        model = self.loaded[spec.name] = load_model(spec, settings=self.settings)
+        self.loads += 1
+        return model
 
     def close(self) -> None:
-        if self.current is not None:
-            self.current.engine.close()
-            self.current = None
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for model in self.loaded.values():
+            model.engine.close()
+        self.loaded.clear()

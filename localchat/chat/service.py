@@ -5,17 +5,18 @@ the context) happens in `start`, before the caller sends its first byte."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engine import Constraint, Done, SamplingParams, Text
+from ..engine import Done, Generate, SamplingParams, Stream, Text, TokenLogprob
 from ..errors import InvalidRequest
 from ..families import Family, render_prompt
 from . import constraints
 from .constraints import OutputRules
-from .models import LoadedModel, ModelHost
-from .stream import Delta, OutputSplitter, Piece
+from .models import Lease, LoadedModel, ModelHost
+from .stream import OutputSplitter, Piece
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class ChatRequest:
     sampling: dict[str, Any] = field(default_factory=dict)  # only the fields the client set
     logit_bias: dict[str, float] = field(default_factory=dict)
     output: OutputRules = OutputRules()
+    n: int = 1
+    logprobs: int | None = None  # None: none; k: the chosen token's and the k most likely
+    keep_alive: float | None = None  # seconds the model stays loaded after this request
 
 
 @dataclass(frozen=True)
@@ -40,32 +44,63 @@ class Usage:
 
 @dataclass(frozen=True)
 class Finish:
+    """One choice has ended; `usage` counts that choice's completion tokens."""
+
     reason: str  # stop | length | tool_calls
     usage: Usage
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Logprobs:
+    index: int
+    tokens: tuple[TokenLogprob, ...]
 
 
 @dataclass
 class Turn:
-    """One answer about to be generated."""
+    """One answer (n answers) being generated. Holds its model until the last event; `close`
+    cancels it and lets the model go (idempotent)."""
 
     model: str
-    _loaded: LoadedModel
-    _tokens: list[int]
-    _params: SamplingParams
-    _constraint: Constraint | None
-    _splitter: OutputSplitter
+    n: int
+    _lease: Lease
+    _stream: Stream
+    _splitters: list[OutputSplitter]
 
-    async def events(self) -> AsyncIterator[Piece | Finish]:
-        engine, split = self._loaded.engine, self._splitter
-        async for event in engine.generate(self._tokens, self._params, self._loaded.stop_ids, self._constraint):
-            if isinstance(event, Text):
-                for piece in split.push(event.text):
-                    yield piece
-            elif isinstance(event, Done):
-                for piece in split.finish():
-                    yield piece
-                reason = "length" if event.finish_reason == "length" else "tool_calls" if split.calls else "stop"
-                yield Finish(reason, Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens))
+    async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | Finish]]:
+        """(choice index, event) pairs; each choice ends with its Finish."""
+        try:
+            async for event in self._stream:
+                split = self._splitters[event.index]
+                if isinstance(event, Text):
+                    if event.logprobs:
+                        yield event.index, Logprobs(event.index, event.logprobs)
+                    for piece in split.push(event.text):
+                        yield event.index, piece
+                elif isinstance(event, Done):
+                    for piece in split.finish():
+                        yield event.index, piece
+                    reason = "length" if event.finish_reason == "length" else "tool_calls" if split.calls else "stop"
+                    usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens)
+                    yield event.index, Finish(reason, usage, event.index)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._stream.close()
+        self._lease.release()
+
+
+def total_usage(finishes: list[Finish]) -> Usage:
+    first = finishes[0].usage
+    return Usage(first.prompt_tokens, sum(f.usage.completion_tokens for f in finishes), first.cached_tokens)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    generate: Generate
+    splitters: list[OutputSplitter]
 
 
 class Chat:
@@ -73,21 +108,38 @@ class Chat:
         self.host = host
 
     async def start(self, request: ChatRequest) -> Turn:
-        rules = request.output
-        constraints.check(rules)
-        loaded = await self.host.get(request.model)
-        family = loaded.family
-        messages, extra = _with_tools(request.messages, rules, family, loaded)
-        prompt = render_prompt(loaded.template, messages, bos_token=loaded.bos_token, eos_token=loaded.eos_token,
-                               **extra)
-        thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
-        constraint = constraints.build(rules, family, thinking)
-        tokens = loaded.engine.tokenize(prompt.segments)
-        params = replace(_defaults(loaded), **request.sampling,
-                         logit_bias=_logit_bias(request.logit_bias, loaded.engine.n_vocab))
-        loaded.engine.check_fits(tokens)
-        splitter = OutputSplitter(family.tools if rules.calls_tools else None, family.reasoning, thinking)
-        return Turn(loaded.spec.name, loaded, tokens, params, constraint, splitter)
+        """Everything that can reject the request happens here, before a byte is sent: the
+        model, the template, the grammar, the prompt's length, a full queue."""
+        constraints.check(request.output)
+        lease = await self.host.lease(request.model, request.keep_alive)
+        try:
+            loaded = lease.model
+            if request.n > loaded.engine.parallel:
+                raise InvalidRequest(f"n: at most {loaded.engine.parallel} completions per request for this model "
+                                     "(its `parallel` setting)", param="n")
+            prepared = await asyncio.to_thread(_prepare, request, loaded)  # templates, grammars, tokens
+            stream = loaded.engine.submit(prepared.generate)
+        except BaseException:
+            lease.release()
+            raise
+        return Turn(loaded.spec.name, request.n, lease, stream, prepared.splitters)
+
+
+def _prepare(request: ChatRequest, loaded: LoadedModel) -> _Prepared:
+    """Blocking: render the prompt, build and check the grammar, tokenize."""
+    rules, family = request.output, loaded.family
+    messages, extra = _with_tools(request.messages, rules, family, loaded)
+    prompt = render_prompt(loaded.template, messages, bos_token=loaded.bos_token, eos_token=loaded.eos_token, **extra)
+    thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
+    constraint = constraints.build(rules, family, thinking)
+    tokens = loaded.engine.tokenize(prompt.segments)
+    params = replace(_defaults(loaded), **request.sampling,
+                     logit_bias=_logit_bias(request.logit_bias, loaded.engine.n_vocab))
+    loaded.engine.check_fits(tokens)
+    splitters = [OutputSplitter(family.tools if rules.calls_tools else None, family.reasoning, thinking)
+                 for _ in range(request.n)]
+    generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs)
+    return _Prepared(generate, splitters)
 
 
 def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Family,

@@ -1,6 +1,7 @@
 """Tokens in, tokens out. Plain data at the boundary; llama_cpp stays inside."""
 
-from .llama import Engine
-from .params import Constraint, Done, Event, SamplingParams, Text
+from .engine import Engine, Stream
+from .params import Constraint, Done, Event, Generate, SamplingParams, Text, TokenLogprob, TopLogprob
 
-__all__ = ["Constraint", "Done", "Engine", "Event", "SamplingParams", "Text"]
+__all__ = ["Constraint", "Done", "Engine", "Event", "Generate", "SamplingParams", "Stream", "Text", "TokenLogprob",
+           "TopLogprob"]

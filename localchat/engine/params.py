@@ -34,10 +34,43 @@ class Constraint:
 
 
 @dataclass(frozen=True)
+class Generate:
+    """One request to the engine: a prompt, and how to continue it n times."""
+
+    tokens: list[int]
+    params: SamplingParams
+    stop_tokens: frozenset[int] = frozenset()
+    constraint: Constraint | None = None
+    n: int = 1  # completions of the same prompt; completion i samples with seed + i
+    logprobs: int | None = None  # None: no log-probabilities; k: the chosen token's and the k most likely
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """The log-probability of a generated token under the model's raw distribution (before
+    penalties, temperature, truncation and grammar), and the most likely alternatives."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top: list[TopLogprob]
+
+
+@dataclass(frozen=True)
 class Text:
-    """Decoded text, never splitting a UTF-8 character or a possible stop string."""
+    """Decoded text, never splitting a UTF-8 character or a possible stop string; with the
+    log-probabilities of the tokens generated since the previous event, when asked for."""
 
     text: str
+    index: int = 0
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +79,7 @@ class Done:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    index: int = 0
 
 
 Event = Text | Done

@@ -59,15 +59,16 @@ class Sampler:
         if self._utf8 is not None:
             self.guard = Utf8Guard(self._utf8())
 
-    def sample(self, ctx) -> int:
+    def sample(self, ctx, idx: int = -1) -> int:
+        """The next token, from the logits at batch index `idx`."""
         if self._forced:
             return self._next_forced()
         if self.grammar is None:
-            token = C.llama_sampler_sample(self.chain, ctx, -1)  # samples and accepts, all in C
+            token = C.llama_sampler_sample(self.chain, ctx, idx)  # samples and accepts, all in C
             if self.constraint is not None:
                 token = self._watch(token)
             return token
-        logits = np.ctypeslib.as_array(C.llama_get_logits_ith(ctx, -1), shape=(self.n_vocab,))
+        logits = np.ctypeslib.as_array(C.llama_get_logits_ith(ctx, idx), shape=(self.n_vocab,))
         self._load(logits)
         C.llama_sampler_apply(self.chain, ctypes.byref(self.cur))
         C.llama_sampler_apply(self.grammar, ctypes.byref(self.cur))

@@ -1,0 +1,124 @@
+"""A loaded GGUF model: weights, vocabulary, tokenizing and token pieces. Thread-safe reads
+only; the context that decodes with it belongs to the scheduler."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+import llama_cpp as C
+
+from ..errors import ContextOverflow, ModelUnavailable
+from .utf8guard import Utf8Tables
+
+_backend_ready = False
+_log = logging.getLogger("localchat.llama")
+
+
+@C.llama_log_callback
+def _llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    if level >= 4:  # GGML_LOG_LEVEL_ERROR; the rest is llama.cpp's chatter
+        _log.error(text.decode(errors="replace").rstrip())
+
+
+C.llama_log_set(_llama_log, ctypes.c_void_p(0))
+
+
+@C.llama_progress_callback
+def quiet_progress(_progress: float, _user_data: ctypes.c_void_p) -> bool:
+    return True  # keep loading; without a callback llama.cpp prints dots to stderr
+
+
+class Model:
+    def __init__(self, path: Path, *, n_gpu_layers: int = 0, extra_buffers: bool = False) -> None:
+        global _backend_ready
+        if not _backend_ready:
+            C.llama_backend_init()
+            _backend_ready = True
+        mparams = C.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        # Weight-repacking buffers: off by default, since ggml's AMX kernels crash on some
+        # virtual machines whose CPU reports AMX (seen on the development machines).
+        mparams.use_extra_bufts = extra_buffers
+        mparams.progress_callback = quiet_progress
+        self.path = path
+        self.ptr = C.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self.ptr:
+            raise ModelUnavailable(f"llama.cpp could not load {path}: is it a complete GGUF file?")
+        self.vocab = C.llama_model_get_vocab(self.ptr)
+        self.n_vocab = C.llama_vocab_n_tokens(self.vocab)
+        self.size_bytes = C.llama_model_size(self.ptr)
+        self._bos = C.llama_vocab_bos(self.vocab)
+        self._add_bos = C.llama_vocab_get_add_bos(self.vocab)
+        self._pieces: dict[int, bytes] = {}
+        self.visible: set[int] = set()
+        self._utf8: Utf8Tables | None = None
+        self.eog = frozenset(t for t in range(self.n_vocab) if C.llama_vocab_is_eog(self.vocab, t))
+
+    # -- text <-> tokens -------------------------------------------------------------------
+
+    def tokenize(self, segments: Iterable[tuple[str, bool]]) -> list[int]:
+        """Tokenize (text, is_plain) segments; control tokens are parsed only where is_plain is False."""
+        tokens: list[int] = []
+        for text, plain in segments:
+            # "replace": a JSON body may carry lone surrogates (\ud800), which UTF-8 cannot hold
+            tokens += self.tokenize_bytes(text.encode("utf-8", "replace"), parse_special=not plain)
+        if self._add_bos and self._bos >= 0 and tokens[:1] != [self._bos]:
+            tokens.insert(0, self._bos)
+        return tokens
+
+    def tokenize_bytes(self, data: bytes, parse_special: bool) -> list[int]:
+        cap = len(data) + 8
+        buf = (C.llama_token * cap)()
+        n = C.llama_tokenize(self.vocab, data, len(data), buf, cap, False, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (C.llama_token * cap)()
+            n = C.llama_tokenize(self.vocab, data, len(data), buf, cap, False, parse_special)
+        return list(buf[:n])
+
+    def token_id(self, text: str) -> int | None:
+        """The id of a control token given by its text, or None if the vocabulary lacks it."""
+        ids = self.tokenize_bytes(text.encode(), parse_special=True)
+        return ids[0] if len(ids) == 1 else None
+
+    def piece(self, token: int) -> bytes:
+        """A token's text. Control tokens are empty, except those named in `visible`
+        (a family's tool-call marker such as Mistral's [TOOL_CALLS])."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            special = token in self.visible
+            buf = ctypes.create_string_buffer(64)
+            n = C.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = C.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+            cached = self._pieces[token] = buf.raw[:n]
+        return cached
+
+    def utf8_tables(self) -> Utf8Tables:
+        if self._utf8 is None:  # built on the first constrained request (0.4 s for 262k tokens)
+            self._utf8 = Utf8Tables(self.n_vocab, self.piece)
+        return self._utf8
+
+    def show_tokens(self, texts: Iterable[str]) -> None:
+        """Let these control tokens appear in the output text (see `piece`)."""
+        for text in texts:
+            token = self.token_id(text)
+            if token is not None and token not in self.visible:
+                self.visible.add(token)
+                self._pieces.pop(token, None)
+
+    def check_fits(self, tokens: list[int], n_ctx: int) -> None:
+        """A prompt must leave room for at least one generated token."""
+        if len(tokens) >= n_ctx:
+            raise ContextOverflow(
+                f"the prompt is {len(tokens)} tokens but the model's context holds {n_ctx}; "
+                "shorten the conversation or raise context_length in models.toml", param="messages")
+
+    def close(self) -> None:
+        if self.ptr:
+            C.llama_model_free(self.ptr)
+            self.ptr = None

@@ -1,0 +1,95 @@
+"""One sequence of the shared context: the tokens it caches, and the completion generating in it.
+
+A `Slot` is a llama.cpp sequence id whose K/V cells outlive a request (its prompt cache). A
+`Sequence` is one completion while it runs there: its sampler, its UTF-8 and stop-string
+state, its budget and where its events go. The scheduler decodes; a sequence turns each
+sampled token into events and says when it is finished."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import llama_cpp as C
+import numpy as np
+
+from .model import Model
+from .params import Done, Event, TokenLogprob, TopLogprob, Text
+from .sampling import Sampler
+from .text import StopMatcher, Utf8Stream
+
+
+@dataclass
+class Slot:
+    seq_id: int
+    cached: list[int] = field(default_factory=list)  # tokens whose K/V this sequence holds, in order
+    used_at: float = 0.0
+    busy: bool = False
+
+
+class Sequence:
+    def __init__(self, index: int, slot: Slot, model: Model, sampler: Sampler, stop_tokens: frozenset[int],
+                 stops: tuple[str, ...], budget: int, logprobs: int | None, emit: Callable[[Event], None]) -> None:
+        self.index, self.slot, self.model = index, slot, model
+        self.sampler, self.stop_tokens, self.budget = sampler, stop_tokens, budget
+        self.logprobs, self.emit = logprobs, emit
+        self.utf8, self.stopper = Utf8Stream(), StopMatcher(list(stops))
+        self.generated = 0
+        self.next_token: int | None = None  # sampled, to be decoded in the next step
+        self.finish: str | None = None
+        self._pending_logprobs: list[TokenLogprob] = []
+
+    def sample(self, ctx, idx: int) -> None:
+        """Sample from the logits at batch index `idx`; emit its text; finish or queue the token."""
+        token = self.sampler.sample(ctx, idx)
+        if token in self.stop_tokens or token in self.model.eog:
+            return self._end("stop")
+        if self.logprobs is not None:  # content tokens only, as OpenAI does: not the end-of-turn token
+            self._pending_logprobs.append(self._logprob(ctx, idx, token))
+        self.generated += 1
+        piece = self.model.piece(token)
+        if self.sampler.grammar is None:
+            text, stopped = self.stopper.push(self.utf8.push(piece))
+        else:  # under a grammar the grammar says where the output ends: a stop string could cut JSON
+            text, stopped = self.stopper.flush() + self.utf8.push(piece), False
+        if text or (self._pending_logprobs and not stopped):
+            self._text(text)
+        if stopped:
+            return self._end("stop")
+        if self.generated >= self.budget:
+            return self._end("length")
+        self.next_token = token
+
+    def cancel(self) -> None:
+        self.finish = "cancelled"
+        self.next_token = None
+
+    def _text(self, text: str) -> None:
+        self.emit(Text(text, self.index, tuple(self._pending_logprobs)))
+        self._pending_logprobs = []
+
+    def _end(self, reason: str) -> None:
+        if reason != "stop":
+            tail = self.stopper.flush() + self.utf8.flush()
+            if tail:
+                self._text(tail)
+        if self._pending_logprobs:
+            self._text("")
+        self.finish, self.next_token = reason, None
+
+    def done(self, prompt_tokens: int, cached_tokens: int) -> Done:
+        return Done(self.finish or "cancelled", prompt_tokens, self.generated, cached_tokens, self.index)
+
+    def _logprob(self, ctx, idx: int, token: int) -> TokenLogprob:
+        logits = np.ctypeslib.as_array(C.llama_get_logits_ith(ctx, idx), shape=(self.model.n_vocab,))
+        top = max(self.logprobs or 0, 0)
+        peak = float(logits.max())
+        lse = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
+        best = np.argpartition(logits, -top)[-top:] if top else np.empty(0, dtype=np.int64)
+        best = best[np.argsort(-logits[best], kind="stable")]
+        return TokenLogprob(*self._entry(token, float(logits[token]) - lse),
+                            [TopLogprob(*self._entry(int(t), float(logits[t]) - lse)) for t in best])
+
+    def _entry(self, token: int, logprob: float) -> tuple[str, float, list[int]]:
+        raw = self.model.piece(token)
+        return raw.decode("utf-8", errors="replace"), min(logprob, 0.0), list(raw)
