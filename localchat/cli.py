@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from .errors import LocalchatError
-from .registry import ModelSpec, Registry, inspect
+from .models import ModelSpec, Registry, inspect
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A private, fast LLM server for your laptop.")
 models_app = typer.Typer(help="List and manage the models in the registry.", invoke_without_command=True)
@@ -39,27 +39,39 @@ def serve(
     model: Optional[str] = typer.Option(None, "--model", help="Model to load and use by default."),
     config: Optional[Path] = ConfigOpt,
     api_key: Optional[str] = typer.Option(None, envvar="LOCALCHAT_API_KEY",
-                                          help="Require this key as `Authorization: Bearer KEY`."),
+                                          help="Require this key as `Authorization: Bearer KEY` or `x-api-key: KEY` "
+                                          "(needed to bind a non-loopback --host)."),
+    insecure_no_key: bool = typer.Option(False, "--insecure-no-key",
+                                         help="Allow a non-loopback --host without an API key (anyone on the "
+                                         "network can use the server)."),
+    cors_origins: Optional[List[str]] = typer.Option(None, "--cors-origins", envvar="LOCALCHAT_CORS_ORIGINS",
+                                                     help="Browser origins allowed besides localhost pages and VS Code "
+                                                     "webviews (comma-separated or repeated); '*': any, without "
+                                                     "credentials."),
     parallel: Optional[int] = typer.Option(None, min=1, max=64,
                                            help="Requests decoded together per model (slots; default 4)."),
     queue_limit: Optional[int] = typer.Option(None, min=0, help="Requests that may wait for a slot (default 64)."),
     max_loaded_models: Optional[int] = typer.Option(None, min=1, help="Models kept loaded at once (default 2)."),
     keep_alive: Optional[str] = typer.Option(None, help="How long an idle model stays loaded: seconds or '10m' "
                                              "(default 10m; negative: forever)."),
+    in_process: bool = typer.Option(False, "--in-process", help="Run llama.cpp inside the server process instead of "
+                                    "a supervised worker process per model (a crash in it then stops the server)."),
 ) -> None:
     """Serve the OpenAI chat completion routes on localhost."""
-    from .server import PortInUse, serve as run
+    from .server import PortInUse, ServeRefused, serve as run
 
     registry = _registry(config)
     overrides = {k: v for k, v in (("parallel", parallel), ("queue_limit", queue_limit),
-                                   ("max_loaded_models", max_loaded_models), ("keep_alive", keep_alive)) if v is not None}
+                                   ("max_loaded_models", max_loaded_models), ("keep_alive", keep_alive),
+                                   ("worker", False if in_process else None)) if v is not None}
     try:
         registry.settings = registry.settings.model_validate({**registry.settings.model_dump(), **overrides})
     except ValueError as exc:
         raise fail(str(exc)) from None
     try:
-        run(registry, host=host, port=port, model=model, api_key=api_key)
-    except (PortInUse, LocalchatError) as exc:
+        run(registry, host=host, port=port, model=model, api_key=api_key, insecure_no_key=insecure_no_key,
+            cors_origins=cors_origins)
+    except (PortInUse, ServeRefused, LocalchatError) as exc:
         raise fail(str(exc)) from None
 
 
@@ -100,8 +112,8 @@ def ps(
         raise fail(f"no localchat server answers at {url} ({exc}); start one with `localchat serve`") from None
     loaded = r.json().get("loaded", [])
     table = Table(box=None, header_style="bold")
-    for column in ("name", "family", "size", "context", "slots busy", "queued", "requests", "idle", "unloads after"):
-        table.add_column(column, justify="left" if column in ("name", "family") else "right")
+    for column in ("name", "family", "size", "context", "busy", "queued", "requests", "idle", "unloads in"):
+        table.add_column(column, justify="left" if column in ("name", "family") else "right", no_wrap=column == "name")
     for m in loaded:
         keep = m["keep_alive_seconds"]
         until = "never" if keep is None else "now" if keep == 0 else _duration(max(keep - m["idle_seconds"], 0))
@@ -137,7 +149,7 @@ def models(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
 
 
 def _describe(spec: ModelSpec) -> tuple[str, str, str, str, str]:
-    from .chat.models import context_length
+    from .models.host import context_length
     from .families import detect
 
     where = spec.location()
@@ -164,7 +176,7 @@ def _size(path: Path) -> str:
 @models_app.command("show")
 def show(name: str, config: Optional[Path] = ConfigOpt) -> None:
     """Print what a model's GGUF file says about itself."""
-    from .chat.models import context_length
+    from .models.host import context_length
     from .families import detect
 
     registry = _registry(config)
@@ -210,7 +222,7 @@ def add(
     default: bool = typer.Option(False, "--default", help="Make it the default model."),
 ) -> None:
     """Record a GGUF file in your registry, after checking that it is one."""
-    from .userregistry import RegistryEditError, add as add_model
+    from .models.user import RegistryEditError, add as add_model
 
     try:
         spec = add_model(path, name=name, family=family, default=default)
@@ -222,7 +234,7 @@ def add(
 @models_app.command("rm")
 def rm(name: str) -> None:
     """Remove a model you added (the file itself stays on disk)."""
-    from .userregistry import RegistryEditError, remove
+    from .models.user import RegistryEditError, remove
 
     try:
         remove(name)

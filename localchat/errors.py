@@ -64,6 +64,12 @@ class EngineError(LocalchatError):
     code = "engine_error"
 
 
+class EngineCrashed(EngineError):
+    """The model's worker process died while generating this request."""
+
+    code = "engine_crashed"
+
+
 class QueueFull(LocalchatError):
     """Every slot is busy and the queue of waiting requests is at its limit."""
 

@@ -17,8 +17,8 @@ from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings
 from rich.console import Console
 
-from . import paths
-from .registry import Registry
+from .engine.params import KNOBS
+from .models import Registry, paths
 
 HELP = {
     "/help": "this list",
@@ -33,9 +33,10 @@ HELP = {
     "/load FILE": "load a conversation saved with /save",
     "/exit": "leave (or Ctrl-D)",
 }
-SETTINGS: dict[str, tuple[type, float, float]] = {
-    "temperature": (float, 0, 2), "top_p": (float, 0, 1), "top_k": (int, 0, 1 << 20),
-    "min_p": (float, 0, 1), "max_tokens": (int, 1, 1 << 20), "seed": (int, -(1 << 63), (1 << 63) - 1),
+SETTINGS: dict[str, tuple[type, float, float]] = {  # bounds from the one declaration, SamplingParams
+    key: (int if key in ("top_k", "max_tokens", "seed") else float,
+          KNOBS[key].get("ge", KNOBS[key].get("gt", -(1 << 63))), KNOBS[key].get("le", (1 << 63) - 1))
+    for key in ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed")
 }
 EXTRA_BODY = ("top_k", "min_p")  # not OpenAI parameters: sent in the body as extensions
 

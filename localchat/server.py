@@ -9,12 +9,17 @@ import sys
 import uvicorn
 
 from .api import create_app
-from .chat import Chat, ModelHost
-from .registry import Registry
+from .api.guard import Origins
+from .generation import Chat, ModelHost
+from .models import Registry
 
 
 class PortInUse(RuntimeError):
     pass
+
+
+class ServeRefused(RuntimeError):
+    """An unsafe or malformed serve configuration, refused before anything is loaded or bound."""
 
 
 def is_loopback(host: str) -> bool:
@@ -37,15 +42,37 @@ def check_port(host: str, port: int) -> None:
                             f"try another one: localchat serve --port {port + 1}") from None
 
 
-def serve(registry: Registry, *, host: str, port: int, model: str | None, api_key: str | None) -> None:
-    check_port(host, port)
+def check_safety(host: str, api_key: str | None, insecure_no_key: bool, cors_origins: list[str] | None) -> Origins:
+    """Refuse a server reachable from the network without a key; warn about what the user chose to open."""
+    try:
+        origins = Origins.parse(cors_origins)
+    except ValueError as exc:
+        raise ServeRefused(str(exc)) from None
+    if not is_loopback(host) and not api_key:
+        if not insecure_no_key:
+            raise ServeRefused(
+                f"--host {host} is not a loopback address: anyone on your network could use this server. "
+                "Set an API key (--api-key KEY or LOCALCHAT_API_KEY=KEY), or pass --insecure-no-key "
+                "to serve without one anyway.")
+        print(f"localchat: WARNING: serving on {host} without an API key (--insecure-no-key): anyone who can "
+              "reach this machine can use this server.", file=sys.stderr, flush=True)
+    if origins.any:
+        print("localchat: WARNING: --cors-origins '*': any web page you open may call this server (without "
+              "cookies or credentials)" + ("." if api_key else ", and no API key is set."), file=sys.stderr, flush=True)
+    return origins
+
+
+def serve(registry: Registry, *, host: str, port: int, model: str | None, api_key: str | None,
+          insecure_no_key: bool = False, cors_origins: list[str] | None = None) -> None:
+    origins = check_safety(host, api_key, insecure_no_key, cors_origins)
     s = registry.settings
     if model:
         registry.default = registry.resolve(model).name
+    check_port(host, port)
     chat = Chat(ModelHost(registry))
     print(f"localchat: loading {registry.default} …", file=sys.stderr, flush=True)
     loaded = chat.host.preload(registry.default)
-    app = create_app(chat, api_key=api_key, loopback_only=is_loopback(host))
+    app = create_app(chat, api_key=api_key, loopback_only=is_loopback(host), origins=origins)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/v1"
     print(f"localchat: serving {loaded.spec.name} ({loaded.family.name} family, {loaded.engine.parallel} slots of "

@@ -3,6 +3,7 @@
     scripts/bench [--tokens N] [--rounds R] [--model NAME] [--config PATH]
     scripts/bench --json-schema [--rounds R]
     scripts/bench --concurrency [--tokens N] [--rounds R]
+    scripts/bench --worker [--tokens N] [--rounds R]
 
 Prints decode tokens/s through the server (SSE, official-client framing) and through
 llama-cpp-python directly (no HTTP, same prompt tokens, same greedy sampling), their ratio,
@@ -33,10 +34,10 @@ import llama_cpp as C
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from conftest import Server  # noqa: E402  (the same server launcher the tests use)
 
-from localchat.chat.models import load_model  # noqa: E402
+from localchat.models.host import load_model  # noqa: E402
 from localchat.engine.model import quiet_progress as _quiet_progress  # noqa: E402
 from localchat.families import render_prompt  # noqa: E402
-from localchat.registry import ModelSpec, Registry, Settings, shipped_config  # noqa: E402
+from localchat.models import ModelSpec, Registry, Settings, shipped_config  # noqa: E402
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper and the sea."}]
 
@@ -215,15 +216,33 @@ def long_stream(url: str, body: dict, going: threading.Event, stop: threading.Ev
     return chunks
 
 
-def ttft_during(url: str, long_body: dict, short_body: dict) -> tuple[dict, int]:
-    """The short request's stream, sent once the long stream has produced its first 20 tokens;
-    the long stream is then cancelled. Returns the short run and how many chunks the long one read."""
+def completion_ttft(url: str, body: dict) -> dict:
+    """Stream one /v1/completions request (an editor's code completion); returns its ttft."""
+    start = time.perf_counter()
+    with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["text"]:
+                return {"ttft": time.perf_counter() - start}
+    raise RuntimeError("the completion streamed no text")
+
+
+def code(model: str, k: int) -> dict:
+    """A short code completion; k leads the prompt, so no slot holds it already."""
+    return {"model": model, "prompt": f"# {k}\ndef fibonacci(n):\n", "max_tokens": 8, "temperature": 0,
+            "ignore_eos": True}
+
+
+def ttft_during(url: str, long_body: dict, short_body: dict, send=None) -> tuple[dict, int]:
+    """The short request's stream (`send`, default a chat stream), sent once the long stream has
+    produced its first 20 tokens; the long stream is then cancelled. Returns the short run and
+    how many chunks the long one read."""
     going, stop = threading.Event(), threading.Event()
     with ThreadPoolExecutor(1) as pool:
         background = pool.submit(long_stream, url, long_body, going, stop)
         going.wait(600)
         try:
-            run = http_stream(url, short_body)
+            run = (send or http_stream)(url, short_body)
         finally:
             stop.set()
         long_chunks = background.result()
@@ -275,6 +294,19 @@ def concurrency_bench(config: Path, spec: ModelSpec, tokens: list[int], n: int, 
               f"{long_tokens} max_tokens, cancelled after)")
         print(f"  ratio during / alone  : {d_ttft / a_ttft:7.2f}")
 
+        c_alone, c_during = [], []
+        for r in range(rounds):
+            wait_idle(url, model)
+            c_alone.append(completion_ttft(url, code(model, 2 * r)))
+            wait_idle(url, model)
+            c_during.append(ttft_during(url, story(model, long_tokens, f"chat {r}"), code(model, 2 * r + 1),
+                                        completion_ttft)[0])
+            wait_idle(url, model)
+        ca, cd = (statistics.median(x["ttft"] for x in runs) for runs in (c_alone, c_during))
+        print("code completion (/v1/completions) ttft:")
+        print(f"  alone                 : {ca * 1000:7.1f} ms")
+        print(f"  while a chat streams  : {cd * 1000:7.1f} ms   (ratio {cd / ca:.2f}: it does not wait for the chat)")
+
         print(f"single stream, {n} tokens, {len(tokens)} prompt tokens, {threads} threads:")
         single = served_vs_direct(url, spec, tokens, n, rounds, n_ctx, threads)
     finally:
@@ -289,6 +321,33 @@ def concurrency_bench(config: Path, spec: ModelSpec, tokens: list[int], n: int, 
         print(f"  {label:30}: {value:6.3f}  (goal {op} {goal:.2f})  {'PASS' if met else 'MISS'}")
 
 
+def worker_bench(config: Path, spec: ModelSpec, n: int, rounds: int) -> None:
+    """The cost of the process boundary: the same stream through a server whose llama.cpp runs in
+    a worker process and through one running it in-process, rounds interleaved."""
+    print(f"model {spec.name}: worker process against in-process, {n} tokens, greedy, {rounds} rounds (median)")
+    servers = {"in-process": Server(config, "--model", spec.name, "--in-process"),
+               "worker": Server(config, "--model", spec.name)}
+    try:
+        runs: dict[str, list[dict]] = {k: [] for k in servers}
+        body = {"model": spec.name, "messages": PROMPT, "max_tokens": n, "temperature": 0, "ignore_eos": True}
+        for label, server in servers.items():  # warm-up
+            http_stream(server.url, {**body, "max_tokens": 8})
+        for r in range(rounds):
+            for label, server in (servers.items() if r % 2 == 0 else reversed(servers.items())):
+                flush(server.url, spec.name)
+                runs[label].append(http_stream(server.url, body))
+        tps = {k: statistics.median(x["tps"] for x in v) for k, v in runs.items()}
+        ttft = {k: statistics.median(x["ttft"] for x in v) for k, v in runs.items()}
+        for label in servers:
+            print(f"{label:11}: {tps[label]:6.1f} tok/s   ttft {ttft[label] * 1000:6.1f} ms")
+        ratio, extra = tps["worker"] / tps["in-process"], (ttft["worker"] - ttft["in-process"]) * 1000
+        print(f"worker / in-process tok/s: {ratio:6.3f}   (goal >= 0.98)  {'PASS' if ratio >= 0.98 else 'MISS'}")
+        print(f"worker ttft - in-process : {extra:+6.1f} ms (goal <= 5 ms)  {'PASS' if extra <= 5 else 'MISS'}")
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=256)
@@ -298,13 +357,15 @@ def main() -> None:
     ap.add_argument("--json-schema", action="store_true", help="constrained against free decoding")
     ap.add_argument("--concurrency", action="store_true",
                     help="1, 2 and 4 streams at once; a short request's ttft during a long stream")
+    ap.add_argument("--worker", action="store_true",
+                    help="the worker process (the default) against llama.cpp inside the server (--in-process)")
     args = ap.parse_args()
 
     config = (args.config or shipped_config()).resolve()
     registry = Registry.load(config)
     spec = registry.resolve(args.model)
     # only to render and tokenize the prompt exactly as the server does (one slot: a small context)
-    loaded = load_model(spec, settings=Settings(parallel=1))
+    loaded = load_model(spec, settings=Settings(parallel=1, worker=False))
     prompt = render_prompt(loaded.template, PROMPT, bos_token=loaded.bos_token, eos_token=loaded.eos_token)
     tokens = loaded.engine.tokenize(prompt.segments)
     n_ctx, threads = loaded.engine.n_ctx, spec.threads or __import__("os").cpu_count()
@@ -314,6 +375,8 @@ def main() -> None:
         return json_schema_bench(config, spec.name, args.rounds)
     if args.concurrency:
         return concurrency_bench(config, spec, tokens, args.tokens, args.rounds, n_ctx, threads)
+    if args.worker:
+        return worker_bench(config, spec, args.tokens, args.rounds)
     print(f"model {spec.name}: {len(tokens)} prompt tokens, {args.tokens} generated, greedy, "
           f"{threads} threads, {args.rounds} rounds (median)")
     server = Server(config, "--model", spec.name)

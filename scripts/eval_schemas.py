@@ -22,13 +22,13 @@ from pathlib import Path
 
 import jsonschema
 
-from localchat.chat.models import load_model
+from localchat.models.host import load_model
 from localchat.engine import Constraint, SamplingParams
 from localchat.errors import GrammarError
 from localchat.families import render_prompt
 from localchat.grammars import validate
 from localchat.grammars.schema import convert
-from localchat.registry import Registry
+from localchat.models import Registry
 
 CHILD = r"""
 import sys, json, ctypes

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from localchat.families import FAMILIES
-from localchat.registry import shipped_config
+from localchat.models import shipped_config
 from tinymodels import write_tiny_model
 
 TINY_CTX = 2048
@@ -38,6 +38,9 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
               for name, family in FAMILIES.items()}
     models["qwen3"] = write_tiny_model(folder / "tiny-qwen3.gguf", FAMILIES["chatml"], n_ctx=TINY_CTX,
                                        chat_template=THINKING_TEMPLATE)
+    # a code model (fill-in-the-middle tokens) and an embedding model (declares mean pooling)
+    models["coder"] = write_tiny_model(folder / "tiny-coder.gguf", FAMILIES["chatml"], n_ctx=TINY_CTX, fim=True)
+    models["embed"] = write_tiny_model(folder / "tiny-embed.gguf", FAMILIES["llama3"], n_ctx=TINY_CTX, pooling=1)
     return models
 
 

@@ -273,3 +273,55 @@ def test_bad_keep_alive_is_refused(narrow: Server):
     r = httpx.post(narrow.url + "/v1/chat/completions", timeout=60, json={
         "model": "", "messages": [{"role": "user", "content": "hi"}], "keep_alive": "soon"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "keep_alive"
+
+
+def hundred_tools() -> list[dict]:
+    props = {f"field_{k}": {"type": "string", "maxLength": 2000, "description": "x" * 200} for k in range(12)}
+    return [{"type": "function", "function": {"name": f"tool_{i}", "description": "does a thing " * 20, "parameters": {
+        "type": "object", "properties": {**props, "nested": {"type": "object", "properties": {
+            "a": {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 500}]}, "b": {"type": "object"}}}},
+        "required": ["field_0"]}}} for i in range(100)]
+
+
+def test_the_event_loop_answers_while_a_100_tool_request_is_prepared(server: Server):
+    """Template, grammar and tokenizing happen off the event loop: /health keeps answering
+    while a request with 100 tools (~250 KB of schemas) is prepared."""
+    tools = hundred_tools()
+    assert len(json.dumps(tools)) > 200_000
+    done = threading.Event()
+    result: list[httpx.Response] = []
+
+    def heavy() -> None:
+        result.append(httpx.post(server.url + "/v1/chat/completions", timeout=120, json={
+            "model": "", "messages": [{"role": "user", "content": "call a tool"}], "tools": tools,
+            "tool_choice": "required", "max_tokens": 1}))
+        done.set()
+
+    t = threading.Thread(target=heavy)
+    t.start()
+    answered_during = 0
+    while not done.is_set():
+        r = httpx.get(server.url + "/health", timeout=30)
+        if not done.is_set():
+            answered_during += r.status_code == 200
+        time.sleep(0.01)
+    t.join()
+    # The tools make a ~75k-token prompt: the context check comes after rendering, building the
+    # grammar and tokenizing (the slow part), so this answer means all of it ran.
+    assert result[0].status_code == 400 and result[0].json()["error"]["code"] == "context_length_exceeded"
+    assert answered_during >= 2, "the event loop was blocked while the request was prepared"
+
+
+def test_localchat_ps_lists_the_loaded_models(server: Server):
+    import subprocess
+    import sys
+
+    httpx.post(server.url + "/v1/chat/completions", timeout=60, json={
+        "model": "", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+    out = subprocess.run([sys.executable, "-m", "localchat", "ps", "--url", server.url + "/v1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "gemma-3-270m" in out.stdout and "MB" in out.stdout and "/4" in out.stdout
+    gone = subprocess.run([sys.executable, "-m", "localchat", "ps", "--url", "http://127.0.0.1:9"],
+                          capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 1 and "localchat serve" in gone.stderr

@@ -8,7 +8,7 @@ import pytest
 
 from localchat.engine import Engine
 from localchat.families import FAMILIES, detect, render_prompt
-from localchat.registry import inspect
+from localchat.models import inspect
 from tinymodels import write_tiny_model
 
 CONVERSATION = [
@@ -109,8 +109,8 @@ def test_templates_are_sandboxed():
 
 
 def test_tool_markup_is_control_tokens_but_tool_text_stays_plain(tiny_models: dict[str, Path]):
-    from localchat.chat.constraints import OutputRules, ToolSpec
-    from localchat.chat.service import _with_tools
+    from localchat.generation.constraints import OutputRules, ToolSpec
+    from localchat.generation.service import _with_tools
 
     family = FAMILIES["mistral"]
 

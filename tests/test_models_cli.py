@@ -91,7 +91,7 @@ def test_refusals(home: Path, gguf: Path):
 
 
 def test_the_server_sees_models_added_by_the_user(home: Path, gguf: Path):
-    from localchat.registry import Registry
+    from localchat.models import Registry
 
     run(home, "add", str(gguf), "--name", "mine")
     registry = Registry.load(user_path=home / "models.toml")

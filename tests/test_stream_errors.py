@@ -9,7 +9,7 @@ import asyncio
 import json
 
 from localchat.api.app import _stream
-from localchat.chat import Delta
+from localchat.generation import Delta
 from localchat.errors import EngineError
 
 

@@ -38,9 +38,16 @@ def vocabulary(family: Family, extra: tuple[str, ...] = ()) -> tuple[list[str], 
     return tokens, types
 
 
+FIM = {"pre": "<|fim_prefix|>", "suf": "<|fim_suffix|>", "mid": "<|fim_middle|>", "rep": "<|repo_name|>",
+       "sep": "<|file_sep|>"}  # Qwen2.5-Coder's
+
+
 def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int = 0,
-                     chat_template: str | None = "family", extra: tuple[str, ...] = ()) -> Path:
-    tokens, types = vocabulary(family, extra)
+                     chat_template: str | None = "family", extra: tuple[str, ...] = (), fim: bool = False,
+                     pooling: int | None = None) -> Path:
+    """fim: the vocabulary has fill-in-the-middle tokens, declared in the GGUF as llama.cpp reads
+    them; pooling: the GGUF declares this pooling type (1 mean, 2 cls, 3 last), as embedding models do."""
+    tokens, types = vocabulary(family, (*extra, *(FIM.values() if fim else ())))
     index = {t: i for i, t in enumerate(tokens)}
     eos = family.eos_token if family.eos_token in index else family.stop_tokens[0]
     rng = np.random.default_rng(seed)
@@ -68,6 +75,11 @@ def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int 
     w.add_add_space_prefix(False)
     if chat_template:
         w.add_chat_template(family.template if chat_template == "family" else chat_template)
+    if fim:
+        for key, text in FIM.items():
+            w.add_uint32(f"tokenizer.ggml.fim_{key}_token_id", index[text])
+    if pooling is not None:
+        w.add_uint32(f"{w.arch}.pooling_type", pooling)
 
     def tensor(name: str, *shape: int, scale: float = 0.1) -> None:
         w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))

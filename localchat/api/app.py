@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import secrets
 import time
+import traceback
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,21 +21,25 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..chat import (Chat, Delta, Finish, Logprobs, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn, Usage,
+from ..generation import (Chat, Delta, Finish, Logprobs, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn, Usage,
                     total_usage)
 from ..errors import InvalidRequest, LocalchatError, PayloadTooLarge
-from ..registry import Registry
-from .guard import LocalOnly
+from ..models import Registry, Settings
+from . import errors
+from .protocols import PROTOCOLS
+from .guard import LOCAL_ORIGINS, LocalOnly, Origins  # noqa: F401 - LOCAL_ORIGINS: the defaults, kept importable here
+from . import schemas
 from .schemas import ChatCompletionRequest
 from .sse import DONE, EventStream, frame, until_disconnect
 
 log = logging.getLogger("localchat.api")
-MAX_BODY = 32 * 1024 * 1024
-LOCAL_ORIGINS = r"^(https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?|vscode-webview://.*|vscode-file://.*)$"
+MAX_BODY = Settings().max_body_bytes  # the default; the server's is its `max_body_bytes` setting
 
 
-def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = True) -> Starlette:
+def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = True,
+               origins: Origins | None = None) -> Starlette:
     registry: Registry = chat.host.registry
+    origins = origins or Origins()  # one list of allowed browser origins: CORS headers and the 403 check
 
     async def health(request: Request) -> Response:
         loaded = chat.host.current
@@ -48,12 +54,10 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         return JSONResponse({"object": "list", "data": await asyncio.to_thread(cards)})
 
     async def chat_completions(request: Request) -> Response:
-        body = await _json_body(request)
-        try:
-            req = ChatCompletionRequest.model_validate(body)
-        except ValidationError as exc:
-            raise _invalid(exc) from None
-        turn = await chat.start(req.to_chat())
+        limits: Settings = chat.host.settings
+        body = await _json_body(request, limits.max_body_bytes)
+        req = await asyncio.to_thread(_parse, body, limits)  # schema checks may take a while: off the event loop
+        turn = await chat.start(req.to_chat(limits, _default_max_tokens(chat.host.registry, req.model)))
         meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
         logprobs = req.logprobs
         if req.stream:
@@ -71,10 +75,11 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         Route("/models", models, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
+        *(route for protocol in PROTOCOLS for route in protocol.routes(chat)),
     ]
     middleware = [
-        Middleware(LocalOnly, api_key=api_key, loopback_only=loopback_only),
-        Middleware(CORSMiddleware, allow_origin_regex=LOCAL_ORIGINS, allow_methods=["*"], allow_headers=["*"]),
+        Middleware(LocalOnly, api_key=api_key, loopback_only=loopback_only, origins=origins),
+        Middleware(CORSMiddleware, **origins.cors_options()),
     ]
     return Starlette(routes=routes, middleware=middleware, exception_handlers={
         LocalchatError: _error_response, HTTPException: _http_error, Exception: _crash,
@@ -83,13 +88,19 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
 
 # -- request parsing -----------------------------------------------------------------------
 
-async def _json_body(request: Request) -> Any:
-    too_large = PayloadTooLarge(f"the request body is larger than {MAX_BODY // (1024 * 1024)} MiB")
-    if int(request.headers.get("content-length") or 0) > MAX_BODY:
+async def _json_body(request: Request, max_bytes: int = MAX_BODY) -> Any:
+    size = f"{max_bytes // 2**20} MiB" if max_bytes % 2**20 == 0 else f"{max_bytes} bytes"
+    too_large = PayloadTooLarge(f"the request body is larger than {size} (max_body_bytes)")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
         raise too_large
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise too_large
+    chunks, received = [], 0
+    async for chunk in request.stream():  # a chunked body is cut off at the limit, not read whole first
+        received += len(chunk)
+        if received > max_bytes:
+            raise too_large
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
         body = json.loads(raw)
     except RecursionError:
@@ -101,10 +112,33 @@ async def _json_body(request: Request) -> Any:
     return body
 
 
+def _parse(body: dict[str, Any], limits: Settings) -> ChatCompletionRequest:
+    try:
+        return ChatCompletionRequest.model_validate(body, context={"limits": limits})
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+
+
+def _default_max_tokens(registry: Registry, name: str | None) -> int | None:
+    """The model's own max_tokens default (models.toml), if the model is known."""
+    try:
+        return registry.resolve(name).sampling.max_tokens
+    except LocalchatError:
+        return None  # an unknown model: chat.start says so
+
+
 def _invalid(exc: ValidationError) -> InvalidRequest:
     err = exc.errors()[0]
-    param = ".".join(str(p) for p in err["loc"])
+    param = ".".join(str(p) for p in err["loc"] if not _union_tag(p))
     return InvalidRequest(f"{param}: {err['msg']}" if param else err["msg"], param=param or None)
+
+
+def _union_tag(part: str | int) -> bool:
+    """pydantic's name for one member of a union in an error's location ('str', 'list[str]',
+    'NamedToolChoice'): not a field of the request, so not part of `param`."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool", "none")
+                                      or re.match(r"(list|dict|literal|tuple|set|function-[a-z]+)\[", part) is not None
+                                      or isinstance(getattr(schemas, part, None), type))
 
 
 # -- responses ------------------------------------------------------------------------------
@@ -216,7 +250,7 @@ def _loaded_card(m: Any) -> dict[str, Any]:
     return {"name": m.spec.name, "family": m.family.name, "size_bytes": stats["bytes"], "context_length": stats["n_ctx"],
             "slots": stats["slots"], "busy_slots": stats["busy"], "queued": stats["queued"], "requests": m.active,
             "idle_seconds": round(m.idle_for(), 1),
-            "keep_alive_seconds": m.keep_alive}
+            "keep_alive_seconds": m.keep_alive, "worker": stats["worker"]}
 
 
 # -- errors, mapped once --------------------------------------------------------------------
@@ -224,18 +258,59 @@ def _loaded_card(m: Any) -> dict[str, Any]:
 async def _error_response(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LocalchatError)
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
-    return JSONResponse(exc.to_json(), status_code=exc.status, headers=headers)
+    content = errors.body(request.url.path, exc.status, exc.type, exc.message, exc.param, exc.code)
+    return JSONResponse(content, status_code=exc.status, headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
     message = f"no route {request.method} {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}},
-                        status_code=exc.status_code)
+    return JSONResponse(errors.body(request.url.path, exc.status_code, kind, message), status_code=exc.status_code)
 
 
 async def _crash(request: Request, exc: Exception) -> Response:
-    log.exception("request failed")
-    return JSONResponse({"error": {"message": f"internal error: {exc}", "type": "server_error",
-                                   "param": None, "code": None}}, status_code=500)
+    log.exception("request failed: %s %s", request.method, request.url.path)
+    return JSONResponse(errors.body(request.url.path, 500, "server_error", f"internal error: {exc}"), status_code=500)
+
+
+# -- logs: request text never reaches a log line raw -------------------------------------------
+
+def printable(text: object, limit: int = 2000) -> str:
+    """`text` for one log line: CR, LF and other control or invisible characters escaped as
+    repr() writes them (a request cannot forge or split log lines), cut after `limit` characters."""
+    s = str(text)
+    if len(s) > limit:
+        s = s[:limit] + f"… ({len(s) - limit} more characters)"
+    return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
+
+def _exception_text(exc: BaseException) -> str:
+    """A traceback whose frames come from the source files and whose messages, which may quote
+    a request, are escaped."""
+    chain: list[BaseException] = []
+    while exc is not None and exc not in chain and len(chain) < 8:
+        chain.append(exc)
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)  # type: ignore[assignment]
+    parts = []
+    for e in reversed(chain):
+        frames = "".join(traceback.format_list(traceback.extract_tb(e.__traceback__))) if e.__traceback__ else ""
+        parts.append("Traceback (most recent call last):\n" + frames + printable(f"{type(e).__qualname__}: {e}"))
+    return "\n\nThe above exception led to the following exception:\n\n".join(parts)
+
+
+class _EscapeRequestText(logging.Filter):
+    """On the loggers that may carry request text: escape string arguments and exception
+    messages (record.exc_text, which formatters use as it is)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(printable(a) if isinstance(a, str) else a for a in record.args)
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = _exception_text(record.exc_info[1])
+        return True
+
+
+_ESCAPE = _EscapeRequestText()
+for _name in ("localchat.api", "localchat.engine", "localchat.models", "localchat.llama", "uvicorn.error"):
+    logging.getLogger(_name).addFilter(_ESCAPE)  # "uvicorn.error": its "Exception in ASGI application" traceback

@@ -3,13 +3,32 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from ..chat import ChatRequest, OutputRules, ToolSpec
+from ..generation import ChatRequest, OutputRules, ToolSpec
 from ..errors import InvalidRequest
-from ..registry import parse_duration
+from ..engine.params import KNOBS
+from ..grammars.metaschema import schema_problem
+from ..models import Settings, parse_duration, sampling_model
+
+_DEFAULT_LIMITS = Settings()
+PENALTY_LAST_N_MAX = 1 << 20
+
+
+def _limits(info: ValidationInfo) -> Settings:
+    """The server's limits, passed as validation context: `model_validate(body, context={"limits": settings})`."""
+    context = info.context or {}
+    return context.get("limits") or _DEFAULT_LIMITS
+
+
+def _checked_schema(schema: Any, info: ValidationInfo) -> Any:
+    problem = schema_problem(schema, _limits(info).max_schema_depth)
+    if problem:
+        raise ValueError(problem)
+    return schema
 
 
 class _Lenient(BaseModel):
@@ -50,6 +69,11 @@ class FunctionDef(_Lenient):
     description: str | None = None
     parameters: dict[str, Any] | None = None
 
+    @field_validator("parameters")
+    @classmethod
+    def _parameters(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        return None if v is None else _checked_schema(v, info)
+
 
 class Tool(_Lenient):
     type: Literal["function"] = "function"
@@ -70,27 +94,26 @@ class JsonSchemaFormat(_Lenient):
     schema_: dict[str, Any] | bool = Field(True, alias="schema")
     strict: bool | None = None
 
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | bool, info: ValidationInfo) -> dict[str, Any] | bool:
+        return _checked_schema(v, info)
+
 
 class ResponseFormat(_Lenient):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
 
-class ChatCompletionRequest(_Lenient):
+SamplingFields = sampling_model("SamplingFields", optional=True, base=_Lenient)
+
+
+class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     model: str | None = None
     messages: list[Message] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0, le=1)
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    repeat_penalty: float | None = Field(None, gt=0, le=10)
-    seed: int | None = None
     stop: str | list[str] | None = None
     logit_bias: dict[str, float] | None = None
     n: int = Field(1, ge=1, le=64)  # at most the model's `parallel` (checked once the model is known)
@@ -106,30 +129,89 @@ class ChatCompletionRequest(_Lenient):
 
     @field_validator("stop")
     @classmethod
-    def _stop_list(cls, v: str | list[str] | None) -> str | list[str] | None:
+    def _stop_list(cls, v: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
+        most, longest = _limits(info).max_stop_strings, _limits(info).max_stop_chars
         stops = [v] if isinstance(v, str) else v or []
-        if len(stops) > 16:
-            raise ValueError("at most 16 stop strings")
-        if any(len(s) > 1000 for s in stops):
-            raise ValueError("a stop string may be at most 1000 characters")
+        if len(stops) > most:
+            raise ValueError(f"at most {most} stop strings (max_stop_strings)")
+        if any(len(s) > longest for s in stops):
+            raise ValueError(f"a stop string may be at most {longest} characters (max_stop_chars)")
+        return v
+
+    @field_validator("max_tokens", "max_completion_tokens")
+    @classmethod
+    def _max_tokens(cls, v: int | None, info: ValidationInfo) -> int | None:
+        cap = _limits(info).max_tokens_cap
+        if v is not None and v > cap:
+            raise ValueError(f"at most {cap} tokens per choice on this server (max_tokens_cap)")
+        return v
+
+    @field_validator("penalty_last_n")
+    @classmethod
+    def _penalty_window(cls, v: int | None) -> int | None:
+        # llama.cpp allocates (and zero-fills) this many token slots per choice, however few are
+        # generated: 2**31 - 1 is 8 GiB and ~26 s per choice. TODO: an `le` on the knob in engine/params.py.
+        if v is not None and v > PENALTY_LAST_N_MAX:
+            raise ValueError(f"at most {PENALTY_LAST_N_MAX} tokens")
+        return v
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools_size(cls, v: Any, info: ValidationInfo) -> Any:
+        """Count and size first, before any schema is parsed or checked."""
+        if not isinstance(v, list):
+            return v  # the type check reports it
+        most, budget = _limits(info).max_tools, _limits(info).max_tool_schema_bytes
+        if len(v) > most:
+            raise ValueError(f"{len(v)} tools; at most {most} per request (max_tools)")
+        size = 0
+        for tool in v:
+            function = tool.get("function") if isinstance(tool, dict) else None
+            parameters = function.get("parameters") if isinstance(function, dict) else None
+            try:
+                size += len(json.dumps(parameters, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            except (RecursionError, ValueError):
+                continue  # too deep to measure: its own check names it
+            if size > budget:
+                raise ValueError(f"the tools' parameters schemas are more than {budget} bytes of JSON together "
+                                 "(max_tool_schema_bytes)")
+        return v
+
+    @field_validator("grammar")
+    @classmethod
+    def _grammar_size(cls, v: str | None, info: ValidationInfo) -> str | None:
+        most = _limits(info).max_grammar_bytes
+        if v is not None and len(v.encode("utf-8", "surrogatepass")) > most:
+            raise ValueError(f"the grammar is more than {most} bytes (max_grammar_bytes)")
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_values(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for key, value in (v or {}).items():
+            if not -100 <= value <= 100:  # NaN fails too
+                raise ValueError(f"the bias {value} for token {key!r} is outside -100..100")
         return v
 
     @field_validator("keep_alive")
     @classmethod
     def _keep_alive(cls, v: float | str | None) -> float | None:
-        return None if v is None else parse_duration(v)
+        if v is None:
+            return None
+        seconds = parse_duration(v)
+        if not math.isfinite(seconds):
+            raise ValueError("keep_alive must be a finite number of seconds (negative: forever)")
+        return seconds
 
-    def to_chat(self) -> ChatRequest:
+    def to_chat(self, limits: Settings | None = None, default_max_tokens: int | None = None) -> ChatRequest:
+        """The request for the generation layer. Without max_tokens a choice gets the model's
+        default (`default_max_tokens`, from models.toml), never more than the server's cap."""
+        limits = limits or _DEFAULT_LIMITS
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
-        sampling: dict[str, Any] = {
-            k: v for k, v in self.model_dump(include={
-                "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
-                "repeat_penalty", "seed"}).items() if v is not None
-        }
-        max_tokens = self.max_completion_tokens or self.max_tokens
-        if max_tokens is not None:
-            sampling["max_tokens"] = max_tokens
+        sampling: dict[str, Any] = {k: v for k, v in self.model_dump(include=set(KNOBS)).items() if v is not None}
+        max_tokens = self.max_completion_tokens or self.max_tokens  # type: ignore[attr-defined]
+        sampling["max_tokens"] = min(max_tokens or default_max_tokens or limits.max_tokens_cap, limits.max_tokens_cap)
         if self.stop:
             sampling["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         if self.ignore_eos:
@@ -139,13 +221,13 @@ class ChatCompletionRequest(_Lenient):
             model=self.model,
             sampling=sampling,
             logit_bias=self.logit_bias or {},
-            output=self._output_rules(),
+            output=self._output_rules(limits),
             n=self.n,
             logprobs=(self.top_logprobs or 0) if self.logprobs else None,
             keep_alive=self.keep_alive,  # type: ignore[arg-type]  # a duration in seconds after validation
         )
 
-    def _output_rules(self) -> OutputRules:
+    def _output_rules(self, limits: Settings) -> OutputRules:
         fmt = self.response_format
         if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is None:
             raise InvalidRequest("response_format.json_schema is required when type is 'json_schema'",
@@ -159,6 +241,7 @@ class ChatCompletionRequest(_Lenient):
             json_schema=fmt.json_schema.schema_ if fmt and fmt.type == "json_schema" and fmt.json_schema else None,
             json_object=bool(fmt and fmt.type == "json_object"),
             grammar=self.grammar,
+            max_grammar_bytes=limits.max_grammar_bytes,
         )
 
 

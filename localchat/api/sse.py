@@ -16,8 +16,15 @@ from starlette.types import Receive, Scope, Send
 T = TypeVar("T")
 
 
-def frame(data: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+def frame(data: dict[str, Any], event: str | None = None) -> bytes:
+    """One SSE event; with `event`, a named one (`event: NAME` before its data, as Anthropic's)."""
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+def ndjson(data: dict[str, Any]) -> bytes:
+    """One line of newline-delimited JSON (Ollama's streaming)."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 DONE = b"data: [DONE]\n\n"
@@ -45,15 +52,17 @@ async def until_disconnect(receive: Receive, work: Callable[[], Awaitable[T]]) -
 
 
 class EventStream:
-    """An ASGI response streaming pre-framed SSE chunks."""
+    """An ASGI response streaming pre-framed chunks: SSE by default, or NDJSON."""
 
-    def __init__(self, chunks: AsyncIterator[bytes], on_close: Callable[[], None] | None = None) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], on_close: Callable[[], None] | None = None,
+                 media_type: str = "text/event-stream; charset=utf-8") -> None:
         self.chunks = chunks
+        self.media_type = media_type
         self.on_close = on_close  # runs once the response is over, even if the stream never started
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"content-type", self.media_type.encode()),
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),
         ]})

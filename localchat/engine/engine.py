@@ -1,34 +1,37 @@
 """The engine's async face: submit a `Generate`, iterate its events, cancel by closing.
 
-Plain data in and out, so the same interface can sit in front of a worker process."""
+Plain data in and out, so the same interface sits in front of a worker process (worker.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
+from typing import Any
 
-from ..errors import EngineError
+from .embed import Embedder
 from .model import Model
-from .params import Event, Generate
-from .scheduler import Job, Scheduler
+from .params import Event, Generate, Started
+from .scheduler import Emit, Scheduler
 
 
 class Stream:
     """The events of one submitted request. Closing it (or abandoning it) cancels the request:
     a queued one never starts, a running one stops within one step."""
 
-    def __init__(self, scheduler: Scheduler, request: Generate) -> None:
+    def __init__(self, submit: Callable[[Generate, Emit], Any], cancel: Callable[[Any], None],
+                 request: Generate) -> None:
         loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
-        self._scheduler = scheduler
+        self._queue: asyncio.Queue[Event | Started | BaseException | None] = asyncio.Queue()
+        self._cancel = cancel
         self._ended = False
 
-        def emit(item: Event | BaseException | None) -> None:
+        def emit(item: Event | Started | BaseException | None) -> None:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(self._queue.put_nowait, item)
 
-        self._job: Job = scheduler.submit(request, emit)
+        self._handle = submit(request, emit)
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events()
@@ -38,7 +41,8 @@ class Stream:
             while (item := await self._queue.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                if not isinstance(item, Started):
+                    yield item
             self._ended = True
         finally:
             self.close()
@@ -46,14 +50,16 @@ class Stream:
     def close(self) -> None:
         if not self._ended:
             self._ended = True
-            self._scheduler.cancel(self._job)
+            self._cancel(self._handle)
 
 
 class Engine:
-    """A model and the scheduler that decodes with it: `parallel` slots of `n_ctx` tokens each."""
+    """A model and the scheduler that decodes with it, in this process: `parallel` slots of
+    `n_ctx` tokens each. `WorkerEngine` (worker.py) is the same behind a process boundary."""
 
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
-                 n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512) -> None:
+                 n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
+                 visible: Iterable[str] = (), pooling: int | None = None) -> None:
         self.model = Model(path, n_gpu_layers=n_gpu_layers)
         try:
             self.scheduler = Scheduler(self.model, n_ctx=n_ctx, parallel=parallel, max_queue=max_queue,
@@ -61,9 +67,11 @@ class Engine:
         except BaseException:
             self.model.close()
             raise
-        self.n_ctx, self.parallel = n_ctx, parallel
-        self.n_vocab = self.model.n_vocab
-        self.tokenize, self.token_id, self.show_tokens = self.model.tokenize, self.model.token_id, self.model.show_tokens
+        self.model.show_tokens(visible)
+        self.n_ctx, self.parallel, self.n_vocab = n_ctx, parallel, self.model.n_vocab
+        self._pooling, self._threads, self._embedder_ready = pooling, n_threads, threading.Lock()
+        self._embedder: Embedder | None = None
+        self.tokenize, self.token_id = self.model.tokenize, self.model.token_id
 
     def check_fits(self, tokens: list[int]) -> None:
         self.model.check_fits(tokens, self.n_ctx)
@@ -71,19 +79,27 @@ class Engine:
     def submit(self, request: Generate) -> Stream:
         """Queue a request (raises QueueFull past the queue's limit); must run on the event loop."""
         self.check_fits(request.tokens)
-        return Stream(self.scheduler, request)
+        return Stream(self.scheduler.submit, self.scheduler.cancel, request)
 
     async def generate(self, request: Generate) -> AsyncIterator[Event]:
-        stream = self.submit(request)
-        async for event in stream:
+        async for event in self.submit(request):
             yield event
 
-    def stats(self) -> dict[str, int]:
-        return {**self.scheduler.stats(), "n_ctx": self.n_ctx, "bytes": self.model.size_bytes}
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        """One L2-normalized vector per input (a second context, made on first use)."""
+        return await asyncio.to_thread(self.embed_blocking, inputs)
+
+    def embed_blocking(self, inputs: list[list[int]]) -> list[list[float]]:
+        with self._embedder_ready:
+            if self._embedder is None:
+                self._embedder = Embedder(self.model, pooling=self._pooling, n_threads=self._threads)
+        return self._embedder.embed(inputs)
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.scheduler.stats(), "n_ctx": self.n_ctx, "bytes": self.model.size_bytes, "worker": None}
 
     def close(self) -> None:
         self.scheduler.close()
+        if self._embedder is not None:
+            self._embedder.close()
         self.model.close()
-
-
-__all__ = ["Engine", "EngineError", "Stream"]

@@ -32,7 +32,8 @@ def quiet_progress(_progress: float, _user_data: ctypes.c_void_p) -> bool:
 
 
 class Model:
-    def __init__(self, path: Path, *, n_gpu_layers: int = 0, extra_buffers: bool = False) -> None:
+    def __init__(self, path: Path, *, n_gpu_layers: int = 0, extra_buffers: bool = False,
+                 vocab_only: bool = False) -> None:
         global _backend_ready
         if not _backend_ready:
             C.llama_backend_init()
@@ -43,19 +44,24 @@ class Model:
         # virtual machines whose CPU reports AMX (seen on the development machines).
         mparams.use_extra_bufts = extra_buffers
         mparams.progress_callback = quiet_progress
+        mparams.vocab_only = vocab_only  # a server holding only the vocabulary tokenizes; a worker decodes
         self.path = path
         self.ptr = C.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.ptr:
             raise ModelUnavailable(f"llama.cpp could not load {path}: is it a complete GGUF file?")
         self.vocab = C.llama_model_get_vocab(self.ptr)
         self.n_vocab = C.llama_vocab_n_tokens(self.vocab)
-        self.size_bytes = C.llama_model_size(self.ptr)
+        self.size_bytes = path.stat().st_size
         self._bos = C.llama_vocab_bos(self.vocab)
         self._add_bos = C.llama_vocab_get_add_bos(self.vocab)
         self._pieces: dict[int, bytes] = {}
         self.visible: set[int] = set()
         self._utf8: Utf8Tables | None = None
         self.eog = frozenset(t for t in range(self.n_vocab) if C.llama_vocab_is_eog(self.vocab, t))
+        fim = {"pre": C.llama_vocab_fim_pre, "suf": C.llama_vocab_fim_suf, "mid": C.llama_vocab_fim_mid,
+               "rep": C.llama_vocab_fim_rep, "sep": C.llama_vocab_fim_sep, "pad": C.llama_vocab_fim_pad}
+        self.fim = {k: t for k, f in fim.items() if (t := f(self.vocab)) >= 0}  # fill-in-the-middle tokens
+        self.bos = self._bos if self._add_bos and self._bos >= 0 else None  # the BOS a prompt starts with
 
     # -- text <-> tokens -------------------------------------------------------------------
 

@@ -2,24 +2,36 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def _knob(default: Any, **bounds: float) -> Any:
+    """A sampling field a request, models.toml and the REPL may set, with its bounds."""
+    return field(default=default, metadata={"bounds": bounds})
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    max_tokens: int | None = None  # None: until the context is full
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    penalty_last_n: int = 64
-    seed: int | None = None
+    """Declared once: the request models (api/), models.toml's defaults (models/) and the
+    REPL's /set derive their fields and bounds from the fields made with _knob."""
+
+    max_tokens: int | None = _knob(None, ge=1)  # None: until the context is full
+    temperature: float = _knob(0.8, ge=0, le=2)
+    top_k: int = _knob(40, ge=0)
+    top_p: float = _knob(0.95, ge=0, le=1)
+    min_p: float = _knob(0.05, ge=0, le=1)
+    repeat_penalty: float = _knob(1.0, gt=0, le=10)
+    presence_penalty: float = _knob(0.0, ge=-2, le=2)
+    frequency_penalty: float = _knob(0.0, ge=-2, le=2)
+    penalty_last_n: int = _knob(64, ge=-1)
+    seed: int | None = _knob(None)
     logit_bias: dict[int, float] = field(default_factory=dict)
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+
+
+KNOBS: dict[str, dict[str, float]] = {f.name: f.metadata["bounds"] for f in fields(SamplingParams) if "bounds" in f.metadata}
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,13 @@ class Done:
     completion_tokens: int
     cached_tokens: int
     index: int = 0
+    stop: str | None = None  # the stop string that ended the text, if one did
 
 
 Event = Text | Done
+
+
+@dataclass(frozen=True)
+class Started:
+    """Not an event of the request's output: the engine took the request from its queue (a
+    request that has started cannot be re-run elsewhere; one still queued can)."""

@@ -21,12 +21,12 @@ import numpy as np
 
 from ..errors import EngineError, ModelUnavailable, QueueFull
 from .model import Model
-from .params import Event, Generate
+from .params import Event, Generate, Started
 from .sampling import Sampler
 from .slot import Sequence, Slot
 
 _log = logging.getLogger("localchat.engine")
-Emit = Callable[[Event | BaseException | None], None]  # None: the request has ended
+Emit = Callable[[Event | Started | BaseException | None], None]  # None: the request has ended
 
 
 class Job:
@@ -75,6 +75,7 @@ class Scheduler:
         self.running: list[Job] = []
         self._cond = threading.Condition()
         self._stopping = False
+        self.after_step: Callable[[], None] | None = None  # called after every turn of the loop (a worker flushes)
         self._thread = threading.Thread(target=self._loop, name="localchat-scheduler", daemon=True)
         self._thread.start()
 
@@ -127,6 +128,8 @@ class Scheduler:
             self._drop_cancelled()
             if self.running:
                 self._step()
+            if self.after_step is not None:
+                self.after_step()
 
     def _admit(self) -> list[Job]:
         """Take queued jobs, first come first served, while enough slots are free."""
@@ -172,6 +175,7 @@ class Scheduler:
         del lead.cached[n:]
         job.cached, job.pending = n, list(req.tokens[n:])
         self.running.append(job)
+        job.emit(Started())
 
     def _sequence(self, job: Job, i: int, slot: Slot) -> Sequence:
         req, model = job.request, self.model

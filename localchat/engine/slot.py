@@ -43,7 +43,7 @@ class Sequence:
         """Sample from the logits at batch index `idx`; emit its text; finish or queue the token."""
         token = self.sampler.sample(ctx, idx)
         if token in self.stop_tokens or token in self.model.eog:
-            return self._end("stop")
+            return self._end("stop", flush=True)  # text held back as a possible stop string was text
         if self.logprobs is not None:  # content tokens only, as OpenAI does: not the end-of-turn token
             self._pending_logprobs.append(self._logprob(ctx, idx, token))
         self.generated += 1
@@ -55,9 +55,9 @@ class Sequence:
         if text or (self._pending_logprobs and not stopped):
             self._text(text)
         if stopped:
-            return self._end("stop")
+            return self._end("stop", flush=False)
         if self.generated >= self.budget:
-            return self._end("length")
+            return self._end("length", flush=True)
         self.next_token = token
 
     def cancel(self) -> None:
@@ -68,8 +68,8 @@ class Sequence:
         self.emit(Text(text, self.index, tuple(self._pending_logprobs)))
         self._pending_logprobs = []
 
-    def _end(self, reason: str) -> None:
-        if reason != "stop":
+    def _end(self, reason: str, flush: bool) -> None:
+        if flush:
             tail = self.stopper.flush() + self.utf8.flush()
             if tail:
                 self._text(tail)
@@ -78,7 +78,8 @@ class Sequence:
         self.finish, self.next_token = reason, None
 
     def done(self, prompt_tokens: int, cached_tokens: int) -> Done:
-        return Done(self.finish or "cancelled", prompt_tokens, self.generated, cached_tokens, self.index)
+        return Done(self.finish or "cancelled", prompt_tokens, self.generated, cached_tokens, self.index,
+                    self.stopper.matched)
 
     def _logprob(self, ctx, idx: int, token: int) -> TokenLogprob:
         logits = np.ctypeslib.as_array(C.llama_get_logits_ith(ctx, idx), shape=(self.model.n_vocab,))

@@ -29,13 +29,15 @@ class StopMatcher:
     def __init__(self, stops: list[str]) -> None:
         self._stops = [s for s in stops if s]
         self._held = ""
+        self.matched: str | None = None  # the stop string that ended the text
 
     def push(self, text: str) -> tuple[str, bool]:
         if not self._stops:
             return text, False
         buf = self._held + text
-        cut = min((i for i in (buf.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self._stops if (i := buf.find(s)) >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda f: (f[0], -len(f[1])))
             self._held = ""
             return buf[:cut], True
         keep = self._longest_partial(buf)

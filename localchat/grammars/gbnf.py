@@ -12,7 +12,7 @@ import re
 
 from ..errors import GrammarError
 
-MAX_CHARS = 256 * 1024
+MAX_BYTES = 256 * 1024  # the default; a server's `max_grammar_bytes` setting overrides it
 MAX_REPETITION = 2000  # llama.cpp's own threshold
 MAX_RULES = 20_000
 MAX_DEPTH = 64
@@ -208,10 +208,15 @@ class _Parser:
             pos = self.space(pos, True)
 
 
-def validate(grammar: str, root: str = "root") -> None:
+def validate(grammar: str, root: str = "root", max_bytes: int = MAX_BYTES) -> None:
     """Raise GrammarError unless llama.cpp would accept `grammar` with start rule `root`."""
-    if len(grammar) > MAX_CHARS:
-        raise GrammarError(f"grammar too large: {len(grammar)} characters, at most {MAX_CHARS}", param="grammar")
+    try:  # (a character is at least one byte: a string that long need not be encoded)
+        size = len(grammar) if len(grammar) > max_bytes else len(grammar.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # a lone surrogate from JSON's "\ud800": llama.cpp gets UTF-8
+        raise GrammarError(f"invalid grammar: {grammar[exc.start]!r} at character {exc.start} is a lone surrogate, "
+                           "not a character", param="grammar") from None
+    if size > max_bytes:
+        raise GrammarError(f"grammar too large: more than {max_bytes} bytes (max_grammar_bytes)", param="grammar")
     if "\x00" in grammar:
         raise GrammarError("invalid grammar: NUL character", param="grammar")
     p = _Parser(grammar)

@@ -1,7 +1,8 @@
-"""The chat use-case, between the HTTP edge (or the REPL) and the engine."""
+"""The generation step, between the protocols (api/) and the engine: prepare a request (model,
+prompt, constraint, tokens), run it, split its output into content, reasoning and tool calls."""
 
 from .constraints import OutputRules, ToolSpec
-from .models import LoadedModel, ModelHost
+from ..models.host import LoadedModel, ModelHost
 from .service import Chat, ChatRequest, Finish, Logprobs, Turn, Usage, total_usage
 from .stream import Delta, ReasoningDelta, ToolCallArguments, ToolCallStart
 

@@ -13,8 +13,9 @@ from typing import Any
 import tomli_w
 
 from . import paths
-from .families import FAMILIES
-from .registry import ModelSpec, Registry, inspect
+from ..families import FAMILIES
+from .catalog import ModelSpec, Registry
+from .gguf import inspect
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 

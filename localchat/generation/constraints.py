@@ -9,7 +9,9 @@ from typing import Any
 from ..engine import Constraint
 from ..errors import InvalidRequest
 from ..families import Family
+from ..errors import GrammarError
 from ..grammars import schema_to_gbnf, validate
+from ..grammars.gbnf import MAX_BYTES
 from ..grammars.schema import assemble
 from ..grammars.tools import after_reasoning, tools_grammar
 
@@ -31,6 +33,7 @@ class OutputRules:
     json_schema: dict[str, Any] | bool | None = None  # response_format json_schema
     json_object: bool = False  # response_format json_object
     grammar: str | None = None  # raw GBNF (extension)
+    max_grammar_bytes: int = MAX_BYTES  # the server's limit, for the raw grammar and for those made from schemas
 
     @property
     def calls_tools(self) -> bool:
@@ -58,12 +61,13 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
     model is still thinking, the grammar waits for the end of its reasoning."""
     after_think = (family.reasoning[1],) if thinking and family.reasoning else ()
     if rules.grammar is not None:
-        validate(rules.grammar)
+        validate(rules.grammar, max_bytes=rules.max_grammar_bytes)
         return Constraint(rules.grammar)
     if rules.json_schema is not None or rules.json_object:
         grammar = assemble("object", {}) if rules.json_object else _schema(rules.json_schema)
         grammar = after_reasoning(grammar) if after_think else grammar
-        validate(grammar)
+        _validate_made(grammar, rules, "response_format.json_schema.schema" if rules.json_schema is not None
+                       else "response_format")
         return Constraint(grammar, after_think)
     if not rules.calls_tools:
         return None
@@ -72,16 +76,25 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
     if rules.tool_choice == "auto":  # free text, then the calls once the trigger is written
         syntax = family.tools
         grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, trigger=syntax.trigger)
-        validate(grammar)
+        _validate_made(grammar, rules, "tools")
         return Constraint(grammar, (syntax.trigger,), after=after_think[0] if after_think else "")
     grammar = tools_grammar(tools, family.tools, parallel=rules.parallel_tool_calls, lead=bool(after_think))
-    validate(grammar)
+    _validate_made(grammar, rules, "tools")
     return Constraint(grammar, after_think)
 
 
-def _schema(schema: dict[str, Any] | bool) -> str:
-    from ..errors import GrammarError
+def _validate_made(grammar: str, rules: OutputRules, param: str) -> None:
+    """Check a grammar made from the request's schemas; an error names the field it came from."""
+    try:
+        validate(grammar, max_bytes=rules.max_grammar_bytes)
+    except GrammarError as exc:
+        exc.message = f"{param}: the grammar made from it is not usable: {exc.message}"
+        exc.args = (exc.message,)
+        exc.param = param
+        raise
 
+
+def _schema(schema: dict[str, Any] | bool) -> str:
     try:
         return schema_to_gbnf(schema)
     except GrammarError as exc:

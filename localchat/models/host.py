@@ -9,10 +9,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from ..engine import Engine
+from ..engine import Engine, WorkerEngine
 from ..errors import LocalchatError
 from ..families import Family, detect, get_family
-from ..registry import DEFAULT_CONTEXT_CAP, ModelInfo, ModelSpec, Registry, Settings, inspect
+from .catalog import DEFAULT_CONTEXT_CAP, ModelSpec, Registry, Settings
+from .gguf import ModelInfo, inspect
 
 log = logging.getLogger("localchat.models")
 
@@ -23,11 +24,19 @@ class LoadedModel:
     info: ModelInfo
     family: Family
     template: str
-    engine: Engine
+    engine: Engine | WorkerEngine
     stop_ids: frozenset[int]
     active: int = 0  # leases held: running and queued requests
     last_used: float = field(default_factory=time.monotonic)
     keep_alive: float | None = None  # seconds idle before unloading; None: forever
+
+    @property
+    def can_embed(self) -> bool:
+        return bool(self.info.pooling_type) or self.spec.embedding
+
+    @property
+    def can_infill(self) -> bool:
+        return all(k in self.engine.model.fim for k in ("pre", "suf", "mid"))
 
     @property
     def bos_token(self) -> str:
@@ -57,10 +66,13 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
         template = info.chat_template
     else:
         template = family.template
-    engine = Engine(path, n_ctx=context_length(spec, info), parallel=spec.parallel or settings.parallel,
-                    max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers)
+    kind = WorkerEngine if settings.worker else Engine
+    pooling = None if info.pooling_type else 1 if spec.embedding else None  # 1: mean
+    engine = kind(path, n_ctx=context_length(spec, info), parallel=spec.parallel or settings.parallel,
+                  max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
+                  visible=family.tools.visible_tokens, pooling=pooling,
+                  **({"name": spec.name} if settings.worker else {}))
     stop_ids = frozenset(i for t in family.stop_tokens if (i := engine.token_id(t)) is not None)
-    engine.show_tokens(family.tools.visible_tokens)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(spec, info, family, template, engine, stop_ids, keep_alive=keep if keep >= 0 else None)
 

@@ -1,4 +1,4 @@
-"""Read a GGUF file's metadata (not its tensors) quickly.
+"""Read a GGUF file's metadata (not its tensors) quickly, and what it says about the model.
 
 gguf.GGUFReader parses every tensor and array element into numpy views, which takes seconds
 for a 262k-token vocabulary; here the header is walked once with `struct`, using the gguf
@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from gguf import GGUF_MAGIC, GGUFValueType
+from gguf import GGUF_MAGIC, GGUFValueType, LlamaFileType
+
+from ..errors import ModelUnavailable
 
 _SCALARS = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
@@ -98,3 +101,53 @@ def _value(f: BinaryIO, vtype: GGUFValueType, key: str) -> Any:
             return None
         return list(struct.unpack(f"<{count}{fmt[1]}", f.read(size * count)))
     raise ValueError(f"unknown GGUF value type {vtype}")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the GGUF file says about itself."""
+
+    architecture: str
+    context_length: int | None
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+    tokens: frozenset[str]  # control and user-defined tokens only
+    name: str | None = None
+    parameters: int = 0
+    quantization: str = "unknown"
+    pooling_type: int | None = None  # declared by embedding models (1 mean, 2 cls, 3 last)
+
+
+def inspect(path: Path) -> ModelInfo:
+    try:
+        meta = read_metadata(path)
+    except (OSError, NotGGUF) as exc:
+        raise ModelUnavailable(str(exc)) from exc
+    arch = str(meta.get("general.architecture", "unknown"))
+    tokens: list[str] = meta.get("tokenizer.ggml.tokens") or []
+    types: list[int] = meta.get("tokenizer.ggml.token_type") or []
+
+    def token(key: str) -> str:
+        i = meta.get(key)
+        return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else ""
+
+    return ModelInfo(
+        architecture=arch,
+        context_length=meta.get(f"{arch}.context_length"),
+        chat_template=meta.get("tokenizer.chat_template"),
+        bos_token=token("tokenizer.ggml.bos_token_id"),
+        eos_token=token("tokenizer.ggml.eos_token_id"),
+        tokens=frozenset(t for t, kind in zip(tokens, types) if kind in (3, 4)),  # CONTROL, USER_DEFINED
+        name=meta.get("general.name"),
+        parameters=meta.get("GGUF.parameter_count", 0),
+        quantization=_quantization(meta.get("general.file_type")),
+        pooling_type=meta.get(f"{arch}.pooling_type") or None,
+    )
+
+
+def _quantization(file_type: int | None) -> str:
+    try:
+        return LlamaFileType(file_type).name.removeprefix("MOSTLY_") if file_type is not None else "unknown"
+    except ValueError:
+        return f"type {file_type}"

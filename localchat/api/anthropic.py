@@ -1,0 +1,272 @@
+"""The Anthropic Messages API, `POST /v1/messages` and `POST /v1/messages/count_tokens`: a thin
+translation onto the one generation step (Claude Code and other Anthropic clients).
+
+Content blocks become OpenAI-shaped messages: assistant `tool_use` blocks → `tool_calls`,
+user `tool_result` blocks → `tool` messages, assistant `thinking` → `reasoning_content`. The
+response side (blocks, SSE events) is in anthropic_stream.py."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..engine.params import KNOBS
+from ..errors import InvalidRequest
+from ..generation import Chat, ChatRequest, OutputRules, ToolSpec, constraints, service
+from ..models import Settings, parse_duration, sampling_model
+from . import errors
+from .anthropic_stream import StopSequence, collect, error_body, stream
+from .body import parse, read_json
+from .sse import EventStream, until_disconnect
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Block(_Lenient):
+    type: str
+    text: str | None = None
+    thinking: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: dict[str, Any] | None = None
+    tool_use_id: str | None = None
+    content: str | list[Block] | None = None
+    is_error: bool = False
+
+
+class Message(_Lenient):
+    role: Literal["user", "assistant"]
+    content: str | list[Block]
+
+
+class Tool(_Lenient):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_.:-]{1,128}$")
+    description: str | None = None
+    input_schema: dict[str, Any]
+
+
+class ToolChoice(_Lenient):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool = False
+
+
+class Thinking(_Lenient):
+    type: str  # enabled | disabled | adaptive | between_tools: the model thinks or not by its template
+    budget_tokens: int | None = Field(None, ge=1)
+
+
+class JsonFormat(_Lenient):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(_Lenient):
+    format: JsonFormat | None = None  # structured output: the answer's text is JSON for this schema
+
+
+Sampling = sampling_model("AnthropicSampling", optional=True, base=_Lenient)
+
+
+class CountRequest(Sampling):  # type: ignore[misc, valid-type]
+    """What count_tokens reads: the prompt's parts (sampling fields are accepted and unused)."""
+
+    model: str | None = None
+    system: str | list[Block] | None = None
+    messages: list[Message] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: Thinking | None = None  # budget_tokens is not enforced
+    output_config: OutputConfig | None = None
+
+
+class MessagesRequest(CountRequest):
+    max_tokens: int = Field(ge=1)
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    logit_bias: dict[str, float] | None = None  # extension (OpenAI's): token id → bias
+    keep_alive: float | str | None = None  # extension (Ollama's): how long the model stays loaded afterwards
+
+    @field_validator("stop_sequences")
+    @classmethod
+    def _stops(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        limits: Settings = (info.context or {}).get("limits") or Settings()
+        if v and len(v) > limits.max_stop_strings:
+            raise ValueError(f"at most {limits.max_stop_strings} stop sequences (max_stop_strings)")
+        if any(len(s) > limits.max_stop_chars for s in v or []):
+            raise ValueError(f"a stop sequence may be at most {limits.max_stop_chars} characters (max_stop_chars)")
+        return v
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _keep_alive(cls, v: float | str | None) -> float | None:
+        seconds = None if v is None else parse_duration(v)
+        if seconds is not None and not math.isfinite(seconds):
+            raise ValueError("keep_alive must be a finite number of seconds (negative: forever)")
+        return seconds
+
+
+def to_chat(req: CountRequest, settings: Settings) -> ChatRequest:
+    """The generation request. max_tokens is a ceiling in Anthropic's API: past the server's
+    cap it is lowered to the cap (Claude Code asks for 32000)."""
+    sampling = {k: v for k, v in req.model_dump(include=set(KNOBS)).items() if v is not None}
+    sampling.pop("max_tokens", None)
+    extra: dict[str, Any] = {}
+    if isinstance(req, MessagesRequest):
+        sampling["max_tokens"] = min(req.max_tokens, settings.max_tokens_cap)
+        if req.stop_sequences:
+            sampling["stop"] = tuple(req.stop_sequences)
+        extra = {"logit_bias": req.logit_bias or {}, "logprobs": 0 if req.stop_sequences else None,
+                 "keep_alive": req.keep_alive}
+    return ChatRequest(messages=conversation(req), model=req.model or None, sampling=sampling,
+                       output=output_rules(req, settings), **extra)
+
+
+def output_rules(req: CountRequest, settings: Settings) -> OutputRules:
+    choice, kind = "auto", req.tool_choice.type if req.tool_choice else "auto"
+    if kind == "tool":
+        if not req.tool_choice or not req.tool_choice.name:
+            raise InvalidRequest("tool_choice.name is required when tool_choice.type is 'tool'", param="tool_choice.name")
+        choice = req.tool_choice.name
+    elif kind in ("any", "none"):
+        if kind == "any" and not req.tools:
+            raise InvalidRequest("tool_choice is 'any' but the request has no tools", param="tool_choice")
+        choice = "required" if kind == "any" else "none"
+    fmt = req.output_config.format if req.output_config else None
+    return OutputRules(tools=tuple(ToolSpec(t.name, t.description, t.input_schema) for t in req.tools or []),
+                       tool_choice=choice, json_schema=fmt.schema_ if fmt else None,
+                       parallel_tool_calls=not (req.tool_choice and req.tool_choice.disable_parallel_tool_use),
+                       max_grammar_bytes=settings.max_grammar_bytes)
+
+
+def conversation(req: CountRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    system = req.system if isinstance(req.system, str) else _texts(req.system or [], "system")
+    if system:
+        out.append({"role": "system", "content": system})
+    names: dict[str, str] = {}  # tool_use id → tool name, for the tool messages answering them
+    for i, m in enumerate(req.messages):
+        if isinstance(m.content, str):
+            out.append({"role": m.role, "content": m.content})
+        elif m.role == "assistant":
+            out.append(_assistant(m.content, f"messages.{i}.content", names))
+        else:
+            out += _user(m.content, f"messages.{i}.content", names)
+    return out
+
+
+def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> dict[str, Any]:
+    texts, thoughts, calls = [], [], []
+    for j, b in enumerate(blocks):
+        if b.type == "text":
+            texts.append(b.text or "")
+        elif b.type == "thinking":
+            thoughts.append(b.thinking or "")
+        elif b.type == "tool_use":
+            if not b.id or not b.name:
+                raise InvalidRequest(f"{where}.{j}: a tool_use block needs `id` and `name`", param=f"{where}.{j}")
+            names[b.id] = b.name
+            calls.append({"id": b.id, "type": "function", "function": {"name": b.name, "arguments": b.input or {}}})
+        elif b.type != "redacted_thinking":  # encrypted by Anthropic: nothing a local model can read
+            raise _unsupported(b, f"{where}.{j}")
+    message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
+    if calls:
+        message["tool_calls"] = calls
+    if thoughts:
+        message["reasoning_content"] = "\n".join(thoughts)
+    return message
+
+
+def _user(blocks: list[Block], where: str, names: dict[str, str]) -> list[dict[str, Any]]:
+    """Tool results become `tool` messages; runs of text blocks become user messages."""
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for j, b in enumerate(blocks):
+        if b.type == "text":
+            texts.append(b.text or "")
+            continue
+        if b.type != "tool_result":
+            raise _unsupported(b, f"{where}.{j}")
+        if not b.tool_use_id:
+            raise InvalidRequest(f"{where}.{j}.tool_use_id is required", param=f"{where}.{j}.tool_use_id")
+        if texts:
+            out.append({"role": "user", "content": "\n".join(texts)})
+            texts = []
+        content = b.content if isinstance(b.content, str) else _texts(b.content or [], f"{where}.{j}.content")
+        result = {"role": "tool", "content": ("Error: " if b.is_error else "") + content, "tool_call_id": b.tool_use_id}
+        if b.tool_use_id in names:
+            result["name"] = names[b.tool_use_id]
+        out.append(result)
+    if texts or not out:
+        out.append({"role": "user", "content": "\n".join(texts)})
+    return out
+
+
+def _texts(blocks: list[Block], where: str) -> str:
+    for j, b in enumerate(blocks):
+        if b.type != "text":
+            raise _unsupported(b, f"{where}.{j}")
+    return "\n".join(b.text or "" for b in blocks)
+
+
+def _unsupported(block: Block, where: str) -> InvalidRequest:
+    if block.type in ("image", "document"):
+        return InvalidRequest(f"{where}: {block.type}s are not supported by this server (text only)", param=where)
+    return InvalidRequest(f"{where}: content blocks of type {block.type!r} are not supported here", param=where)
+
+
+async def count_tokens(chat: Chat, request: ChatRequest) -> int:
+    """The prompt's length in tokens, rendered and tokenized as generation would, without
+    generating. TODO: a public `Chat.count_tokens` in generation/ would replace this."""
+    constraints.check(request.output)
+    lease = await chat.host.lease(request.model)
+    try:
+        prepared = await asyncio.to_thread(service._prepare, request, lease.model)  # noqa: SLF001
+    finally:
+        lease.release()
+    return len(prepared.generate.tokens)
+
+
+def routes(chat: Chat) -> list[Route]:
+    async def read(request: Request, model: type[CountRequest]) -> tuple[CountRequest, ChatRequest]:
+        settings = chat.host.settings
+        body = await read_json(request, settings.max_body_bytes)
+
+        def translate() -> tuple[CountRequest, ChatRequest]:  # a long conversation: off the event loop
+            req = parse(model, body, limits=settings)
+            return req, to_chat(req, settings)
+
+        return await asyncio.to_thread(translate)
+
+    async def messages(request: Request) -> Response:
+        req, ask = await read(request, MessagesRequest)
+        assert isinstance(req, MessagesRequest)
+        turn = await chat.start(ask)
+        meta = {"id": f"msg_{secrets.token_hex(12)}", "type": "message", "role": "assistant", "model": turn.model}
+        stops = StopSequence(tuple(req.stop_sequences or ()))
+        if req.stream:
+            return EventStream(stream(turn, meta, stops), on_close=turn.close)
+        try:
+            message = await until_disconnect(request.receive, lambda: collect(turn, meta, stops))
+        finally:
+            turn.close()
+        return JSONResponse(message) if message else Response(status_code=499)
+
+    async def tokens(request: Request) -> Response:
+        _, ask = await read(request, CountRequest)
+        return JSONResponse({"input_tokens": await count_tokens(chat, ask)})
+
+    return [Route("/v1/messages", messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", tokens, methods=["POST"])]
+
+
+errors.register("/v1/messages", lambda status, kind, message, param, code: error_body(status, message))

@@ -1,0 +1,174 @@
+"""The response side of the Anthropic Messages API: generation events → content blocks
+(`thinking`, `text`, `tool_use`), sent as Anthropic's named SSE events or collected into one
+message.
+
+One `Blocks` turns the events into block events for both paths, so a streamed answer and a
+collected one always hold the same blocks. Tool-call arguments only ever go into their own
+`tool_use` block as `input_json_delta` fragments, never into a text block."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..errors import LocalchatError
+from ..generation import Delta, Finish, Logprobs, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn, Usage
+from .sse import frame
+
+log = logging.getLogger("localchat.api")
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
+_STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}
+
+Event = tuple[str, dict[str, Any]]  # (SSE event name, data)
+
+
+def error_type(status: int) -> str:
+    return _ERROR_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": error_type(status), "message": message}}
+
+
+def tool_use_id(call_id: str) -> str:
+    return "toolu_" + call_id.removeprefix("call_")
+
+
+class Blocks:
+    """Generation events → content block events, in order: a block is opened when the kind of
+    output changes (thinking, text, each tool call) and closed before the next one opens."""
+
+    def __init__(self) -> None:
+        self.content: list[dict[str, Any]] = []  # the blocks so far, as a collected message holds them
+        self._open: tuple[str, int] | None = None  # (kind, tool call index or -1)
+        self._json: dict[int, str] = {}  # block index → a tool call's arguments so far
+
+    def push(self, event: Delta | ReasoningDelta | ToolCallStart | ToolCallArguments) -> list[Event]:
+        if isinstance(event, ToolCallStart):
+            block = {"type": "tool_use", "id": tool_use_id(event.id), "name": event.name, "input": {}}
+            return self._start(("tool_use", event.index), block)
+        if isinstance(event, ToolCallArguments):
+            if self._open != ("tool_use", event.index):
+                return []  # arguments of a call that was never announced: nothing to attach them to
+            self._json[len(self.content) - 1] += event.fragment
+            return [self._delta({"type": "input_json_delta", "partial_json": event.fragment})]
+        kind, text = ("thinking", event.text) if isinstance(event, ReasoningDelta) else ("text", event.content)
+        if not text:
+            return []
+        out = [] if self._open == (kind, -1) else self._start((kind, -1), {"type": kind, kind: "", **(
+            {"signature": ""} if kind == "thinking" else {})})
+        self.content[-1][kind] += text
+        return out + [self._delta({"type": f"{kind}_delta", kind: text})]
+
+    def close(self) -> list[Event]:
+        if self._open is None:
+            return []
+        self._open = None
+        index = len(self.content) - 1
+        if index in self._json:
+            self.content[index]["input"] = _parsed(self._json[index])
+        return [("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+    def _start(self, key: tuple[str, int], block: dict[str, Any]) -> list[Event]:
+        out = self.close()
+        self._open = key
+        self.content.append(block)
+        if block["type"] == "tool_use":
+            self._json[len(self.content) - 1] = ""
+        start = {"type": "content_block_start", "index": len(self.content) - 1, "content_block": dict(block)}
+        return out + [("content_block_start", start)]
+
+    def _delta(self, delta: dict[str, Any]) -> Event:
+        return "content_block_delta", {"type": "content_block_delta", "index": len(self.content) - 1, "delta": delta}
+
+
+def _parsed(arguments: str) -> Any:
+    """A call's arguments: grammar-constrained JSON, unless max_tokens cut the call short."""
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return {}
+
+
+class StopSequence:
+    """Which stop sequence ended the answer. The engine cuts the stop string from the text and
+    does not say which one matched, so the request asks for log-probabilities (top 0) when it
+    has stop sequences: their tokens spell all that was generated, stop string included. The
+    engine stops at the first stop string completed, so that is the one that ends first."""
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self.stops = stops
+        self._raw = bytearray()
+
+    def add(self, event: Logprobs) -> None:
+        for token in event.tokens:
+            self._raw += bytes(token.bytes)
+
+    def matched(self, finish: Finish) -> str | None:
+        if finish.reason != "stop" or not self.stops:
+            return None
+        raw = self._raw.decode("utf-8", errors="replace")
+        found = [(at + len(s), at, s) for s in self.stops if (at := raw.find(s)) >= 0]
+        return min(found)[2] if found else None
+
+
+def usage(u: Usage) -> dict[str, int]:
+    """Anthropic's counts: `input_tokens` are the prompt tokens not read from the cache."""
+    return {"input_tokens": u.prompt_tokens - u.cached_tokens, "output_tokens": u.completion_tokens,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": u.cached_tokens}
+
+
+def _ending(finish: Finish, stops: StopSequence) -> dict[str, Any]:
+    matched = stops.matched(finish)
+    reason = "stop_sequence" if matched is not None else _STOP_REASONS.get(finish.reason, "end_turn")
+    return {"stop_reason": reason, "stop_sequence": matched}
+
+
+async def collect(turn: Turn, meta: dict[str, Any], stops: StopSequence) -> dict[str, Any]:
+    blocks, finish = Blocks(), None
+    async for _, event in turn.events():
+        if isinstance(event, Finish):
+            finish = event
+        elif isinstance(event, Logprobs):
+            stops.add(event)
+        else:
+            blocks.push(event)
+    blocks.close()
+    assert finish is not None
+    return {**meta, "content": blocks.content, **_ending(finish, stops), "usage": usage(finish.usage)}
+
+
+async def stream(turn: Turn, meta: dict[str, Any], stops: StopSequence) -> AsyncIterator[bytes]:
+    """message_start, ping, the blocks' events, message_delta, message_stop; an error after
+    the first byte is an `error` event. The prompt's token count is known only at the end:
+    message_start says 0 and message_delta carries the real counts (cumulative, as Anthropic's)."""
+    empty = usage(Usage(0, 0, 0))
+    yield frame({"type": "message_start", "message": {**meta, "content": [], "stop_reason": None,
+                                                      "stop_sequence": None, "usage": empty}}, event="message_start")
+    yield frame({"type": "ping"}, event="ping")
+    blocks, finish = Blocks(), None
+    try:
+        async for _, event in turn.events():
+            if isinstance(event, Finish):
+                finish = event
+            elif isinstance(event, Logprobs):
+                stops.add(event)
+            else:
+                for name, data in blocks.push(event):
+                    yield frame(data, event=name)
+        for name, data in blocks.close():
+            yield frame(data, event=name)
+        assert finish is not None
+        yield frame({"type": "message_delta", "delta": _ending(finish, stops), "usage": usage(finish.usage)},
+                    event="message_delta")
+        yield frame({"type": "message_stop"}, event="message_stop")
+    except LocalchatError as exc:
+        yield frame(error_body(exc.status, exc.message), event="error")
+    except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
+        log.exception("stream failed")
+        yield frame(error_body(500, f"internal error: {exc}"), event="error")

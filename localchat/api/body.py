@@ -1,0 +1,59 @@
+"""Reading a request body, for every protocol: JSON within the size limit, then a pydantic model
+whose first error becomes a 400 naming the field as a dotted path."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+
+from ..errors import InvalidRequest, PayloadTooLarge
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
+    size = f"{max_bytes // 2**20} MiB" if max_bytes % 2**20 == 0 else f"{max_bytes} bytes"
+    too_large = PayloadTooLarge(f"the request body is larger than {size} (max_body_bytes)")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
+    chunks, received = [], 0
+    async for chunk in request.stream():  # a chunked body is cut off at the limit, not read whole first
+        received += len(chunk)
+        if received > max_bytes:
+            raise too_large
+        chunks.append(chunk)
+    try:
+        body = json.loads(b"".join(chunks))
+    except RecursionError:
+        raise InvalidRequest("the request body is nested too deeply") from None
+    except ValueError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    return body
+
+
+def parse(model: type[M], body: dict[str, Any], **context: Any) -> M:
+    try:
+        return model.model_validate(body, context=context or None)
+    except ValidationError as exc:
+        raise invalid(exc) from None
+
+
+def invalid(exc: ValidationError) -> InvalidRequest:
+    err = exc.errors()[0]
+    param = ".".join(str(p) for p in err["loc"] if not _union_tag(p))
+    return InvalidRequest(f"{param}: {err['msg']}" if param else err["msg"], param=param or None)
+
+
+def _union_tag(part: str | int) -> bool:
+    """pydantic's name for one member of a union in an error's location ('str', 'list[str]',
+    'NamedToolChoice'): not a field of the request, so not part of `param`."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool", "none")
+                                      or re.match(r"(list|dict|literal|tuple|set|function-[a-z]+)\[", part) is not None
+                                      or part[:1].isupper())

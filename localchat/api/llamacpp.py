@@ -1,0 +1,193 @@
+"""llama.cpp's own routes, as its editor plugins (llama.vim, llama.vscode) call them:
+`POST /infill` (fill-in-the-middle with other files as context), `GET /props`,
+`POST /tokenize`, `POST /detokenize`. Same generation step as every other protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import InvalidRequest, LocalchatError
+from ..generation import Chat, ChatRequest, Delta, Finish, Turn
+from ..models.host import Lease
+from .body import parse, read_json
+from .sse import EventStream, frame, until_disconnect
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ExtraFile(_Lenient):
+    filename: str = "tmp"
+    text: str = ""
+
+
+class InfillRequest(_Lenient):
+    model: str | None = None
+    input_prefix: str = ""
+    input_suffix: str = ""
+    input_extra: list[ExtraFile] = []
+    prompt: str = ""  # text that goes right after the prefix (what the user typed so far)
+    n_predict: int = Field(-1, ge=-2)  # -1, -2: until the model stops (within the server's cap); 0: only warm the cache
+    stream: bool = False
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_k: int | None = Field(None, ge=0)
+    top_p: float | None = Field(None, ge=0, le=1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    repeat_penalty: float | None = Field(None, gt=0, le=10)
+    repeat_last_n: int | None = Field(None, ge=-1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    seed: int | None = None
+    stop: list[str] = Field([], max_length=16)
+
+    def to_chat(self) -> ChatRequest:
+        sampling: dict[str, Any] = {k: v for k, v in self.model_dump(include={
+            "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
+            "seed"}).items() if v is not None}
+        if self.repeat_last_n is not None:
+            sampling["penalty_last_n"] = self.repeat_last_n
+        if self.n_predict > 0:
+            sampling["max_tokens"] = self.n_predict
+        elif self.n_predict == 0:
+            sampling["max_tokens"] = 1  # the prompt is decoded (and cached); the answer is dropped
+        if self.stop:
+            sampling["stop"] = tuple(self.stop)
+        return ChatRequest(model=self.model, prompt=self.input_prefix + self.prompt, suffix=self.input_suffix,
+                           extra=tuple((f.filename, f.text) for f in self.input_extra), sampling=sampling)
+
+
+class TokenizeRequest(_Lenient):
+    model: str | None = None
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(_Lenient):
+    model: str | None = None
+    tokens: list[int]
+
+
+def routes(chat: Chat) -> list[Route]:
+    async def infill(request: Request) -> Response:
+        req = parse(InfillRequest, await read_json(request, chat.host.settings.max_body_bytes))
+        started = time.perf_counter()
+        turn = await chat.start(req.to_chat())
+        if req.n_predict == 0:  # warm the cache: answer now, let the prompt decode behind it
+            asyncio.get_running_loop().create_task(_drain(turn))
+            return JSONResponse(_final(turn.model, "", None, started, 0))
+        if req.stream:
+            return EventStream(_stream(turn, started), on_close=turn.close)
+        try:
+            body = await until_disconnect(request.receive, lambda: _collect(turn, started))
+        finally:
+            turn.close()
+        return JSONResponse(body) if body else Response(status_code=499)
+
+    async def props(request: Request) -> Response:
+        registry = chat.host.registry
+        name = request.query_params.get("model") or None
+        spec = registry.resolve(name)
+        loaded = chat.host.loaded.get(spec.name)
+        n_ctx = loaded.engine.n_ctx if loaded else await asyncio.to_thread(chat.host.context_length, spec.name)
+        slots = loaded.engine.parallel if loaded else spec.parallel or chat.host.settings.parallel
+        return JSONResponse({
+            "default_generation_settings": {"n_ctx": n_ctx, "model": spec.name, "params": {
+                **spec.sampling.model_dump(), "n_predict": spec.sampling.max_tokens or -1}},
+            "total_slots": slots, "model_alias": spec.name, "model_path": str(spec.location() or ""),
+            "chat_template": loaded.template if loaded else "", "modalities": {"vision": False, "audio": False},
+            "build_info": "localchat", "infill": bool(loaded and loaded.can_infill)})
+
+    async def tokenize(request: Request) -> Response:
+        req = parse(TokenizeRequest, await read_json(request, chat.host.settings.max_body_bytes))
+        async with _leased(chat, req.model) as lease:
+            model = lease.model.engine.model
+
+            def run() -> list[int]:
+                tokens = model.tokenize_bytes(req.content.encode("utf-8", "replace"), parse_special=req.parse_special)
+                return [model.bos, *tokens] if req.add_special and model.bos is not None else tokens
+
+            tokens = await asyncio.to_thread(run)
+            if not req.with_pieces:
+                return JSONResponse({"tokens": tokens})
+            return JSONResponse({"tokens": [{"id": t, "piece": model.piece(t).decode("utf-8", "replace")}
+                                            for t in tokens]})
+
+    async def detokenize(request: Request) -> Response:
+        req = parse(DetokenizeRequest, await read_json(request, chat.host.settings.max_body_bytes))
+        async with _leased(chat, req.model) as lease:
+            model = lease.model.engine.model
+            bad = next((t for t in req.tokens if not 0 <= t < model.n_vocab), None)
+            if bad is not None:
+                raise InvalidRequest(f"tokens: {bad} is outside the vocabulary (0..{model.n_vocab - 1})",
+                                     param="tokens")
+            text = b"".join(model.piece(t) for t in req.tokens).decode("utf-8", "replace")
+            return JSONResponse({"content": text})
+
+    return [Route("/infill", infill, methods=["POST"]), Route("/props", props, methods=["GET"]),
+            Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"])]
+
+
+class _leased:
+    """`async with _leased(chat, name) as lease`: the model, loaded and held for the block."""
+
+    def __init__(self, chat: Chat, name: str | None) -> None:
+        self.chat, self.name = chat, name
+
+    async def __aenter__(self) -> Lease:
+        self.lease = await self.chat.host.lease(self.name)
+        return self.lease
+
+    async def __aexit__(self, *_: object) -> None:
+        self.lease.release()
+
+
+async def _drain(turn: Turn) -> None:
+    try:
+        async for _ in turn.events():
+            pass
+    except LocalchatError:
+        pass
+
+
+def _final(model: str, content: str, finish: Finish | None, started: float, predicted: int) -> dict[str, Any]:
+    usage = finish.usage if finish else None
+    elapsed = (time.perf_counter() - started) * 1000
+    stop_type = "limit" if finish and finish.reason == "length" else "eos"
+    return {"content": content, "stop": True, "model": model, "stop_type": stop_type if finish else "none",
+            "tokens_predicted": predicted, "tokens_evaluated": usage.prompt_tokens if usage else 0,
+            "tokens_cached": usage.cached_tokens if usage else 0, "truncated": False,
+            "timings": {"prompt_n": (usage.prompt_tokens - usage.cached_tokens) if usage else 0,
+                        "cache_n": usage.cached_tokens if usage else 0, "predicted_n": predicted,
+                        "predicted_ms": elapsed, "predicted_per_second": predicted / elapsed * 1000 if elapsed else 0}}
+
+
+async def _collect(turn: Turn, started: float) -> dict[str, Any]:
+    text, finish = [], None
+    async for _, event in turn.events():
+        if isinstance(event, Delta):
+            text.append(event.content)
+        elif isinstance(event, Finish):
+            finish = event
+    return _final(turn.model, "".join(text), finish, started, finish.usage.completion_tokens if finish else 0)
+
+
+async def _stream(turn: Turn, started: float) -> AsyncIterator[bytes]:
+    try:
+        async for _, event in turn.events():
+            if isinstance(event, Delta) and event.content:
+                yield frame({"content": event.content, "stop": False})
+            elif isinstance(event, Finish):
+                yield frame(_final(turn.model, "", event, started, event.usage.completion_tokens))
+    except LocalchatError as exc:
+        yield frame(exc.to_json())

@@ -1,0 +1,261 @@
+"""Ollama's `POST /api/chat` and `POST /api/generate`: the request parsed and turned into one
+ChatRequest for the generation step; the answer framed by ollama_stream."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..engine.params import KNOBS
+from ..errors import InvalidRequest, ModelNotFound
+from ..generation import Chat, ChatRequest, OutputRules, ToolSpec, Turn
+from ..models import Registry, Settings, parse_duration
+from .body import parse, read_json
+from .ollama_stream import Answer, Clock, Shape, collect, stream
+from .schemas import PENALTY_LAST_N_MAX
+from .sse import EventStream, until_disconnect
+
+
+def _seconds(value: float | str | None) -> float | None:
+    if value is None:
+        return None
+    seconds = parse_duration(value)
+    if not math.isfinite(seconds):
+        raise ValueError("keep_alive must be a finite number of seconds (negative: forever)")
+    return seconds
+
+
+KeepAlive = Annotated[float | str | None, AfterValidator(_seconds)]  # seconds once parsed
+
+
+def model_name(registry: Registry, name: str) -> str | None:
+    """What to resolve: Ollama clients may add `:latest` to a name that has no tag."""
+    if not name:
+        return None
+    try:
+        registry.resolve(name)
+        return name
+    except ModelNotFound:
+        return name.removesuffix(":latest")
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Options(_Lenient):
+    """Ollama's `options`; load-time ones (num_ctx, num_gpu, num_thread…) are ignored: the
+    model's settings are in models.toml."""
+
+    temperature: float | None = Field(None, **KNOBS["temperature"])
+    top_k: int | None = Field(None, **KNOBS["top_k"])
+    top_p: float | None = Field(None, **KNOBS["top_p"])
+    min_p: float | None = Field(None, **KNOBS["min_p"])
+    repeat_penalty: float | None = Field(None, **KNOBS["repeat_penalty"])
+    presence_penalty: float | None = Field(None, **KNOBS["presence_penalty"])
+    frequency_penalty: float | None = Field(None, **KNOBS["frequency_penalty"])
+    repeat_last_n: int | None = Field(None, ge=-1, le=PENALTY_LAST_N_MAX)
+    seed: int | None = None  # negative: a random seed
+    num_predict: int | None = None  # -1, -2 (and 0): no limit of the request's own
+    stop: str | list[str] | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, v: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
+        limits: Settings = (info.context or {}).get("limits") or Settings()
+        stops = [v] if isinstance(v, str) else v or []
+        if len(stops) > limits.max_stop_strings or any(len(s) > limits.max_stop_chars for s in stops):
+            raise ValueError(f"at most {limits.max_stop_strings} stop strings of at most {limits.max_stop_chars} "
+                             "characters each (max_stop_strings, max_stop_chars)")
+        return v
+
+    def sampling(self) -> dict[str, Any]:
+        knobs = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"}
+        out: dict[str, Any] = {k: v for k, v in self.model_dump(include=knobs).items() if v is not None}
+        if self.repeat_last_n is not None:
+            out["penalty_last_n"] = self.repeat_last_n
+        if self.seed is not None and self.seed >= 0:
+            out["seed"] = self.seed
+        if self.num_predict is not None and self.num_predict > 0:
+            out["max_tokens"] = self.num_predict
+        if self.stop:
+            out["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        return out
+
+
+class CallFunction(_Lenient):
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class Call(_Lenient):
+    id: str | None = None
+    function: CallFunction
+
+
+class Message(_Lenient):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    thinking: str | None = None
+    images: list[Any] | None = None
+    tool_calls: list[Call] | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+class Function(_Lenient):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(_Lenient):
+    type: Literal["function"] = "function"
+    function: Function
+
+
+class _Generation(_Lenient):
+    model: str = ""
+    format: Literal["", "json"] | dict[str, Any] | None = None
+    options: Options | None = None
+    stream: bool = True
+    keep_alive: KeepAlive = None
+    think: bool | str | None = None  # "high" / "medium" / "low": thinking on
+
+    def common(self, registry: Registry, tools: list[Tool] | None = None) -> dict[str, Any]:
+        fmt = self.format
+        rules = OutputRules(tools=tuple(ToolSpec(t.function.name, t.function.description, t.function.parameters)
+                                        for t in tools or []),
+                            json_schema=fmt if isinstance(fmt, dict) else None, json_object=fmt == "json")
+        return {"model": model_name(registry, self.model), "sampling": (self.options or Options()).sampling(),
+                "output": rules, "keep_alive": self.keep_alive}
+
+    @property
+    def thinks(self) -> bool | None:
+        return self.think if self.think is None or isinstance(self.think, bool) else True
+
+
+class ChatBody(_Generation):
+    messages: list[Message] = []
+    tools: list[Tool] | None = None
+
+
+class GenerateBody(_Generation):
+    prompt: str = ""
+    suffix: str | None = None  # fill in the middle between prompt and suffix
+    system: str | None = None
+    template: str | None = None  # ignored: the model's own template is used
+    raw: bool = False
+    images: list[Any] | None = None
+    context: list[int] | None = None  # ignored: send the conversation as messages to /api/chat
+
+
+def chat_request(body: ChatBody, registry: Registry) -> ChatRequest:
+    return ChatRequest(messages=_messages(body.messages), **body.common(registry, body.tools))
+
+
+def generate_request(body: GenerateBody, registry: Registry) -> ChatRequest:
+    if body.images:
+        raise InvalidRequest("images: this server runs text models only", param="images")
+    common = body.common(registry)
+    if body.suffix:
+        return ChatRequest(prompt=body.prompt, suffix=body.suffix, **common)
+    if body.raw:
+        return ChatRequest(prompt=body.prompt, **common)
+    system = [{"role": "system", "content": body.system}] if body.system else []
+    return ChatRequest(messages=[*system, {"role": "user", "content": body.prompt}], **common)
+
+
+def _messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """OpenAI-shaped messages. Ollama's calls have no ids and its tool results name the tool:
+    each result answers the first unanswered call of that name from the assistant before it."""
+    out: list[dict[str, Any]] = []
+    unanswered: list[tuple[str, str]] = []  # (id, name)
+    for i, m in enumerate(messages):
+        if m.images:
+            raise InvalidRequest(f"messages[{i}].images: this server runs text models only",
+                                 param=f"messages.{i}.images")
+        item: dict[str, Any] = {"role": m.role, "content": m.content or ""}
+        if m.role == "assistant" and m.thinking:
+            item["reasoning_content"] = m.thinking
+        if m.role == "assistant" and m.tool_calls:
+            item["tool_calls"] = [{"id": c.id or f"call_{i}_{j}", "type": "function",
+                                   "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
+                                  for j, c in enumerate(m.tool_calls)]
+            unanswered = [(c["id"], c["function"]["name"]) for c in item["tool_calls"]]
+        elif m.role == "tool":
+            match = next((c for c in unanswered
+                          if m.tool_call_id in (None, c[0]) and m.tool_name in (None, c[1])), None)
+            if match:
+                unanswered.remove(match)
+            call_id, name = match or (m.tool_call_id or f"call_{i}", m.tool_name or "")
+            item.update(tool_call_id=call_id, name=name)
+        out.append(item)
+    return out
+
+
+def _arguments(arguments: dict[str, Any] | str) -> Any:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
+async def _start(chat: Chat, request: ChatRequest) -> Turn:
+    """chat.start, with OpenAI's field names in its errors put into Ollama's."""
+    try:
+        return await chat.start(request)
+    except InvalidRequest as exc:
+        for theirs in ("response_format.json_schema.schema", "response_format"):
+            exc.message = exc.message.replace(theirs, "format")
+            exc.param = "format" if exc.param and exc.param.startswith(theirs) else exc.param
+        exc.args = (exc.message,)
+        raise
+
+
+async def _answer(request: Request, turn: Turn, shape: Shape, body: _Generation, clock: Clock) -> Response:
+    clock.ready = time.perf_counter()  # the model is loaded and the prompt prepared
+    answer = Answer(body.thinks)
+    if body.stream:
+        return EventStream(stream(turn, shape, answer, clock), on_close=turn.close, media_type="application/x-ndjson")
+    try:
+        result = await until_disconnect(request.receive, lambda: collect(turn, shape, answer, clock))
+    finally:
+        turn.close()
+    return JSONResponse(result) if result else Response(status_code=499)
+
+
+async def _load(chat: Chat, body: _Generation, shape: Shape) -> Response:
+    """An empty request loads the model (keep_alive 0: unloads it), as Ollama's clients expect."""
+    spec = chat.host.registry.resolve(model_name(chat.host.registry, body.model))
+    shape.model = body.model or spec.name
+    unload = body.keep_alive == 0
+    if not (unload and spec.name not in chat.host.loaded):
+        (await chat.host.lease(spec.name, body.keep_alive)).release()
+    return JSONResponse(shape.line({}, {"done": True, "done_reason": "unload" if unload else "load"}))
+
+
+async def chat_route(chat: Chat, request: Request) -> Response:
+    clock, limits = Clock(), chat.host.settings
+    body = parse(ChatBody, await read_json(request, limits.max_body_bytes), limits=limits)
+    if not body.messages:
+        return await _load(chat, body, Shape(True, body.model))
+    turn = await _start(chat, chat_request(body, chat.host.registry))
+    return await _answer(request, turn, Shape(True, body.model or turn.model), body, clock)
+
+
+async def generate_route(chat: Chat, request: Request) -> Response:
+    clock, limits = Clock(), chat.host.settings
+    body = parse(GenerateBody, await read_json(request, limits.max_body_bytes), limits=limits)
+    if not body.prompt and not body.suffix:
+        return await _load(chat, body, Shape(False, body.model))
+    turn = await _start(chat, generate_request(body, chat.host.registry))
+    return await _answer(request, turn, Shape(False, body.model or turn.model), body, clock)

@@ -1,0 +1,199 @@
+"""OpenAI legacy completions, `POST /v1/completions`: a raw prompt (no chat template), or
+fill-in-the-middle with `suffix`; `echo`, legacy `logprobs`, several prompts, `n`.
+
+Each prompt is one generation (its n choices decode together); choice `p * n + i` is prompt
+p's i-th. Code-completion clients stream short answers with many stop strings and cancel often."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import InvalidRequest, LocalchatError
+from ..generation import Chat, ChatRequest, Delta, Finish, Logprobs, Turn, total_usage
+from ..models import Settings, parse_duration
+from .body import parse, read_json
+from .schemas import SamplingFields, StreamOptions
+from .sse import DONE, EventStream, frame, until_disconnect
+
+
+class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
+    model: str | None = None
+    prompt: str | list[str] = Field(min_length=1)
+    suffix: str | None = None
+    n: int = Field(1, ge=1, le=64)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=20)
+    logit_bias: dict[str, float] | None = None
+    ignore_eos: bool = False
+    keep_alive: float | str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, v: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
+        limits: Settings = (info.context or {}).get("limits") or Settings()
+        stops = [v] if isinstance(v, str) else v or []
+        if len(stops) > limits.max_stop_strings:
+            raise ValueError(f"at most {limits.max_stop_strings} stop strings (max_stop_strings)")
+        if any(len(s) > limits.max_stop_chars for s in stops):
+            raise ValueError(f"a stop string may be at most {limits.max_stop_chars} characters (max_stop_chars)")
+        return v
+
+    def requests(self) -> list[ChatRequest]:
+        sampling: dict[str, Any] = {k: v for k, v in self.model_dump(include=set(SamplingFields.model_fields)).items()
+                                    if v is not None}
+        if self.stop:
+            sampling["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        if self.ignore_eos:
+            sampling["ignore_eos"] = True
+        keep = None if self.keep_alive is None else parse_duration(self.keep_alive)
+        prompts = [self.prompt] if isinstance(self.prompt, str) else self.prompt
+        return [ChatRequest(model=self.model, prompt=p, suffix=self.suffix, sampling=sampling,
+                            logit_bias=self.logit_bias or {}, n=self.n, logprobs=self.logprobs, keep_alive=keep)
+                for p in prompts]
+
+
+def routes(chat: Chat) -> list[Route]:
+    async def completions(request: Request) -> Response:
+        settings = chat.host.settings
+        req = parse(CompletionRequest, await read_json(request, settings.max_body_bytes), limits=settings)
+        asks = req.requests()
+        if req.suffix is not None and req.echo:
+            raise InvalidRequest("echo cannot be used with suffix", param="echo")
+        turns: list[Turn] = []
+        try:
+            for ask in asks:
+                turns.append(await chat.start(ask))
+        except BaseException:
+            for turn in turns:
+                turn.close()
+            raise
+        meta = {"id": f"cmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turns[0].model}
+        echo = [a.prompt or "" for a in asks] if req.echo else None
+        close = lambda: [t.close() for t in turns]  # noqa: E731
+        if req.stream:
+            usage = bool(req.stream_options and req.stream_options.include_usage)
+            return EventStream(_stream(turns, req.n, meta, echo, req.logprobs is not None, usage), on_close=close)
+        try:
+            body = await until_disconnect(request.receive, lambda: _collect(turns, req.n, meta, echo,
+                                                                            req.logprobs is not None))
+        finally:
+            close()
+        return JSONResponse(body) if body else Response(status_code=499)
+
+    return [Route("/v1/completions", completions, methods=["POST"]),
+            Route("/completions", completions, methods=["POST"])]
+
+
+async def merged(turns: list[Turn], n: int) -> AsyncIterator[tuple[int, Any]]:
+    """The events of several turns as they come, with their choice index (turn p, choice i → p * n + i)."""
+    queue: asyncio.Queue[tuple[int, Any] | BaseException | None] = asyncio.Queue()
+
+    async def pump(p: int, turn: Turn) -> None:
+        try:
+            async for i, event in turn.events():
+                await queue.put((p * n + i, event))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            await queue.put(exc)
+        finally:
+            await queue.put(None)
+
+    tasks = [asyncio.create_task(pump(p, t)) for p, t in enumerate(turns)]
+    try:
+        left = len(tasks)
+        while left:
+            item = await queue.get()
+            if item is None:
+                left -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+class _Choice:
+    def __init__(self, echo: str) -> None:
+        self.text, self.tokens, self.finish = [echo], [], None
+
+    def add(self, event: Any) -> None:
+        if isinstance(event, Delta):
+            self.text.append(event.content)
+        elif isinstance(event, Logprobs):
+            self.tokens += event.tokens
+        elif isinstance(event, Finish):
+            self.finish = event
+
+
+async def _collect(turns: list[Turn], n: int, meta: dict[str, Any], echo: list[str] | None,
+                   logprobs: bool) -> dict[str, Any]:
+    choices = [_Choice(echo[c // n] if echo else "") for c in range(len(turns) * n)]
+    async for c, event in merged(turns, n):
+        choices[c].add(event)
+    finishes = [ch.finish for ch in choices if ch.finish is not None]
+    usage = total_usage(finishes) if finishes else None
+    prompt_tokens = sum(ch.finish.usage.prompt_tokens for k, ch in enumerate(choices) if k % n == 0 and ch.finish)
+    return {**meta, "object": "text_completion", "choices": [
+        {"text": "".join(ch.text), "index": c, "finish_reason": ch.finish.reason if ch.finish else None,
+         "logprobs": legacy_logprobs(ch.tokens) if logprobs else None} for c, ch in enumerate(choices)],
+        "usage": _usage(prompt_tokens, sum(f.usage.completion_tokens for f in finishes),
+                        usage.cached_tokens if usage else 0)}
+
+
+async def _stream(turns: list[Turn], n: int, meta: dict[str, Any], echo: list[str] | None, logprobs: bool,
+                  include_usage: bool) -> AsyncIterator[bytes]:
+    def chunk(c: int, text: str, finish: str | None = None, tokens: list | None = None) -> bytes:
+        return frame({**meta, "object": "text_completion", "choices": [{
+            "text": text, "index": c, "finish_reason": finish,
+            "logprobs": legacy_logprobs(tokens or []) if logprobs else None}]})
+
+    pending: dict[int, list] = {}
+    finishes: dict[int, Finish] = {}
+    try:
+        for c in range(len(turns) * n) if echo else ():
+            yield chunk(c, echo[c // n])
+        async for c, event in merged(turns, n):
+            if isinstance(event, Logprobs):
+                pending.setdefault(c, []).extend(event.tokens)
+            elif isinstance(event, Delta) and event.content:
+                yield chunk(c, event.content, None, pending.pop(c, None))
+            elif isinstance(event, Finish):
+                finishes[c] = event
+                yield chunk(c, "", event.reason, pending.pop(c, None))
+        if include_usage and finishes:
+            prompt = sum(f.usage.prompt_tokens for c, f in finishes.items() if c % n == 0)
+            done = list(finishes.values())
+            yield frame({**meta, "object": "text_completion", "choices": [], "usage": _usage(
+                prompt, sum(f.usage.completion_tokens for f in done), total_usage(done).cached_tokens)})
+    except LocalchatError as exc:
+        yield frame(exc.to_json())
+    yield DONE
+
+
+def legacy_logprobs(tokens: list) -> dict[str, Any]:
+    """OpenAI's legacy shape: parallel lists of tokens, their log-probabilities, the top
+    alternatives as {token: logprob}, and each token's offset in the text."""
+    offsets, at = [], 0
+    for t in tokens:
+        offsets.append(at)
+        at += len(t.token)
+    return {"tokens": [t.token for t in tokens], "token_logprobs": [t.logprob for t in tokens],
+            "top_logprobs": [{x.token: x.logprob for x in t.top} for t in tokens], "text_offset": offsets}
+
+
+def _usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}

@@ -1,0 +1,311 @@
+"""OpenAI's Responses API, `POST /v1/responses`: input items (messages, function calls and
+their outputs) become chat messages, `tools` / `tool_choice` / `text.format` the output rules,
+and the generation's events become output items (responses_stream.py).
+
+Stored responses (`store`, on by default) are kept in memory, the last STORED of them, so that
+`previous_response_id` continues a conversation and `GET /v1/responses/{id}` finds one; a
+restart forgets them. Clients that send the whole input each turn (the Codex CLI sends
+`store: false`) need none of it."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import OrderedDict
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..engine.params import KNOBS
+from ..errors import InvalidRequest, LocalchatError
+from ..generation import Chat, ChatRequest, OutputRules, ToolSpec, Turn
+from ..models import Settings, parse_duration
+from .body import parse, read_json
+from .responses_stream import Output, Shell, collect, stream
+from .schemas import SamplingFields
+from .sse import EventStream, until_disconnect
+
+STORED = 100  # responses kept for previous_response_id
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Part(_Lenient):
+    type: str
+    text: str | None = None
+
+
+class InputItem(_Lenient):
+    type: str = "message"
+    role: Literal["user", "system", "developer", "assistant"] | None = None
+    content: str | list[Part] | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | list[Part] | None = None
+
+
+class Tool(_Lenient):
+    type: str
+    name: str | None = Field(None, pattern=r"^[a-zA-Z0-9_.:-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class NamedChoice(_Lenient):
+    type: str
+    name: str | None = None
+
+
+class TextFormat(_Lenient):
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | bool | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class TextConfig(_Lenient):
+    format: TextFormat | None = None
+
+
+class Reasoning(_Lenient):
+    effort: str | None = None
+    summary: str | None = None
+
+
+class ResponsesRequest(SamplingFields):  # type: ignore[misc, valid-type]
+    model: str | None = None
+    input: str | list[InputItem] | None = None
+    instructions: str | None = None
+    tools: list[Tool] = []
+    tool_choice: Literal["auto", "none", "required"] | NamedChoice = "auto"
+    parallel_tool_calls: bool = True
+    text: TextConfig | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    reasoning: Reasoning | None = None
+    store: bool = True
+    previous_response_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    stream: bool = False
+    logit_bias: dict[str, float] | None = None  # extension, as in chat completions
+    keep_alive: float | str | None = None  # extension (Ollama's)
+
+    def items(self) -> list[InputItem]:
+        return [InputItem(role="user", content=self.input)] if isinstance(self.input, str) else list(self.input or [])
+
+
+class ResponseNotFound(LocalchatError):
+    status = 404
+    type = "invalid_request_error"
+
+
+class Store(OrderedDict[str, tuple[dict[str, Any], list[InputItem]]]):
+    """The last `size` stored responses, by id: each one's body and its conversation as input
+    items (what came before it, its input, its output; instructions are not carried over)."""
+
+    def __init__(self, size: int = STORED) -> None:
+        super().__init__()
+        self.size = size
+
+    def put(self, response: dict[str, Any], items: list[InputItem]) -> None:
+        self[response["id"]] = (response, items)
+        while len(self) > self.size:
+            self.popitem(last=False)
+
+    def history(self, response_id: str) -> list[InputItem]:
+        if response_id not in self:
+            raise InvalidRequest(f"previous_response_id: no stored response {response_id!r}. This server keeps the "
+                                 f"last {self.size} responses sent with store: true, in memory; send the whole "
+                                 "conversation in `input` instead", param="previous_response_id")
+        return self[response_id][1]
+
+
+def routes(chat: Chat) -> list[Route]:
+    store = Store()
+
+    async def create(request: Request) -> Response:
+        settings = chat.host.settings
+        req = parse(ResponsesRequest, await read_json(request, settings.max_body_bytes))
+        history = store.history(req.previous_response_id) if req.previous_response_id else []
+        turn = await _start(chat, to_chat(req, history, settings))
+        shell = Shell(_echo(req, turn.model))
+
+        def keep(response: dict[str, Any], out: Output) -> None:
+            if req.store:
+                store.put(response, history + req.items() + _kept(out.items))
+
+        if req.stream:
+            return EventStream(stream(turn, shell, keep), on_close=turn.close)
+        try:
+            body = await until_disconnect(request.receive, lambda: collect(turn, shell, keep))
+        finally:
+            turn.close()
+        return JSONResponse(body) if body else Response(status_code=499)
+
+    async def retrieve(request: Request) -> Response:
+        entry = store.get(request.path_params["response_id"])
+        if entry is None:
+            raise ResponseNotFound(f"no stored response {request.path_params['response_id']!r} (this server keeps "
+                                   f"the last {store.size}, in memory)", param="response_id")
+        return JSONResponse(entry[0])
+
+    return [Route("/v1/responses", create, methods=["POST"]), Route("/responses", create, methods=["POST"]),
+            Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
+            Route("/responses/{response_id}", retrieve, methods=["GET"])]
+
+
+# -- request → generation --------------------------------------------------------------------
+
+def to_chat(req: ResponsesRequest, history: list[InputItem], settings: Settings) -> ChatRequest:
+    calls: dict[str, str] = {}  # call_id → function name, for the outputs that answer them
+    messages = _messages(history, calls) + _messages(req.items(), calls)
+    if not messages:
+        raise InvalidRequest("input: say something: a string or a list of input items", param="input")
+    if req.instructions:
+        messages.insert(0, {"role": "system", "content": req.instructions})
+    sampling = {k: v for k, v in req.model_dump(include=set(KNOBS)).items() if v is not None}
+    if req.max_output_tokens is not None:
+        sampling["max_tokens"] = req.max_output_tokens
+    keep_alive = None if req.keep_alive is None else parse_duration(req.keep_alive)
+    if keep_alive is not None and not math.isfinite(keep_alive):
+        raise InvalidRequest("keep_alive must be a finite number of seconds", param="keep_alive")
+    return ChatRequest(messages=_one_system(messages), model=req.model or None, sampling=sampling,
+                       logit_bias=req.logit_bias or {}, output=_rules(req, settings), keep_alive=keep_alive)
+
+
+def _messages(items: list[InputItem], calls: dict[str, str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        if item.type == "message":
+            if item.role is None or item.content is None:
+                missing = "role" if item.role is None else "content"
+                raise InvalidRequest(f"input.{i}.{missing} is required for a message", param=f"input.{i}.{missing}")
+            out.append({"role": "system" if item.role == "developer" else item.role,
+                        "content": _text(item.content, f"input.{i}.content")})
+        elif item.type == "function_call":
+            call = _call(i, item)
+            calls[call["id"]] = call["function"]["name"]
+            if not out or out[-1]["role"] != "assistant":
+                out.append({"role": "assistant", "content": ""})
+            out[-1].setdefault("tool_calls", []).append(call)
+        elif item.type == "function_call_output":
+            if item.call_id not in calls:
+                raise InvalidRequest(f"input.{i}.call_id: no function_call with call_id {item.call_id!r} comes before "
+                                     "this output", param=f"input.{i}.call_id")
+            out.append({"role": "tool", "content": _text(item.output or "", f"input.{i}.output"),
+                        "tool_call_id": item.call_id, "name": calls[item.call_id]})
+        elif item.type != "reasoning":  # a reasoning item from an earlier turn: the prompt leaves it out
+            raise InvalidRequest(f"input.{i}.type: {item.type!r} items are not supported; this server reads "
+                                 "message, function_call, function_call_output and reasoning items",
+                                 param=f"input.{i}.type")
+    return out
+
+
+def _call(i: int, item: InputItem) -> dict[str, Any]:
+    for field in ("call_id", "name", "arguments"):
+        if getattr(item, field) is None:
+            raise InvalidRequest(f"input.{i}.{field} is required for a function_call", param=f"input.{i}.{field}")
+    try:
+        arguments = json.loads(item.arguments or "")
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        raise InvalidRequest(f"input.{i}.arguments must be a JSON object, as a string", param=f"input.{i}.arguments")
+    return {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": arguments}}
+
+
+def _text(content: str | list[Part], where: str) -> str:
+    if isinstance(content, str):
+        return content
+    texts = []
+    for j, part in enumerate(content):
+        if part.type in ("input_text", "output_text", "text") and part.text is not None:
+            texts.append(part.text)
+        elif part.type != "refusal":
+            raise InvalidRequest(f"{where}.{j}.type: {part.type!r} parts are not supported; this server reads "
+                                 "text (input_text, output_text) only", param=f"{where}.{j}.type")
+    return "\n".join(texts)
+
+
+def _one_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Instructions and the system/developer messages right after them, as one system message
+    (many templates take a single one)."""
+    lead = next((k for k, m in enumerate(messages) if m["role"] != "system"), len(messages))
+    if lead < 2:
+        return messages
+    return [{"role": "system", "content": "\n\n".join(m["content"] for m in messages[:lead])}, *messages[lead:]]
+
+
+def _rules(req: ResponsesRequest, settings: Settings) -> OutputRules:
+    tools = []
+    for i, t in enumerate(req.tools):
+        if t.type != "function":
+            raise InvalidRequest(f"tools.{i}.type: {t.type!r} tools are not supported; this server runs function "
+                                 "tools only", param=f"tools.{i}.type")
+        if t.name is None:
+            raise InvalidRequest(f"tools.{i}.name is required", param=f"tools.{i}.name")
+        tools.append(ToolSpec(t.name, t.description, t.parameters))
+    choice = req.tool_choice
+    if isinstance(choice, NamedChoice):
+        if choice.type != "function" or choice.name is None:
+            field = "type" if choice.type != "function" else "name"
+            raise InvalidRequest(f"tool_choice.{field}: name one function tool: {{\"type\": \"function\", \"name\": ...}}",
+                                 param=f"tool_choice.{field}")
+    fmt = req.text.format if req.text else None
+    if fmt is not None and fmt.type == "json_schema" and fmt.schema_ is None:
+        raise InvalidRequest("text.format.schema is required when type is 'json_schema'", param="text.format.schema")
+    return OutputRules(tools=tuple(tools), tool_choice=choice.name if isinstance(choice, NamedChoice) else choice,
+                       parallel_tool_calls=req.parallel_tool_calls,
+                       json_schema=fmt.schema_ if fmt is not None and fmt.type == "json_schema" else None,
+                       json_object=fmt is not None and fmt.type == "json_object",
+                       max_grammar_bytes=settings.max_grammar_bytes)
+
+
+async def _start(chat: Chat, request: ChatRequest) -> Turn:
+    """chat.start, with the fields its errors name said the way this protocol says them."""
+    try:
+        return await chat.start(request)
+    except InvalidRequest as exc:
+        def said(text: str) -> str:
+            for chat_name, ours in (("response_format.json_schema.schema", "text.format.schema"),
+                                    ("response_format.json_schema", "text.format"), ("response_format", "text.format")):
+                text = text.replace(chat_name, ours)
+            return re.sub(r"(tools\.\d+)\.function\.", r"\1.", text)
+
+        exc.message, exc.param = said(exc.message), exc.param and said(exc.param)
+        if exc.param and exc.param not in exc.message:
+            exc.message = f"{exc.param}: {exc.message}"
+        exc.args = (exc.message,)
+        raise
+
+
+# -- generation → response ------------------------------------------------------------------
+
+def _echo(req: ResponsesRequest, model: str) -> dict[str, Any]:
+    """What the response says back about its request."""
+    fmt = req.text.format if req.text and req.text.format else None
+    return {
+        "instructions": req.instructions, "metadata": req.metadata or {}, "model": model,
+        "parallel_tool_calls": req.parallel_tool_calls, "temperature": req.temperature, "top_p": req.top_p,
+        "tool_choice": req.tool_choice if isinstance(req.tool_choice, str) else req.tool_choice.model_dump(),
+        "tools": [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters,
+                   "strict": True if t.strict is None else t.strict} for t in req.tools],
+        "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}},
+        "reasoning": req.reasoning.model_dump() if req.reasoning else None,
+        "max_output_tokens": req.max_output_tokens, "previous_response_id": req.previous_response_id,
+        "store": req.store, "truncation": "disabled", "background": False,
+    }
+
+
+def _kept(items: list[dict[str, Any]]) -> list[InputItem]:
+    """Output items as the input of a later turn; a function call cut off mid-arguments is left out."""
+    return [InputItem.model_validate(it) for it in items
+            if not (it["type"] == "function_call" and it["status"] == "incomplete")]

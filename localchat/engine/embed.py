@@ -1,0 +1,86 @@
+"""Embeddings: a second llama context on the same weights, pooled (one vector per input).
+
+Inputs are packed into as few llama batches as fit (at most `n_seq` sequences and `n_batch`
+tokens each); every vector is L2-normalized. Runs beside the generation context: llama.cpp
+contexts of one model may decode on different threads."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import llama_cpp as C
+import numpy as np
+
+from ..errors import EngineError, InvalidRequest, ModelUnavailable
+from .model import Model
+
+POOLING = {"mean": C.LLAMA_POOLING_TYPE_MEAN, "cls": C.LLAMA_POOLING_TYPE_CLS, "last": C.LLAMA_POOLING_TYPE_LAST}
+
+
+class Embedder:
+    def __init__(self, model: Model, *, n_batch: int = 2048, n_seq: int = 16, pooling: int | None = None,
+                 n_threads: int | None = None) -> None:
+        cparams = C.llama_context_default_params()
+        cparams.embeddings = True
+        cparams.pooling_type = C.LLAMA_POOLING_TYPE_UNSPECIFIED if pooling is None else pooling  # the GGUF's
+        cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = n_batch  # a non-causal model needs one ubatch
+        cparams.n_seq_max = n_seq
+        cparams.kv_unified = True
+        cparams.n_threads = cparams.n_threads_batch = n_threads or os.cpu_count() or 1
+        self.ctx = C.llama_init_from_model(model.ptr, cparams)
+        if not self.ctx:
+            raise ModelUnavailable(f"llama.cpp could not create an embedding context for {model.path}")
+        if C.llama_pooling_type(self.ctx) == C.LLAMA_POOLING_TYPE_NONE:
+            C.llama_free(self.ctx)
+            raise ModelUnavailable("the model declares no pooling: set `embedding = true` in models.toml")
+        self.model, self.n_batch, self.n_seq = model, n_batch, n_seq
+        self.n_embd = C.llama_model_n_embd(model.ptr)
+        self._encode = C.llama_model_has_encoder(model.ptr) and not C.llama_model_has_decoder(model.ptr)
+        self._mem = C.llama_get_memory(self.ctx)
+        self._batch = C.llama_batch_init(n_batch, 0, 1)
+        self._lock = threading.Lock()
+
+    def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        for i, tokens in enumerate(inputs):
+            if not tokens:
+                raise InvalidRequest(f"input[{i}] is empty", param="input")
+            if len(tokens) > self.n_batch:
+                raise InvalidRequest(f"input[{i}] is {len(tokens)} tokens; this model embeds at most {self.n_batch}",
+                                     param="input")
+        out: list[list[float]] = []
+        with self._lock:
+            group: list[list[int]] = []
+            for tokens in inputs:
+                if group and (len(group) == self.n_seq or sum(map(len, group)) + len(tokens) > self.n_batch):
+                    out += self._run(group)
+                    group = []
+                group.append(tokens)
+            if group:
+                out += self._run(group)
+        return out
+
+    def _run(self, group: list[list[int]]) -> list[list[float]]:
+        C.llama_memory_clear(self._mem, True)
+        b, n = self._batch, 0
+        for seq, tokens in enumerate(group):
+            for pos, token in enumerate(tokens):
+                b.token[n], b.pos[n], b.n_seq_id[n], b.logits[n] = token, pos, 1, True
+                b.seq_id[n][0] = seq
+                n += 1
+        b.n_tokens = n
+        rc = (C.llama_encode if self._encode else C.llama_decode)(self.ctx, b)
+        if rc != 0:
+            raise EngineError(f"llama.cpp could not embed ({'llama_encode' if self._encode else 'llama_decode'} "
+                              f"returned {rc})")
+        vectors = []
+        for seq in range(len(group)):
+            ptr = C.llama_get_embeddings_seq(self.ctx, seq)
+            v = np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
+            norm = np.linalg.norm(v)
+            vectors.append((v / norm if norm > 0 else v).tolist())
+        return vectors
+
+    def close(self) -> None:
+        C.llama_batch_free(self._batch)
+        C.llama_free(self.ctx)

@@ -1,0 +1,325 @@
+"""The process boundary: llama.cpp decodes in a child process, one per loaded model.
+
+The server keeps only the vocabulary (to tokenize) and a `WorkerEngine` with the Engine's
+interface. Requests go down a socket pair as plain data; each scheduler step comes back as one
+message holding every event of that step. If the worker dies (a segfault, an abort, a kill),
+requests that had started get an `engine_crashed` error, requests still queued in it run again
+on a fresh worker, and a model whose worker dies 3 times within a minute is marked failed."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineCrashed, ModelUnavailable, QueueFull
+from .engine import Stream
+from .model import Model
+from .params import Generate, Started
+from .scheduler import Emit
+
+log = logging.getLogger("localchat.worker")
+CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # this many deaths within this many seconds: the model is failed
+
+
+@dataclass
+class _Job:
+    request: Generate
+    emit: Emit
+    started: bool = False
+
+
+class WorkerEngine:
+    def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
+                 n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
+                 visible: Iterable[str] = (), name: str = "", pooling: int | None = None) -> None:
+        self.name = name or path.stem
+        self.model = Model(path, vocab_only=True)
+        self.model.show_tokens(visible)
+        self.n_ctx, self.parallel, self.max_queue, self.n_vocab = n_ctx, parallel, max_queue, self.model.n_vocab
+        self.tokenize, self.token_id = self.model.tokenize, self.model.token_id
+        self._config = {"path": str(path), "n_ctx": n_ctx, "parallel": parallel, "n_threads": n_threads,
+                        "n_gpu_layers": n_gpu_layers, "n_batch": n_batch, "visible": list(visible), "pooling": pooling}
+        self._embeds: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self._jobs: dict[int, _Job] = {}
+        self._ids = itertools.count()
+        self._lock = threading.RLock()
+        self._crashes: deque[float] = deque()
+        self.crashes = 0
+        self.state = "starting"
+        self._closing = False
+        try:
+            self._spawn()
+        except BaseException:
+            self.model.close()
+            raise
+        self._reader = threading.Thread(target=self._read, name=f"localchat-worker-{self.name}", daemon=True)
+        self._reader.start()
+
+    # -- the Engine interface --------------------------------------------------------------
+
+    def check_fits(self, tokens: list[int]) -> None:
+        self.model.check_fits(tokens, self.n_ctx)
+
+    def submit(self, request: Generate) -> Stream:
+        self.check_fits(request.tokens)
+        return Stream(self._submit_job, self._cancel_job, request)
+
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._lock:
+            if self.state == "failed":
+                raise ModelUnavailable(self._failed_message(), param="model")
+            job_id = next(self._ids)
+            self._embeds[job_id] = (loop, future)
+            if self.state == "ready":
+                self._send(("embed", job_id, inputs))
+            else:  # restarting: no embedding is in flight in a new worker
+                self._embeds.pop(job_id)
+                raise ModelUnavailable(f"the model {self.name} is restarting; try again shortly", param="model")
+        return await future
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            started = [j for j in self._jobs.values() if j.started]
+            return {"slots": self.parallel, "busy": sum(j.request.n for j in started),
+                    "queued": len(self._jobs) - len(started), "n_ctx": self.n_ctx, "bytes": self.model.size_bytes,
+                    "worker": {"pid": self._proc.pid, "state": self.state, "crashes": self.crashes}}
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            self.state = "stopped"
+            try:
+                self._conn.send(("stop",))
+            except OSError:
+                pass
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._reader.join(10)
+        self.model.close()
+
+    # -- what a Stream calls -----------------------------------------------------------------
+
+    def _submit_job(self, request: Generate, emit: Emit) -> int:
+        with self._lock:
+            if self.state == "failed":
+                raise ModelUnavailable(self._failed_message(), param="model")
+            started = sum(j.request.n for j in self._jobs.values() if j.started)
+            waiting = len(self._jobs) - sum(j.started for j in self._jobs.values())
+            if waiting - (self.parallel - started) >= self.max_queue:
+                raise QueueFull(f"{waiting} requests are already waiting for {self.name}; try again shortly")
+            job_id = next(self._ids)
+            self._jobs[job_id] = _Job(request, emit)
+            if self.state == "ready":
+                self._send(("submit", job_id, request))
+            return job_id
+
+    def _cancel_job(self, job_id: int) -> None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return
+            if self.state == "ready":
+                self._send(("cancel", job_id))
+            elif not job.started:  # not sent anywhere yet: it ends here
+                del self._jobs[job_id]
+                job.emit(None)
+
+    # -- the child process -----------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        parent, child = socket.socketpair()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "from localchat.engine.worker import child_main; child_main()",
+             str(child.fileno()), json.dumps(self._config)],
+            pass_fds=(child.fileno(),), start_new_session=True)  # Ctrl-C reaches the server, which stops it
+        child.close()
+        self._conn = Connection(parent.detach())
+        try:
+            ready = self._conn.recv() if self._conn.poll(300) else None
+        except (EOFError, OSError):
+            ready = None
+        if not ready or ready[0] != "ready":
+            self._proc.kill()
+            self._proc.wait()
+            detail = ready[1] if ready and ready[0] == "failed" else f"exit status {self._proc.returncode}"
+            raise ModelUnavailable(f"the worker for {self.name} could not load it ({detail})", param="model")
+        self.state = "ready"
+
+    def _send(self, message: tuple) -> None:
+        try:
+            self._conn.send(message)
+        except OSError:
+            pass  # the worker is gone; the reader notices and restarts it
+
+    def _read(self) -> None:
+        while True:
+            try:
+                kind, payload = self._conn.recv()
+            except (EOFError, OSError):
+                if not self._died():
+                    return
+                continue
+            if kind == "events":
+                self._dispatch(payload)
+            elif kind == "embedded":
+                self._embedded(*payload)
+
+    def _dispatch(self, events: list[tuple[int, Any]]) -> None:
+        with self._lock:
+            for job_id, item in events:
+                job = self._jobs.get(job_id)
+                if job is None:
+                    continue
+                if isinstance(item, Started):
+                    job.started = True
+                    continue
+                if item is None:
+                    del self._jobs[job_id]
+                job.emit(item)
+
+    def _embedded(self, job_id: int, result: Any) -> None:
+        with self._lock:
+            loop, future = self._embeds.pop(job_id, (None, None))
+        if loop is not None and not loop.is_closed():
+            setter = future.set_exception if isinstance(result, BaseException) else future.set_result
+            loop.call_soon_threadsafe(lambda: None if future.done() else setter(result))
+
+    def _died(self) -> bool:
+        """The worker is gone. Fail what had started, restart, re-send what had not. Returns
+        whether a worker runs again."""
+        code = self._proc.wait()
+        with self._lock:
+            if self._closing:
+                return False
+            self.state = "restarting"
+            self.crashes += 1
+            now = time.monotonic()
+            self._crashes.append(now)
+            while self._crashes and now - self._crashes[0] > CRASH_WINDOW:
+                self._crashes.popleft()
+            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+            log.error("the worker for %s died (%s); %d request(s) in it failed", self.name, how,
+                      sum(j.started for j in self._jobs.values()))
+            for job_id, job in list(self._jobs.items()):
+                if job.started:
+                    del self._jobs[job_id]
+                    job.emit(EngineCrashed(f"the model {self.name} crashed ({how}) while generating; "
+                                           "it is being restarted: send the request again", code="engine_crashed"))
+                    job.emit(None)
+            for job_id in list(self._embeds):
+                self._embedded(job_id, EngineCrashed(f"the model {self.name} crashed ({how}) while embedding; "
+                                                     "send the request again", code="engine_crashed"))
+            if len(self._crashes) >= CRASH_LIMIT:
+                return self._fail(how)
+        try:
+            self._spawn()
+        except ModelUnavailable as exc:
+            with self._lock:
+                return self._fail(exc.message)
+        with self._lock:
+            log.warning("the worker for %s restarted (pid %d); re-running %d queued request(s)",
+                        self.name, self._proc.pid, len(self._jobs))
+            for job_id, job in self._jobs.items():
+                self._send(("submit", job_id, job.request))
+        return True
+
+    def _fail(self, how: str) -> bool:
+        self.state = "failed"
+        self._why = how
+        log.error("the model %s is marked failed: %s", self.name, self._failed_message())
+        for job in self._jobs.values():
+            job.emit(ModelUnavailable(self._failed_message(), param="model"))
+            job.emit(None)
+        self._jobs.clear()
+        return False
+
+    def _failed_message(self) -> str:
+        return (f"the model {self.name} is marked failed: its worker crashed {CRASH_LIMIT} times within "
+                f"{CRASH_WINDOW:.0f} s (last: {getattr(self, '_why', '?')}); see the server log, then restart the server")
+
+
+def _worker_main(fd: int, config: dict[str, Any]) -> None:
+    """The child: load the model, decode until told to stop or the server goes away."""
+    from .engine import Engine
+
+    conn = Connection(fd)
+    try:
+        engine = Engine(Path(config["path"]), n_ctx=config["n_ctx"], parallel=config["parallel"], max_queue=1 << 30,
+                        n_threads=config["n_threads"], n_gpu_layers=config["n_gpu_layers"], n_batch=config["n_batch"],
+                        visible=config["visible"], pooling=config["pooling"])
+    except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it there
+        conn.send(("failed", str(exc)))
+        return
+    scheduler, outbox, lock = engine.scheduler, [], threading.Lock()
+    send_lock = threading.Lock()
+
+    def flush() -> None:
+        with lock:
+            batch = outbox[:]
+            outbox.clear()
+        if batch:
+            with send_lock:
+                conn.send(("events", batch))
+
+    def emitter(job_id: int):
+        def emit(item: Any) -> None:
+            with lock:
+                outbox.append((job_id, item))
+        return emit
+
+    def embed(job_id: int, inputs: list[list[int]]) -> None:
+        try:
+            result: Any = engine.embed_blocking(inputs)
+        except Exception as exc:  # noqa: BLE001 - the server raises it for that request
+            result = exc
+        with send_lock:
+            conn.send(("embedded", (job_id, result)))
+
+    scheduler.after_step = flush
+    jobs: dict[int, Any] = {}
+    with send_lock:
+        conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the server is gone
+            break
+        if message[0] == "submit":
+            jobs[message[1]] = scheduler.submit(message[2], emitter(message[1]))
+        elif message[0] == "cancel" and message[1] in jobs:
+            scheduler.cancel(jobs.pop(message[1]))
+        elif message[0] == "embed":
+            threading.Thread(target=embed, args=message[1:], daemon=True).start()
+        elif message[0] == "stop":
+            break
+        if len(jobs) > 1024:  # forget handles of requests long finished
+            for job_id in [k for k, job in jobs.items() if job not in scheduler.running and job not in scheduler.queue]:
+                del jobs[job_id]
+    engine.close()
+    flush()
+
+
+def child_main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when a worker stops
+    _worker_main(int(sys.argv[1]), json.loads(sys.argv[2]))
+    os._exit(0)
