@@ -15,7 +15,7 @@ import httpx
 import jsonschema
 import pytest
 
-from localchat.api.anthropic_stream import Blocks, StopSequence, stream
+from localchat.api.anthropic_stream import Blocks, stream
 from localchat.errors import EngineError
 from localchat.families import FAMILIES
 from localchat.generation import Delta, ToolCallArguments, ToolCallStart
@@ -336,6 +336,7 @@ def test_other_errors_use_anthropic_types(claude: anthropic.Anthropic, http: htt
 def test_an_error_after_the_first_byte_is_an_error_event():
     class FailingTurn:
         model = "m"
+        prompt_tokens = 3
 
         async def events(self):
             yield 0, Delta("Hello")
@@ -343,7 +344,7 @@ def test_an_error_after_the_first_byte_is_an_error_event():
 
     async def run() -> list[bytes]:
         meta = {"id": "msg_x", "type": "message", "role": "assistant", "model": "m"}
-        return [c async for c in stream(FailingTurn(), meta, StopSequence(()))]  # type: ignore[arg-type]
+        return [c async for c in stream(FailingTurn(), meta)]  # type: ignore[arg-type]
 
     frames = asyncio.run(run())
     assert frames[-1].startswith(b"event: error\n")

@@ -12,7 +12,6 @@ import time
 import httpx
 import numpy as np
 import openai
-import pytest
 
 from conftest import Server
 

@@ -47,7 +47,7 @@ scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(al
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
                            max_leaves=12)
 # Mostly the tiny model (fast); the default model (gemma-3-270m, preloaded) by "" or by name.
-models = st.sampled_from(["tiny-chatml"] * 4 + ["", "gemma-3-270m"])
+models = st.sampled_from(["tiny-chatml"] * 5 + ["", "gemma-3-270m"])
 roles = st.sampled_from(["system", "developer", "user", "assistant", "tool"])
 messages = st.lists(st.fixed_dictionaries({"role": roles, "content": st.text(max_size=30)}), min_size=1, max_size=3)
 SCHEMAS = [

@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 
 import httpx
 import jsonschema
@@ -16,6 +17,9 @@ import ollama
 import pytest
 
 from conftest import Server
+from localchat.api.body import parse
+from localchat.api.ollama_chat import ChatBody, chat_request
+from localchat.models import ModelSpec, Registry
 from tinymodels import FIM
 
 DEFAULT = "gemma-3-270m"
@@ -119,7 +123,7 @@ def test_ps_lists_the_loaded_models(client: ollama.Client):
 def test_tool_calls_are_whole_and_valid(client: ollama.Client):
     # Ollama has no tool_choice: the model decides. The default model, greedy, follows the tool
     # instructions in its prompt; from its `{"tool_calls":` on, the grammar holds.
-    options = {"num_predict": 60, "temperature": 0}
+    options = {"num_predict": 52, "temperature": 0}  # the call is whole after 48 tokens
     whole = client.chat(model=DEFAULT, messages=ASK, tools=TOOLS, options=options)
     assert whole.message.tool_calls, whole.message.content
     for call in whole.message.tool_calls:
@@ -226,3 +230,23 @@ def test_empty_requests_load_and_unload(client: ollama.Client):
         time.sleep(0.1)
     r = client.chat(model="tiny-llama3", messages=[])
     assert r.done and r.done_reason == "load" and r.message.content == ""
+
+
+def test_the_translation_of_options_and_tool_history():
+    registry = Registry({"m": ModelSpec(name="m", path=Path("/m.gguf"), aliases=["alias"])}, "m")
+    body = parse(ChatBody, {"model": "alias:latest", "options": {
+        "num_predict": -1, "seed": -1, "repeat_last_n": 32, "stop": "\n", "num_ctx": 99999, "mirostat": 2}, "messages": [
+        *ASK, {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "add", "arguments": {"a": 1, "b": 2}}},
+            {"function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 1}'}},
+            {"function": {"name": "add", "arguments": {"a": 3, "b": 4}}}]},
+        {"role": "tool", "content": "18 C", "tool_name": "get_weather"},
+        {"role": "tool", "content": "3", "tool_name": "add"}, {"role": "tool", "content": "7", "tool_name": "add"}]})
+    request = chat_request(body, registry)
+    assert request.model == "alias" and request.sampling == {"penalty_last_n": 32, "stop": ("\n",)}
+    calls = request.messages[1]["tool_calls"]
+    assert calls[1]["function"]["arguments"] == {"city": "Paris", "days": 1}
+    results = request.messages[2:]
+    assert [(r["tool_call_id"], r["name"]) for r in results] == [
+        (calls[1]["id"], "get_weather"), (calls[0]["id"], "add"), (calls[2]["id"], "add")]
+    assert len({c["id"] for c in calls}) == 3

@@ -17,7 +17,7 @@ import pydantic
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 
-from localchat.api.responses import ResponsesRequest, Store, _echo
+from localchat.api.responses import ResponsesRequest, Store
 from localchat.api.responses_stream import Shell, stream
 from localchat.errors import EngineError
 from localchat.families import FAMILIES
@@ -276,7 +276,8 @@ def test_codex_shaped_request(http: httpx.Client):
                 "type": "object", "properties": {"command": {"type": "array", "maxItems": 3,
                                                              "items": {"type": "string", "maxLength": 8}}},
                 "required": ["command"], "additionalProperties": False}}],
-            "tool_choice": "required", "parallel_tool_calls": False, "reasoning": None, "seed": 18, "max_output_tokens": 300,
+            "tool_choice": "required", "parallel_tool_calls": False, "reasoning": None, "seed": 18,
+            "max_output_tokens": 300,
             "include": ["reasoning.encrypted_content"], "prompt_cache_key": "abc", "text": {"verbosity": "low"}}
     with http.stream("POST", "/v1/responses", json=body) as r:
         assert r.status_code == 200
@@ -340,7 +341,7 @@ class FailingTurn:
 
 def test_error_mid_stream_is_an_error_event_then_failed():
     async def frames() -> list[bytes]:
-        shell = Shell(_echo(ResponsesRequest(input="Hi"), "m"))
+        shell = Shell(ResponsesRequest(input="Hi"), "m")
         return [f async for f in stream(FailingTurn(), shell, lambda *a: None)]
 
     events = []

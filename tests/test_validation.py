@@ -74,6 +74,9 @@ def post(server: Server, body: object, **kwargs) -> httpx.Response:
     ({"response_format": json_schema({"$schema": 5})}, "response_format.json_schema.schema"),
     ({"response_format": json_schema({"items": [{"type": "string"}]})}, "response_format.json_schema.schema"),  # 2020-12
     ({"response_format": json_schema([1, 2])}, "response_format.json_schema.schema"),
+    ({"response_format": json_schema({"type": "integer", "minimum": float("nan")})}, "response_format.json_schema.schema"),
+    ({"tools": [tool("f", {"type": "object", "properties": {"n": {"type": "integer", "maximum": []}}})]},
+     "tools.0.function.parameters"),  # found by the fuzzer: a 500 from the converter before
 ])
 def test_invalid_schemas_are_400_naming_the_field(server: Server, body: dict, param: str):
     err = _error(post(server, {"model": TINY, "messages": HELLO, "max_tokens": 2, **body}), 400, param)
@@ -151,6 +154,9 @@ def test_a_hundred_tools_are_checked_quickly():
     ({"stop": ["x" * 1001]}, "stop"),
     ({"grammar": 'root ::= "' + "a" * 300_000 + '"'}, "grammar"),
     ({"grammar": 'root ::= "a\ud800"'}, "grammar"),  # a lone surrogate: not UTF-8 for llama.cpp
+    ({"tools": [tool("f", {"properties": {"a": {"enum": ["\udc00"]}}})]}, "tools"),  # in the grammar made from it
+    ({"response_format": json_schema({"properties": {"\ud800": {}}, "required": ["\ud800"]})},
+     "response_format.json_schema.schema"),
     ({"logit_bias": {"5": 101}}, "logit_bias"),
     ({"logit_bias": {"5": -1e9}}, "logit_bias"),
     ({"keep_alive": "1e999"}, "keep_alive"),
@@ -173,9 +179,14 @@ def test_out_of_range_is_400_naming_the_field(server: Server, extra: dict, param
 
 
 def test_nan_and_infinity_are_400(server: Server):
-    for field, value in (("temperature", "NaN"), ("top_p", "Infinity"), ("keep_alive", "-Infinity")):
-        body = b'{"messages": [{"role": "user", "content": "hi"}], "%s": %s}' % (field.encode(), value.encode())
-        _error(post(server, body, headers={"content-type": "application/json"}), 400, field)
+    """Python's JSON reader takes NaN and Infinity; a keep_alive of NaN used to be accepted and
+    break GET /health (a float JSON cannot write) from then on."""
+    for field, value in (("temperature", "NaN"), ("top_p", "Infinity"), ("keep_alive", "NaN"),
+                         ("keep_alive", "Infinity"), ("keep_alive", "-Infinity"), ("logit_bias", '{"5": NaN}')):
+        body = b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "%s": %s}' % (
+            TINY.encode(), field.encode(), value.encode())
+        _error(post(server, body), 400, field)
+    assert httpx.get(server.url + "/health", timeout=30).status_code == 200
 
 
 def test_the_limits_come_from_models_toml(limited: Server):
@@ -295,6 +306,32 @@ def test_the_log_filter_escapes_messages_and_tracebacks(caplog: pytest.LogCaptur
         except KeyError:
             log.exception("request failed: %s", f"name\n{INJECTED}")
         log.warning("engine said %s", f"a\n{INJECTED}")
+        logging.getLogger("localchat.llama").error(f"llama.cpp: parse error near\n{INJECTED}\n")
     assert caplog.records and f"\n{INJECTED}" not in caplog.text
     assert "Traceback (most recent call last)" in caplog.text and "KeyError" in caplog.text
     assert "\\r\\nINJECTED" in caplog.text
+
+
+# -- the converter on its own (other protocols' routes may reach it) -------------------------------
+
+@pytest.mark.parametrize("schema", [
+    {"type": "integer", "minimum": 1, "maximum": []},  # found by the fuzzer: a 500 before the metaschema check
+    {"type": "integer", "minimum": float("nan")},
+    {"type": "integer", "exclusiveMaximum": float("inf"), "minimum": 0},
+    {"type": "string", "minLength": "abc", "maxLength": [1]},
+    {"type": "array", "minItems": "x", "maxItems": -5},
+])
+def test_odd_bounds_never_crash_the_converter(schema: dict):
+    from localchat.grammars import schema_to_gbnf, validate
+
+    assert metaschema.schema_problem(schema) is not None
+    validate(schema_to_gbnf(schema))  # looser, but a grammar
+
+
+def test_huge_integer_ranges_are_linear():
+    from localchat.grammars.numbers import integer_range
+
+    start = time.perf_counter()
+    assert len(integer_range(-10**40, 10**40)) < 10_000
+    assert len(integer_range(10**300, 17 * 10**299)) < 1000
+    assert time.perf_counter() - start < 0.5

@@ -19,10 +19,10 @@ from starlette.routing import Route
 
 from ..engine.params import KNOBS
 from ..errors import InvalidRequest
-from ..generation import Chat, ChatRequest, OutputRules, ToolSpec, constraints, service
+from ..generation import Chat, ChatRequest, OutputRules, ToolSpec
 from ..models import Settings, parse_duration, sampling_model
 from . import errors
-from .anthropic_stream import StopSequence, collect, error_body, stream
+from .anthropic_stream import collect, error_body, stream
 from .body import parse, read_json
 from .sse import EventStream, until_disconnect
 
@@ -125,8 +125,7 @@ def to_chat(req: CountRequest, settings: Settings) -> ChatRequest:
         sampling["max_tokens"] = min(req.max_tokens, settings.max_tokens_cap)
         if req.stop_sequences:
             sampling["stop"] = tuple(req.stop_sequences)
-        extra = {"logit_bias": req.logit_bias or {}, "logprobs": 0 if req.stop_sequences else None,
-                 "keep_alive": req.keep_alive}
+        extra = {"logit_bias": req.logit_bias or {}, "keep_alive": req.keep_alive}
     return ChatRequest(messages=conversation(req), model=req.model or None, sampling=sampling,
                        output=output_rules(req, settings), **extra)
 
@@ -224,18 +223,6 @@ def _unsupported(block: Block, where: str) -> InvalidRequest:
     return InvalidRequest(f"{where}: content blocks of type {block.type!r} are not supported here", param=where)
 
 
-async def count_tokens(chat: Chat, request: ChatRequest) -> int:
-    """The prompt's length in tokens, rendered and tokenized as generation would, without
-    generating. TODO: a public `Chat.count_tokens` in generation/ would replace this."""
-    constraints.check(request.output)
-    lease = await chat.host.lease(request.model)
-    try:
-        prepared = await asyncio.to_thread(service._prepare, request, lease.model)  # noqa: SLF001
-    finally:
-        lease.release()
-    return len(prepared.generate.tokens)
-
-
 def routes(chat: Chat) -> list[Route]:
     async def read(request: Request, model: type[CountRequest]) -> tuple[CountRequest, ChatRequest]:
         settings = chat.host.settings
@@ -252,18 +239,17 @@ def routes(chat: Chat) -> list[Route]:
         assert isinstance(req, MessagesRequest)
         turn = await chat.start(ask)
         meta = {"id": f"msg_{secrets.token_hex(12)}", "type": "message", "role": "assistant", "model": turn.model}
-        stops = StopSequence(tuple(req.stop_sequences or ()))
         if req.stream:
-            return EventStream(stream(turn, meta, stops), on_close=turn.close)
+            return EventStream(stream(turn, meta), on_close=turn.close)
         try:
-            message = await until_disconnect(request.receive, lambda: collect(turn, meta, stops))
+            message = await until_disconnect(request.receive, lambda: collect(turn, meta))
         finally:
             turn.close()
         return JSONResponse(message) if message else Response(status_code=499)
 
     async def tokens(request: Request) -> Response:
         _, ask = await read(request, CountRequest)
-        return JSONResponse({"input_tokens": await count_tokens(chat, ask)})
+        return JSONResponse({"input_tokens": await chat.count_tokens(ask)})
 
     return [Route("/v1/messages", messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", tokens, methods=["POST"])]

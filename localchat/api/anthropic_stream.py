@@ -95,76 +95,50 @@ def _parsed(arguments: str) -> Any:
         return {}
 
 
-class StopSequence:
-    """Which stop sequence ended the answer. The engine cuts the stop string from the text and
-    does not say which one matched, so the request asks for log-probabilities (top 0) when it
-    has stop sequences: their tokens spell all that was generated, stop string included. The
-    engine stops at the first stop string completed, so that is the one that ends first."""
-
-    def __init__(self, stops: tuple[str, ...]) -> None:
-        self.stops = stops
-        self._raw = bytearray()
-
-    def add(self, event: Logprobs) -> None:
-        for token in event.tokens:
-            self._raw += bytes(token.bytes)
-
-    def matched(self, finish: Finish) -> str | None:
-        if finish.reason != "stop" or not self.stops:
-            return None
-        raw = self._raw.decode("utf-8", errors="replace")
-        found = [(at + len(s), at, s) for s in self.stops if (at := raw.find(s)) >= 0]
-        return min(found)[2] if found else None
-
-
 def usage(u: Usage) -> dict[str, int]:
     """Anthropic's counts: `input_tokens` are the prompt tokens not read from the cache."""
     return {"input_tokens": u.prompt_tokens - u.cached_tokens, "output_tokens": u.completion_tokens,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": u.cached_tokens}
 
 
-def _ending(finish: Finish, stops: StopSequence) -> dict[str, Any]:
-    matched = stops.matched(finish)
-    reason = "stop_sequence" if matched is not None else _STOP_REASONS.get(finish.reason, "end_turn")
-    return {"stop_reason": reason, "stop_sequence": matched}
+def _ending(finish: Finish) -> dict[str, Any]:
+    """The engine says which stop string ended the text, if one did."""
+    reason = "stop_sequence" if finish.stop is not None else _STOP_REASONS.get(finish.reason, "end_turn")
+    return {"stop_reason": reason, "stop_sequence": finish.stop}
 
 
-async def collect(turn: Turn, meta: dict[str, Any], stops: StopSequence) -> dict[str, Any]:
+async def collect(turn: Turn, meta: dict[str, Any]) -> dict[str, Any]:
     blocks, finish = Blocks(), None
     async for _, event in turn.events():
         if isinstance(event, Finish):
             finish = event
-        elif isinstance(event, Logprobs):
-            stops.add(event)
-        else:
+        elif not isinstance(event, Logprobs):
             blocks.push(event)
     blocks.close()
     assert finish is not None
-    return {**meta, "content": blocks.content, **_ending(finish, stops), "usage": usage(finish.usage)}
+    return {**meta, "content": blocks.content, **_ending(finish), "usage": usage(finish.usage)}
 
 
-async def stream(turn: Turn, meta: dict[str, Any], stops: StopSequence) -> AsyncIterator[bytes]:
+async def stream(turn: Turn, meta: dict[str, Any]) -> AsyncIterator[bytes]:
     """message_start, ping, the blocks' events, message_delta, message_stop; an error after
-    the first byte is an `error` event. The prompt's token count is known only at the end:
-    message_start says 0 and message_delta carries the real counts (cumulative, as Anthropic's)."""
-    empty = usage(Usage(0, 0, 0))
+    the first byte is an `error` event. message_start counts the whole prompt as input; how much
+    of it came from the cache is known once decoding starts: message_delta has the split."""
+    start = usage(Usage(turn.prompt_tokens, 0, 0))
     yield frame({"type": "message_start", "message": {**meta, "content": [], "stop_reason": None,
-                                                      "stop_sequence": None, "usage": empty}}, event="message_start")
+                                                      "stop_sequence": None, "usage": start}}, event="message_start")
     yield frame({"type": "ping"}, event="ping")
     blocks, finish = Blocks(), None
     try:
         async for _, event in turn.events():
             if isinstance(event, Finish):
                 finish = event
-            elif isinstance(event, Logprobs):
-                stops.add(event)
-            else:
+            elif not isinstance(event, Logprobs):
                 for name, data in blocks.push(event):
                     yield frame(data, event=name)
         for name, data in blocks.close():
             yield frame(data, event=name)
         assert finish is not None
-        yield frame({"type": "message_delta", "delta": _ending(finish, stops), "usage": usage(finish.usage)},
+        yield frame({"type": "message_delta", "delta": _ending(finish), "usage": usage(finish.usage)},
                     event="message_delta")
         yield frame({"type": "message_stop"}, event="message_stop")
     except LocalchatError as exc:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
 import secrets
 import time
 import traceback
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -23,17 +20,16 @@ from starlette.routing import Route
 
 from ..generation import (Chat, Delta, Finish, Logprobs, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn, Usage,
                     total_usage)
-from ..errors import InvalidRequest, LocalchatError, PayloadTooLarge
+from ..errors import LocalchatError
 from ..models import Registry, Settings
 from . import errors
 from .protocols import PROTOCOLS
+from .body import parse, read_json
 from .guard import LOCAL_ORIGINS, LocalOnly, Origins  # noqa: F401 - LOCAL_ORIGINS: the defaults, kept importable here
-from . import schemas
 from .schemas import ChatCompletionRequest
 from .sse import DONE, EventStream, frame, until_disconnect
 
 log = logging.getLogger("localchat.api")
-MAX_BODY = Settings().max_body_bytes  # the default; the server's is its `max_body_bytes` setting
 
 
 def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = True,
@@ -55,8 +51,9 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
 
     async def chat_completions(request: Request) -> Response:
         limits: Settings = chat.host.settings
-        body = await _json_body(request, limits.max_body_bytes)
-        req = await asyncio.to_thread(_parse, body, limits)  # schema checks may take a while: off the event loop
+        body = await read_json(request, limits.max_body_bytes)
+        # schema checks may take a while: off the event loop
+        req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body, limits=limits))
         turn = await chat.start(req.to_chat(limits, _default_max_tokens(chat.host.registry, req.model)))
         meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
         logprobs = req.logprobs
@@ -88,57 +85,12 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
 
 # -- request parsing -----------------------------------------------------------------------
 
-async def _json_body(request: Request, max_bytes: int = MAX_BODY) -> Any:
-    size = f"{max_bytes // 2**20} MiB" if max_bytes % 2**20 == 0 else f"{max_bytes} bytes"
-    too_large = PayloadTooLarge(f"the request body is larger than {size} (max_body_bytes)")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
-    chunks, received = [], 0
-    async for chunk in request.stream():  # a chunked body is cut off at the limit, not read whole first
-        received += len(chunk)
-        if received > max_bytes:
-            raise too_large
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    try:
-        body = json.loads(raw)
-    except RecursionError:
-        raise InvalidRequest("the request body is nested too deeply") from None
-    except ValueError as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    return body
-
-
-def _parse(body: dict[str, Any], limits: Settings) -> ChatCompletionRequest:
-    try:
-        return ChatCompletionRequest.model_validate(body, context={"limits": limits})
-    except ValidationError as exc:
-        raise _invalid(exc) from None
-
-
 def _default_max_tokens(registry: Registry, name: str | None) -> int | None:
     """The model's own max_tokens default (models.toml), if the model is known."""
     try:
         return registry.resolve(name).sampling.max_tokens
     except LocalchatError:
         return None  # an unknown model: chat.start says so
-
-
-def _invalid(exc: ValidationError) -> InvalidRequest:
-    err = exc.errors()[0]
-    param = ".".join(str(p) for p in err["loc"] if not _union_tag(p))
-    return InvalidRequest(f"{param}: {err['msg']}" if param else err["msg"], param=param or None)
-
-
-def _union_tag(part: str | int) -> bool:
-    """pydantic's name for one member of a union in an error's location ('str', 'list[str]',
-    'NamedToolChoice'): not a field of the request, so not part of `param`."""
-    return isinstance(part, str) and (part in ("str", "int", "float", "bool", "none")
-                                      or re.match(r"(list|dict|literal|tuple|set|function-[a-z]+)\[", part) is not None
-                                      or isinstance(getattr(schemas, part, None), type))
 
 
 # -- responses ------------------------------------------------------------------------------
@@ -300,17 +252,21 @@ def _exception_text(exc: BaseException) -> str:
 
 
 class _EscapeRequestText(logging.Filter):
-    """On the loggers that may carry request text: escape string arguments and exception
-    messages (record.exc_text, which formatters use as it is)."""
+    """On the loggers that may carry request text: escape string arguments, a message logged
+    without arguments (llama.cpp's own lines), and exception messages (record.exc_text, which
+    formatters use as it is)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
+        if isinstance(record.args, tuple) and record.args:
             record.args = tuple(printable(a) if isinstance(a, str) else a for a in record.args)
+        elif not record.args:
+            record.msg = printable(str(record.msg).rstrip("\n"))
         if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
             record.exc_text = _exception_text(record.exc_info[1])
         return True
 
 
 _ESCAPE = _EscapeRequestText()
-for _name in ("localchat.api", "localchat.engine", "localchat.models", "localchat.llama", "uvicorn.error"):
+for _name in ("localchat.api", "localchat.engine", "localchat.models", "localchat.llama", "localchat.worker",
+              "uvicorn.error"):
     logging.getLogger(_name).addFilter(_ESCAPE)  # "uvicorn.error": its "Exception in ASGI application" traceback

@@ -136,7 +136,7 @@ def routes(chat: Chat) -> list[Route]:
         req = parse(ResponsesRequest, await read_json(request, settings.max_body_bytes))
         history = store.history(req.previous_response_id) if req.previous_response_id else []
         turn = await _start(chat, to_chat(req, history, settings))
-        shell = Shell(_echo(req, turn.model))
+        shell = Shell(req, turn.model)
 
         def keep(response: dict[str, Any], out: Output) -> None:
             if req.store:
@@ -257,8 +257,8 @@ def _rules(req: ResponsesRequest, settings: Settings) -> OutputRules:
     if isinstance(choice, NamedChoice):
         if choice.type != "function" or choice.name is None:
             field = "type" if choice.type != "function" else "name"
-            raise InvalidRequest(f"tool_choice.{field}: name one function tool: {{\"type\": \"function\", \"name\": ...}}",
-                                 param=f"tool_choice.{field}")
+            raise InvalidRequest(f"tool_choice.{field}: name one function tool: "
+                                 '{"type": "function", "name": ...}', param=f"tool_choice.{field}")
     fmt = req.text.format if req.text else None
     if fmt is not None and fmt.type == "json_schema" and fmt.schema_ is None:
         raise InvalidRequest("text.format.schema is required when type is 'json_schema'", param="text.format.schema")
@@ -288,22 +288,6 @@ async def _start(chat: Chat, request: ChatRequest) -> Turn:
 
 
 # -- generation → response ------------------------------------------------------------------
-
-def _echo(req: ResponsesRequest, model: str) -> dict[str, Any]:
-    """What the response says back about its request."""
-    fmt = req.text.format if req.text and req.text.format else None
-    return {
-        "instructions": req.instructions, "metadata": req.metadata or {}, "model": model,
-        "parallel_tool_calls": req.parallel_tool_calls, "temperature": req.temperature, "top_p": req.top_p,
-        "tool_choice": req.tool_choice if isinstance(req.tool_choice, str) else req.tool_choice.model_dump(),
-        "tools": [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters,
-                   "strict": True if t.strict is None else t.strict} for t in req.tools],
-        "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}},
-        "reasoning": req.reasoning.model_dump() if req.reasoning else None,
-        "max_output_tokens": req.max_output_tokens, "previous_response_id": req.previous_response_id,
-        "store": req.store, "truncation": "disabled", "background": False,
-    }
-
 
 def _kept(items: list[dict[str, Any]]) -> list[InputItem]:
     """Output items as the input of a later turn; a function call cut off mid-arguments is left out."""

@@ -12,11 +12,14 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LocalchatError
 from ..generation import Delta, Finish, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn
 from .sse import frame
+
+if TYPE_CHECKING:
+    from .responses import ResponsesRequest
 
 log = logging.getLogger("localchat.api")
 
@@ -159,18 +162,31 @@ async def stream(turn: Turn, shell: Shell, keep: Keep) -> AsyncIterator[bytes]:
 
 
 class Shell:
-    """One response's body, made from its output so far: `echo` says what was asked."""
+    """One response's body, made from its output so far, and what it says back about its request."""
 
-    def __init__(self, echo: dict[str, Any]) -> None:
+    def __init__(self, req: ResponsesRequest, model: str) -> None:
         self.meta = {"id": item_id("resp"), "object": "response", "created_at": int(time.time())}
-        self.echo = echo
+        fmt = req.text.format if req.text and req.text.format else None
+        self.echo = {
+            "instructions": req.instructions, "metadata": req.metadata or {}, "model": model,
+            "parallel_tool_calls": req.parallel_tool_calls, "temperature": req.temperature, "top_p": req.top_p,
+            "tool_choice": req.tool_choice if isinstance(req.tool_choice, str) else req.tool_choice.model_dump(),
+            "tools": [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters,
+                       "strict": True if t.strict is None else t.strict} for t in req.tools],
+            "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}},
+            "reasoning": req.reasoning.model_dump() if req.reasoning else None,
+            "max_output_tokens": req.max_output_tokens, "previous_response_id": req.previous_response_id,
+            "store": req.store, "truncation": "disabled", "background": False,
+        }
 
-    def __call__(self, out: Output, status: str | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    def __call__(self, out: Output, status: str | None = None,
+                 error: dict[str, Any] | None = None) -> dict[str, Any]:
         final = status or ("incomplete" if out.truncated else "completed")
         usage = out.finish.usage if out.finish and final != "in_progress" else None
         items = out.items if final != "in_progress" else []
         return {**self.meta, "status": final, "completed_at": int(time.time()) if final == "completed" else None,
-                "error": error, "incomplete_details": {"reason": "max_output_tokens"} if final == "incomplete" else None,
+                "error": error,
+                "incomplete_details": {"reason": "max_output_tokens"} if final == "incomplete" else None,
                 **self.echo, "output": [dict(it) for it in items],
                 "output_text": "".join(p["text"] for it in items if it["type"] == "message" for p in it["content"]),
                 "usage": usage and {

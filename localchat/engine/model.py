@@ -4,7 +4,10 @@ only; the context that decodes with it belongs to the scheduler."""
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import llama_cpp as C
 from ..errors import ContextOverflow, ModelUnavailable
 from .utf8guard import Utf8Tables
 
+LONG_TEXT, LONG_TEXTS_KEPT = 4096, 32  # texts this long (bytes) have their tokens kept; how many
 _backend_ready = False
 _log = logging.getLogger("localchat.llama")
 
@@ -55,6 +59,8 @@ class Model:
         self._bos = C.llama_vocab_bos(self.vocab)
         self._add_bos = C.llama_vocab_get_add_bos(self.vocab)
         self._pieces: dict[int, bytes] = {}
+        self._long: OrderedDict[tuple[bytes, bool], tuple[int, ...]] = OrderedDict()
+        self._lock = threading.Lock()
         self.visible: set[int] = set()
         self._utf8: Utf8Tables | None = None
         self.eog = frozenset(t for t in range(self.n_vocab) if C.llama_vocab_is_eog(self.vocab, t))
@@ -76,6 +82,23 @@ class Model:
         return tokens
 
     def tokenize_bytes(self, data: bytes, parse_special: bool) -> list[int]:
+        """Tokens of a text. Long texts (an agent's tool descriptions, a system prompt) come back
+        every turn: their tokens are kept, keyed by a hash of the text."""
+        if len(data) < LONG_TEXT:
+            return self._tokenize(data, parse_special)
+        key = (hashlib.sha256(data).digest(), parse_special)
+        with self._lock:
+            if key in self._long:
+                self._long.move_to_end(key)
+                return list(self._long[key])
+        tokens = self._tokenize(data, parse_special)
+        with self._lock:
+            self._long[key] = tuple(tokens)
+            while len(self._long) > LONG_TEXTS_KEPT:
+                self._long.popitem(last=False)
+        return tokens
+
+    def _tokenize(self, data: bytes, parse_special: bool) -> list[int]:
         cap = len(data) + 8
         buf = (C.llama_token * cap)()
         n = C.llama_tokenize(self.vocab, data, len(data), buf, cap, False, parse_special)

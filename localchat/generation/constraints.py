@@ -3,6 +3,11 @@ raw GBNF, a JSON object, a JSON schema, or tool calls in the family's syntax."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +17,8 @@ from ..families import Family
 from ..errors import GrammarError
 from ..grammars import schema_to_gbnf, validate
 from ..grammars.gbnf import MAX_BYTES
+from ..grammars.metaschema import schema_problem
+from ..models import Settings
 from ..grammars.schema import assemble
 from ..grammars.tools import after_reasoning, tools_grammar
 
@@ -40,7 +47,12 @@ class OutputRules:
         return bool(self.tools) and self.tool_choice != "none"
 
 
-def check(rules: OutputRules) -> None:
+def check(rules: OutputRules, limits: Settings | None = None) -> None:
+    """Everything about the output's shape that can be refused before any work, whatever the
+    protocol: names, choices, and (with the server's limits) the tools' count and size and
+    every schema against its draft's metaschema."""
+    if limits is not None:
+        _check_limits(rules, limits)
     names = [t.name for t in rules.tools]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
@@ -56,6 +68,22 @@ def check(rules: OutputRules) -> None:
                              param="response_format" if shaped[1] else "grammar")
 
 
+def _check_limits(rules: OutputRules, limits: Settings) -> None:
+    if len(rules.tools) > limits.max_tools:
+        raise InvalidRequest(f"tools: {len(rules.tools)} tools; at most {limits.max_tools} per request (max_tools)",
+                             param="tools")
+    size = sum(len(json.dumps(t.parameters, separators=(",", ":"))) for t in rules.tools if t.parameters)
+    if size > limits.max_tool_schema_bytes:
+        raise InvalidRequest(f"tools: the tools' schemas are {size} bytes together; at most "
+                             f"{limits.max_tool_schema_bytes} (max_tool_schema_bytes)", param="tools")
+    for i, tool in enumerate(rules.tools):
+        if tool.parameters is not None and (problem := schema_problem(tool.parameters, limits.max_schema_depth)):
+            raise InvalidRequest(f"tools.{i}.function.parameters: {problem}", param=f"tools.{i}.function.parameters")
+    if rules.json_schema is not None and (problem := schema_problem(rules.json_schema, limits.max_schema_depth)):
+        raise InvalidRequest(f"response_format.json_schema.schema: {problem}",
+                             param="response_format.json_schema.schema")
+
+
 def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | None:
     """The engine constraint for these rules; every grammar is validated here. While the
     model is still thinking, the grammar waits for the end of its reasoning."""
@@ -64,23 +92,53 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
         validate(rules.grammar, max_bytes=rules.max_grammar_bytes)
         return Constraint(rules.grammar)
     if rules.json_schema is not None or rules.json_object:
-        grammar = assemble("object", {}) if rules.json_object else _schema(rules.json_schema)
-        grammar = after_reasoning(grammar) if after_think else grammar
-        _validate_made(grammar, rules, "response_format.json_schema.schema" if rules.json_schema is not None
-                       else "response_format")
-        return Constraint(grammar, after_think)
+        def make_json() -> str:
+            grammar = assemble("object", {}) if rules.json_object else _schema(rules.json_schema)
+            grammar = after_reasoning(grammar) if after_think else grammar
+            _validate_made(grammar, rules, "response_format.json_schema.schema" if rules.json_schema is not None
+                           else "response_format")
+            return grammar
+
+        key = ("json", rules.json_schema, rules.json_object, bool(after_think), rules.max_grammar_bytes)
+        return Constraint(cached(key, make_json), after_think)
     if not rules.calls_tools:
         return None
     chosen = [t for t in rules.tools if rules.tool_choice in ("auto", "required", t.name)]
     tools = [(t.name, t.parameters) for t in chosen]
-    if rules.tool_choice == "auto":  # free text, then the calls once the trigger is written
-        syntax = family.tools
-        grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, trigger=syntax.trigger)
+    auto, syntax = rules.tool_choice == "auto", family.tools
+
+    def make_tools() -> str:
+        grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, trigger=syntax.trigger) if auto \
+            else tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, lead=bool(after_think))
         _validate_made(grammar, rules, "tools")
+        return grammar
+
+    key = ("tools", tools, family.name, auto, rules.parallel_tool_calls, bool(after_think), rules.max_grammar_bytes)
+    grammar = cached(key, make_tools)
+    if auto:  # free text, then the calls once the trigger is written
         return Constraint(grammar, (syntax.trigger,), after=after_think[0] if after_think else "")
-    grammar = tools_grammar(tools, family.tools, parallel=rules.parallel_tool_calls, lead=bool(after_think))
-    _validate_made(grammar, rules, "tools")
     return Constraint(grammar, after_think)
+
+
+_GRAMMARS: OrderedDict[str, str] = OrderedDict()  # a hash of what a grammar was made from → the checked grammar
+_GRAMMARS_KEPT = 128
+_lock = threading.Lock()
+
+
+def cached(key: Any, make: Callable[[], str]) -> str:
+    """A checked grammar made once per schema set: agents send the same 100 tools every turn, and
+    turning them into a grammar costs far more than hashing them. Failures are not kept."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    with _lock:
+        if digest in _GRAMMARS:
+            _GRAMMARS.move_to_end(digest)
+            return _GRAMMARS[digest]
+    grammar = make()
+    with _lock:
+        _GRAMMARS[digest] = grammar
+        while len(_GRAMMARS) > _GRAMMARS_KEPT:
+            _GRAMMARS.popitem(last=False)
+    return grammar
 
 
 def _validate_made(grammar: str, rules: OutputRules, param: str) -> None:

@@ -6,6 +6,7 @@ the context) happens in `start`, before the caller sends its first byte."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -119,14 +120,15 @@ class Chat:
     async def start(self, request: ChatRequest) -> Turn:
         """Everything that can reject the request happens here, before a byte is sent: the
         model, the template, the grammar, the prompt's length, a full queue."""
-        constraints.check(request.output)
+        constraints.check(request.output, self.host.settings)
         lease = await self.host.lease(request.model, request.keep_alive)
         try:
             loaded = lease.model
             if request.n > loaded.engine.parallel:
                 raise InvalidRequest(f"n: at most {loaded.engine.parallel} completions per request for this model "
                                      "(its `parallel` setting)", param="n")
-            prepared = await asyncio.to_thread(_prepare, request, loaded)  # templates, grammars, tokens
+            prepared = await asyncio.to_thread(_prepare, request, loaded, True,  # templates, grammars, tokens
+                                               self.host.settings.max_tokens_cap)
             stream = loaded.engine.submit(prepared.generate)
         except BaseException:
             lease.release()
@@ -135,7 +137,7 @@ class Chat:
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
-        constraints.check(request.output)
+        constraints.check(request.output, self.host.settings)
         lease = await self.host.lease(request.model, request.keep_alive)
         try:
             return len((await asyncio.to_thread(_prepare, request, lease.model, False)).generate.tokens)
@@ -143,14 +145,15 @@ class Chat:
             lease.release()
 
 
-def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True) -> _Prepared:
+def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True, cap: int | None = None) -> _Prepared:
     """Blocking: render the prompt, build and check the grammar, tokenize."""
     rules, family = request.output, loaded.family
     if request.prompt is not None:
         tokens, thinking = _raw_tokens(request, loaded), False
         constraint = constraints.build(rules, family, thinking)
     else:
-        messages, extra = _with_tools(request.messages, rules, family, loaded)
+        messages, extra = _with_tools(_strip_system(request.messages, loaded.spec.system_prompt_strip), rules,
+                                      family, loaded)
         prompt = render_prompt(loaded.template, messages, bos_token=loaded.bos_token, eos_token=loaded.eos_token,
                                **extra)
         thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
@@ -158,6 +161,8 @@ def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True) -> _
         tokens = loaded.engine.tokenize(prompt.segments)
     params = replace(_defaults(loaded), **request.sampling,
                      logit_bias=_logit_bias(request.logit_bias, loaded.engine.n_vocab))
+    if cap is not None and (params.max_tokens is None or params.max_tokens > cap):  # the server's max_tokens_cap
+        params = replace(params, max_tokens=cap)
     if check:
         loaded.engine.check_fits(tokens)
     raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
@@ -165,6 +170,14 @@ def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True) -> _
                                 None if raw else family.reasoning, thinking) for _ in range(request.n)]
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs)
     return _Prepared(generate, splitters)
+
+
+def _strip_system(messages: list[dict[str, Any]], pattern: str | None) -> list[dict[str, Any]]:
+    """System messages without what `system_prompt_strip` (models.toml) matches."""
+    if not pattern:
+        return messages
+    return [{**m, "content": re.sub(pattern, "", m["content"])} if m["role"] == "system" and isinstance(
+        m.get("content"), str) else m for m in messages]
 
 
 def _raw_tokens(request: ChatRequest, loaded: LoadedModel) -> list[int]:

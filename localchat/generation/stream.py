@@ -65,7 +65,7 @@ class OutputSplitter:
 
     def finish(self) -> list[Piece]:
         out = getattr(self, f"_{self.state}")(final=True)
-        if self.state == "tools" and self.calls == 0:  # a trigger with no call after it: it was text
+        if self.state == "tools" and self.calls == 0 and self._args_start is None:  # a trigger, no call: text
             out.append(Delta(self.buf))
         elif self.state != "tools" and self.buf:
             out.append(ReasoningDelta(self.buf) if self.state == "reasoning" else Delta(self.buf))

@@ -43,11 +43,13 @@ def depth(value: Any) -> int:
 def schema_problem(schema: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> str | None:
     """None if `schema` is a valid JSON Schema nested at most `max_depth` deep, else what is
     wrong with it. The draft is the one its `$schema` names, else 2020-12."""
-    try:
-        canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"))  # ASCII: lone surrogates escaped
+    try:  # ASCII, so lone surrogates are escaped; NaN and Infinity (which Python's JSON reader takes) refused
+        canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except RecursionError:
         return f"the schema is nested more than {max_depth} levels deep"
-    except (TypeError, ValueError) as exc:
+    except ValueError:
+        return "the schema holds NaN or Infinity, which are not JSON numbers"
+    except TypeError as exc:
         return f"the schema is not JSON: {exc}"
     key = hashlib.sha256(f"{max_depth}\n{canonical}".encode()).hexdigest()
     with _lock:

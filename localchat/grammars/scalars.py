@@ -20,8 +20,8 @@ def string_body(schema: dict[str, Any]) -> str:
         body = pattern_to_gbnf(schema["pattern"])
         if body is not None:
             return f'"\\"" ({body}) "\\"" ws'
-    low = min(int(schema.get("minLength") or 0), 2000)
-    high = schema.get("maxLength")
+    low = min(max(int(number(schema.get("minLength")) or 0), 0), 2000)
+    high = number(schema.get("maxLength"))
     count = "*" if not low and high is None else f"{{{low},}}" if high is None else f"{{{low},{min(int(high), 2000)}}}"
     return f'"\\"" char{count} "\\"" ws'
 
@@ -29,12 +29,16 @@ def string_body(schema: dict[str, Any]) -> str:
 def number_body(schema: dict[str, Any], kind: str) -> str | None:
     """A rule body for an integer or number within the schema's bounds; None when no value
     is within them. Bounds this grammar cannot express give any number (looser)."""
-    lo, hi = schema.get("minimum"), schema.get("maximum")
+    lo, hi = number(schema.get("minimum")), number(schema.get("maximum"))
     xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
     if isinstance(xlo, bool):  # draft 4: a flag on minimum
         xlo, lo = (lo if xlo else None), (None if xlo else lo)
+    else:
+        xlo = number(xlo)
     if isinstance(xhi, bool):
         xhi, hi = (hi if xhi else None), (None if xhi else hi)
+    else:
+        xhi = number(xhi)
     if kind == "integer":
         low = _pick(max, math.ceil(lo) if lo is not None else None, math.floor(xlo) + 1 if xlo is not None else None)
         high = _pick(min, math.floor(hi) if hi is not None else None, math.ceil(xhi) - 1 if xhi is not None else None)
@@ -64,6 +68,14 @@ def number_body(schema: dict[str, Any], kind: str) -> str | None:
     if top <= bottom:
         return f"{literal(str(top))} ws" if top == bottom else None
     return f'( ({integer_range(bottom, top - 1)}) fraction? | {literal(str(top))} ) ws'
+
+
+def number(value: Any) -> int | float | None:
+    """A bound this grammar can use: a finite number. Anything else (a string, a list, NaN,
+    Infinity: refused by the metaschema check, but a caller may skip it) is no bound: looser."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if isinstance(value, int) or math.isfinite(value) else None
 
 
 def _pick(f, *xs: int | None) -> int | None:

@@ -15,7 +15,7 @@ from ..errors import GrammarError
 from . import library
 from .gbnf import literal
 from .objects import ObjectShape, object_shapes
-from .scalars import number_body, string_body
+from .scalars import number, number_body, string_body
 
 MAX_RULES = 5000
 TIME_BUDGET = 2.0  # seconds
@@ -199,8 +199,9 @@ class Converter:
         return self.add(hint, f'"{{" ws ( {" | ".join(reversed(starts))} )? "}}" ws')
 
     def _array(self, schema: dict[str, Any], hint: str) -> str:
-        low = int(schema.get("minItems") or 0)
-        high = schema.get("maxItems")
+        low = max(int(number(schema.get("minItems")) or 0), 0)
+        high = number(schema.get("maxItems"))
+        high = None if high is None else max(int(high), 0)
         items = schema.get("items", True)
         prefix = schema.get("prefixItems") or (items if isinstance(items, list) else None)
         if prefix is not None:

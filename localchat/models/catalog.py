@@ -105,6 +105,19 @@ class ModelSpec(BaseModel):
     parallel: int | None = Field(None, ge=1, le=64)
     keep_alive: float | None = None
     embedding: bool = False  # serve /v1/embeddings with mean pooling even if the GGUF declares no pooling
+    # A regex removed from system messages before tokenizing: a value a client changes on every
+    # request (a request id, a timestamp) early in its system prompt defeats the prefix cache.
+    system_prompt_strip: str | None = None
+
+    @field_validator("system_prompt_strip")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"system_prompt_strip is not a valid regular expression: {exc}") from None
+        return v
     sampling: SamplingDefaults = SamplingDefaults()
 
     @field_validator("keep_alive", mode="before")
@@ -173,7 +186,7 @@ class Registry:
         """A model by name or alias; an empty or missing name means the default model."""
         if not name:
             name = self.default
-        spec = self._names.get(name)
+        spec = self._names.get(name) or self._names.get(name.removesuffix(":latest"))  # Ollama-style tags
         if spec is None:
             raise ModelNotFound(
                 f"the model {name!r} does not exist; available: {', '.join(sorted(self.models))}. "

@@ -1,0 +1,197 @@
+"""The models as Ollama's clients see them: `/api/tags`, `/api/show`, `/api/ps`, from the
+registry, the loaded models and each GGUF file's metadata (read once per version of the file)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..errors import LocalchatError
+from ..families import DEFAULT_FAMILY, Family, detect, get_family
+from ..generation import Chat, LoadedModel
+from ..models import ModelInfo, ModelSpec, inspect
+from ..models.gguf import read_metadata
+from .body import parse, read_json
+from .ollama_chat import model_name
+
+FIM_TEXTS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"), ("<fim-prefix>", "<fim-suffix>", "<fim-middle>"),
+             ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"), ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
+             ("<PRE>", "<SUF>", "<MID>"), ("▁<PRE>", "▁<SUF>", "▁<MID>"))  # as llama.cpp finds them by text
+
+
+class ShowBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str = ""
+    name: str = ""  # the older clients' field
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a model's GGUF file says, read once per version of the file."""
+
+    info: ModelInfo | None = None  # None: the file is not there (yet) or unreadable
+    meta: dict[str, Any] = field(default_factory=dict)  # its scalar metadata
+    size: int = 0
+    modified: float = 0.0
+    digest: str = ""
+
+
+class Catalog:
+    """Facts per model name, kept while the file's path, size and modification time stay the same."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[tuple[str, int, int], Facts]] = {}
+
+    async def facts(self, spec: ModelSpec) -> Facts:
+        return await asyncio.to_thread(self._facts, spec)
+
+    def _facts(self, spec: ModelSpec) -> Facts:
+        path = spec.location()
+        try:
+            stat = path.stat() if path else None
+        except OSError:
+            stat = None
+        if path is None or stat is None:
+            return Facts()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        cached = self._cache.get(spec.name)
+        if cached and cached[0] == key:
+            return cached[1]
+        digest = hashlib.sha256("\0".join(map(str, key)).encode()).hexdigest()
+        try:
+            info, meta = inspect(path), read_metadata(path)
+        except (LocalchatError, ValueError, OSError):
+            info, meta = None, {}
+        facts = Facts(info, {k: v for k, v in meta.items() if _shown(k, v)}, stat.st_size, stat.st_mtime, digest)
+        self._cache[spec.name] = (key, facts)
+        return facts
+
+
+def _shown(key: str, value: Any) -> bool:
+    if value is None or isinstance(value, list) or key.startswith("GGUF.") or key == "tokenizer.chat_template":
+        return False
+    return not (isinstance(value, float) and not math.isfinite(value))
+
+
+async def tags(chat: Chat, catalog: Catalog, request: Request) -> Response:
+    models = []
+    for name, spec in chat.host.registry.models.items():
+        facts = await catalog.facts(spec)
+        models.append({"name": name, "model": name, "modified_at": _iso(facts.modified),
+                       "size": facts.size, "digest": facts.digest, "details": _details(facts)})
+    return JSONResponse({"models": models})
+
+
+async def show(chat: Chat, catalog: Catalog, request: Request) -> Response:
+    registry = chat.host.registry
+    body = parse(ShowBody, await read_json(request, chat.host.settings.max_body_bytes))
+    spec = registry.resolve(model_name(registry, body.model or body.name))
+    facts = await catalog.facts(spec)
+    loaded = chat.host.loaded.get(spec.name)
+    n_ctx = await asyncio.to_thread(chat.host.context_length, spec.name)
+    family, template = _family(spec, facts.info, loaded)
+    parameters = _parameters(spec, family)
+    return JSONResponse({
+        "license": "", "modelfile": _modelfile(spec, template, parameters), "parameters": parameters,
+        "template": template, "details": _details(facts), "model_info": _model_info(spec, facts, n_ctx),
+        "capabilities": _capabilities(spec, facts, family, template, loaded), "modified_at": _iso(facts.modified)})
+
+
+async def ps(chat: Chat, catalog: Catalog, request: Request) -> Response:
+    models = []
+    for name, m in list(chat.host.loaded.items()):
+        facts, stats = await catalog.facts(m.spec), m.engine.stats()
+        models.append({"name": name, "model": name, "size": stats["bytes"], "digest": facts.digest,
+                       "details": _details(facts), "expires_at": _expires(m),
+                       "size_vram": stats["bytes"] if m.spec.gpu_layers else 0, "context_length": stats["n_ctx"]})
+    return JSONResponse({"models": models})
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _expires(m: LoadedModel) -> str:
+    if m.keep_alive is None:  # never
+        return "9999-12-31T00:00:00Z"
+    return _iso(time.time() + max(0.0, m.keep_alive - m.idle_for()))
+
+
+def _details(facts: Facts) -> dict[str, Any]:
+    info = facts.info
+    arch = info.architecture if info else ""
+    quant = info.quantization if info and info.quantization != "unknown" else ""
+    return {"parent_model": "", "format": "gguf", "family": arch, "families": [arch] if arch else None,
+            "parameter_size": _human(info.parameters) if info and info.parameters else "",
+            "quantization_level": quant.removeprefix("ALL_")}
+
+
+def _human(n: int) -> str:
+    """Ollama's way: 8B, 7.6B, 268.10M, 135M, 12K."""
+    for size, unit, decimals in ((1e9, "B", 1), (1e6, "M", 2)):
+        if n >= size:
+            x = n / size
+            return f"{x:.0f}{unit}" if x == int(x) else f"{x:.{decimals}f}{unit}"
+    return f"{n / 1e3:.0f}K" if n >= 1e3 else str(n)
+
+
+def _family(spec: ModelSpec, info: ModelInfo | None, loaded: LoadedModel | None) -> tuple[Family, str]:
+    """The family and template the model has, or will have once loaded (as load_model picks them)."""
+    if loaded is not None:
+        return loaded.family, loaded.template
+    family = (get_family(spec.family) if spec.family else
+              detect(info.architecture, info.chat_template, info.tokens) if info else DEFAULT_FAMILY)
+    own = info.chat_template if info and not spec.family else None
+    return family, spec.template or own or family.template
+
+
+def _parameters(spec: ModelSpec, family: Family) -> str:
+    names = {"max_tokens": "num_predict", "penalty_last_n": "repeat_last_n"}
+    lines = [f"{names.get(k, k)} {v}" for k, v in spec.sampling.model_dump().items() if v is not None]
+    return "\n".join(lines + [f'stop "{t}"' for t in family.stop_tokens])
+
+
+def _modelfile(spec: ModelSpec, template: str, parameters: str) -> str:
+    lines = ["# localchat reads models.toml, not Modelfiles: this one only describes the model",
+             f"FROM {spec.location() or spec.package}", f'TEMPLATE """{template}"""']
+    return "\n".join(lines + [f"PARAMETER {p}" for p in parameters.splitlines()]) + "\n"
+
+
+def _model_info(spec: ModelSpec, facts: Facts, n_ctx: int | None) -> dict[str, Any]:
+    arch = facts.info.architecture if facts.info else "unknown"
+    out: dict[str, Any] = {**facts.meta, "general.architecture": arch, "general.basename": spec.name}
+    if facts.info:
+        out["general.parameter_count"] = facts.info.parameters
+    if n_ctx:
+        out[f"{arch}.context_length"] = n_ctx  # the context this server gives it, not the GGUF's trained one
+    return out
+
+
+def _capabilities(spec: ModelSpec, facts: Facts, family: Family, template: str,
+                  loaded: LoadedModel | None) -> list[str]:
+    info = facts.info
+    if info and info.pooling_type:  # an embedding model
+        return ["embedding"]
+    caps = ["completion", "tools"]  # every family's template gets tools, under the tool-call grammar
+    if loaded.can_infill if loaded else _has_fim(facts):
+        caps.append("insert")
+    if loaded.can_embed if loaded else spec.embedding:
+        caps.append("embedding")
+    if family.reasoning and family.reasoning[0] in template:
+        caps.append("thinking")
+    return caps
+
+
+def _has_fim(facts: Facts) -> bool:
+    keys = ("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.fim_mid_token_id")
+    tokens = facts.info.tokens if facts.info else frozenset()
+    return all(k in facts.meta for k in keys) or any(all(t in tokens for t in triple) for triple in FIM_TEXTS)
