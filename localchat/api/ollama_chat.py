@@ -18,7 +18,6 @@ from ..generation import Chat, ChatRequest, OutputRules, ToolSpec, Turn
 from ..models import Registry, Settings, parse_duration
 from .body import parse, read_json
 from .ollama_stream import Answer, Clock, Shape, collect, stream
-from .schemas import PENALTY_LAST_N_MAX
 from .sse import EventStream, until_disconnect
 
 
@@ -60,7 +59,7 @@ class Options(_Lenient):
     repeat_penalty: float | None = Field(None, **KNOBS["repeat_penalty"])
     presence_penalty: float | None = Field(None, **KNOBS["presence_penalty"])
     frequency_penalty: float | None = Field(None, **KNOBS["frequency_penalty"])
-    repeat_last_n: int | None = Field(None, ge=-1, le=PENALTY_LAST_N_MAX)
+    repeat_last_n: int | None = Field(None, **KNOBS["penalty_last_n"])
     seed: int | None = None  # negative: a random seed
     num_predict: int | None = None  # -1, -2 (and 0): no limit of the request's own
     stop: str | list[str] | None = None

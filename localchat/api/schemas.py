@@ -15,7 +15,6 @@ from ..grammars.metaschema import schema_problem
 from ..models import Settings, parse_duration, sampling_model
 
 _DEFAULT_LIMITS = Settings()
-PENALTY_LAST_N_MAX = 1 << 20
 
 
 def _limits(info: ValidationInfo) -> Settings:
@@ -144,15 +143,6 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
         cap = _limits(info).max_tokens_cap
         if v is not None and v > cap:
             raise ValueError(f"at most {cap} tokens per choice on this server (max_tokens_cap)")
-        return v
-
-    @field_validator("penalty_last_n")
-    @classmethod
-    def _penalty_window(cls, v: int | None) -> int | None:
-        # llama.cpp allocates (and zero-fills) this many token slots per choice, however few are
-        # generated: 2**31 - 1 is 8 GiB and ~26 s per choice. TODO: an `le` on the knob in engine/params.py.
-        if v is not None and v > PENALTY_LAST_N_MAX:
-            raise ValueError(f"at most {PENALTY_LAST_N_MAX} tokens")
         return v
 
     @field_validator("tools", mode="before")

@@ -24,7 +24,7 @@ class SamplingParams:
     repeat_penalty: float = _knob(1.0, gt=0, le=10)
     presence_penalty: float = _knob(0.0, ge=-2, le=2)
     frequency_penalty: float = _knob(0.0, ge=-2, le=2)
-    penalty_last_n: int = _knob(64, ge=-1)
+    penalty_last_n: int = _knob(64, ge=-1, le=1 << 20)  # llama.cpp allocates this many per sequence
     seed: int | None = _knob(None)
     logit_bias: dict[int, float] = field(default_factory=dict)
     stop: tuple[str, ...] = ()
