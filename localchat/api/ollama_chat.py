@@ -37,11 +37,12 @@ def model_name(registry: Registry, name: str) -> str | None:
     """What to resolve: Ollama clients may add `:latest` to a name that has no tag."""
     if not name:
         return None
+    bare = name.removesuffix(":latest")
     try:
-        registry.resolve(name)
-        return name
+        registry.resolve(bare)
+        return bare
     except ModelNotFound:
-        return name.removesuffix(":latest")
+        return name
 
 
 class _Lenient(BaseModel):
