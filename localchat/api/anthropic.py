@@ -8,7 +8,6 @@ response side (blocks, SSE events) is in anthropic_stream.py."""
 from __future__ import annotations
 
 import asyncio
-import math
 import secrets
 from typing import Any, Literal
 
@@ -20,10 +19,10 @@ from starlette.routing import Route
 from ..engine.params import KNOBS
 from ..errors import InvalidRequest
 from ..generation import Chat, ChatRequest, OutputRules, ToolSpec
-from ..models import Settings, parse_duration, sampling_model
+from ..models import Settings, sampling_model
 from . import errors
 from .anthropic_stream import collect, error_body, stream
-from .body import parse, read_json
+from .body import KeepAlive, parse, read_json
 from .sse import EventStream, until_disconnect
 
 
@@ -94,7 +93,7 @@ class MessagesRequest(CountRequest):
     stop_sequences: list[str] | None = None
     stream: bool = False
     logit_bias: dict[str, float] | None = None  # extension (OpenAI's): token id → bias
-    keep_alive: float | str | None = None  # extension (Ollama's): how long the model stays loaded afterwards
+    keep_alive: KeepAlive = None  # extension (Ollama's): how long the model stays loaded afterwards
 
     @field_validator("stop_sequences")
     @classmethod
@@ -105,14 +104,6 @@ class MessagesRequest(CountRequest):
         if any(len(s) > limits.max_stop_chars for s in v or []):
             raise ValueError(f"a stop sequence may be at most {limits.max_stop_chars} characters (max_stop_chars)")
         return v
-
-    @field_validator("keep_alive")
-    @classmethod
-    def _keep_alive(cls, v: float | str | None) -> float | None:
-        seconds = None if v is None else parse_duration(v)
-        if seconds is not None and not math.isfinite(seconds):
-            raise ValueError("keep_alive must be a finite number of seconds (negative: forever)")
-        return seconds
 
 
 def to_chat(req: CountRequest, settings: Settings) -> ChatRequest:

@@ -4,15 +4,30 @@ whose first error becomes a 400 naming the field as a dotted path."""
 from __future__ import annotations
 
 import json
+import math
 import re
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 from starlette.requests import Request
 
 from ..errors import InvalidRequest, PayloadTooLarge
+from ..models import parse_duration
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def _seconds(value: float | str | None) -> float | None:
+    if value is None:
+        return None
+    seconds = parse_duration(value)
+    if not math.isfinite(seconds):
+        raise ValueError("keep_alive must be a finite number of seconds (negative: forever)")
+    return seconds
+
+
+# Ollama's keep_alive, accepted by every protocol: seconds or a duration ("10m"); seconds once parsed.
+KeepAlive = Annotated[float | str | None, AfterValidator(_seconds)]
 
 
 async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:

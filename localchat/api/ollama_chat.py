@@ -4,33 +4,20 @@ ChatRequest for the generation step; the answer framed by ollama_stream."""
 from __future__ import annotations
 
 import json
-import math
 import time
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..engine.params import KNOBS
 from ..errors import InvalidRequest, ModelNotFound
 from ..generation import Chat, ChatRequest, OutputRules, ToolSpec, Turn
-from ..models import Registry, Settings, parse_duration
-from .body import parse, read_json
+from ..models import Registry, Settings
+from .body import KeepAlive, parse, read_json
 from .ollama_stream import Answer, Clock, Shape, collect, stream
 from .sse import EventStream, until_disconnect
-
-
-def _seconds(value: float | str | None) -> float | None:
-    if value is None:
-        return None
-    seconds = parse_duration(value)
-    if not math.isfinite(seconds):
-        raise ValueError("keep_alive must be a finite number of seconds (negative: forever)")
-    return seconds
-
-
-KeepAlive = Annotated[float | str | None, AfterValidator(_seconds)]  # seconds once parsed
 
 
 def model_name(registry: Registry, name: str) -> str | None:

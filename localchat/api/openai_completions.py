@@ -19,8 +19,8 @@ from starlette.routing import Route
 
 from ..errors import InvalidRequest, LocalchatError
 from ..generation import Chat, ChatRequest, Delta, Finish, Logprobs, Turn, total_usage
-from ..models import Settings, parse_duration
-from .body import parse, read_json
+from ..models import Settings
+from .body import KeepAlive, parse, read_json
 from .schemas import SamplingFields, StreamOptions
 from .sse import DONE, EventStream, frame, until_disconnect
 
@@ -37,7 +37,7 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     logprobs: int | None = Field(None, ge=0, le=20)
     logit_bias: dict[str, float] | None = None
     ignore_eos: bool = False
-    keep_alive: float | str | None = None
+    keep_alive: KeepAlive = None
 
     @field_validator("stop")
     @classmethod
@@ -57,7 +57,7 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             sampling["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         if self.ignore_eos:
             sampling["ignore_eos"] = True
-        keep = None if self.keep_alive is None else parse_duration(self.keep_alive)
+        keep = self.keep_alive
         prompts = [self.prompt] if isinstance(self.prompt, str) else self.prompt
         return [ChatRequest(model=self.model, prompt=p, suffix=self.suffix, sampling=sampling,
                             logit_bias=self.logit_bias or {}, n=self.n, logprobs=self.logprobs, keep_alive=keep)

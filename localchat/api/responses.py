@@ -10,7 +10,6 @@ restart forgets them. Clients that send the whole input each turn (the Codex CLI
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import OrderedDict
 from typing import Any, Literal
@@ -23,8 +22,8 @@ from starlette.routing import Route
 from ..engine.params import KNOBS
 from ..errors import InvalidRequest, LocalchatError
 from ..generation import Chat, ChatRequest, OutputRules, ToolSpec, Turn
-from ..models import Settings, parse_duration
-from .body import parse, read_json
+from ..models import Settings
+from .body import KeepAlive, parse, read_json
 from .responses_stream import Output, Shell, collect, stream
 from .schemas import SamplingFields
 from .sse import EventStream, until_disconnect
@@ -96,7 +95,7 @@ class ResponsesRequest(SamplingFields):  # type: ignore[misc, valid-type]
     metadata: dict[str, Any] | None = None
     stream: bool = False
     logit_bias: dict[str, float] | None = None  # extension, as in chat completions
-    keep_alive: float | str | None = None  # extension (Ollama's)
+    keep_alive: KeepAlive = None  # extension (Ollama's)
 
     def items(self) -> list[InputItem]:
         return [InputItem(role="user", content=self.input)] if isinstance(self.input, str) else list(self.input or [])
@@ -174,9 +173,7 @@ def to_chat(req: ResponsesRequest, history: list[InputItem], settings: Settings)
     sampling = {k: v for k, v in req.model_dump(include=set(KNOBS)).items() if v is not None}
     if req.max_output_tokens is not None:
         sampling["max_tokens"] = req.max_output_tokens
-    keep_alive = None if req.keep_alive is None else parse_duration(req.keep_alive)
-    if keep_alive is not None and not math.isfinite(keep_alive):
-        raise InvalidRequest("keep_alive must be a finite number of seconds", param="keep_alive")
+    keep_alive = req.keep_alive
     return ChatRequest(messages=_one_system(messages), model=req.model or None, sampling=sampling,
                        logit_bias=req.logit_bias or {}, output=_rules(req, settings), keep_alive=keep_alive)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -12,7 +11,8 @@ from ..generation import ChatRequest, OutputRules, ToolSpec
 from ..errors import InvalidRequest
 from ..engine.params import KNOBS
 from ..grammars.metaschema import schema_problem
-from ..models import Settings, parse_duration, sampling_model
+from .body import KeepAlive
+from ..models import Settings, sampling_model
 
 _DEFAULT_LIMITS = Settings()
 
@@ -118,7 +118,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     n: int = Field(1, ge=1, le=64)  # at most the model's `parallel` (checked once the model is known)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    keep_alive: float | str | None = None  # extension (Ollama's): how long the model stays loaded afterwards
+    keep_alive: KeepAlive = None  # extension (Ollama's): how long the model stays loaded afterwards
     ignore_eos: bool = False  # extension (llama.cpp's): generate max_tokens even past end-of-turn
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
@@ -182,16 +182,6 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             if not -100 <= value <= 100:  # NaN fails too
                 raise ValueError(f"the bias {value} for token {key!r} is outside -100..100")
         return v
-
-    @field_validator("keep_alive")
-    @classmethod
-    def _keep_alive(cls, v: float | str | None) -> float | None:
-        if v is None:
-            return None
-        seconds = parse_duration(v)
-        if not math.isfinite(seconds):
-            raise ValueError("keep_alive must be a finite number of seconds (negative: forever)")
-        return seconds
 
     def to_chat(self, limits: Settings | None = None, default_max_tokens: int | None = None) -> ChatRequest:
         """The request for the generation layer. Without max_tokens a choice gets the model's
