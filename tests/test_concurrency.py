@@ -61,6 +61,37 @@ def test_concurrent_streams_match_the_same_requests_alone(server: Server, client
     assert all(alone) and together == alone
 
 
+def test_unrelated_prompts_keep_their_own_slots(registry_file: Path):
+    """Four prompts that share only the chat template's first tokens, sent one after another
+    to a fresh server's four slots: each one sent again finds its whole prompt cached (none
+    took a slot that holds another's prompt while an empty one was free)."""
+    s = Server(registry_file)
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+        def send(prompt: str):
+            return client.chat.completions.create(model="", messages=[{"role": "user", "content": prompt}],
+                                                  max_tokens=2, temperature=0).usage
+        for p in PROMPTS:
+            send(p)
+        for p in PROMPTS:
+            usage = send(p)
+            assert usage.prompt_tokens_details.cached_tokens == usage.prompt_tokens - 1, p
+        # the next turn of the first chat, with a new message longer than all before it
+        first = client.chat.completions.create(model="", messages=[{"role": "user", "content": PROMPTS[0]}],
+                                               max_tokens=2, temperature=0)
+        long_message = "Now tell me, in plain words and with care, " * 6
+        usage = client.chat.completions.create(
+            model="", max_tokens=2, temperature=0,
+            messages=[{"role": "user", "content": PROMPTS[0]},
+                      {"role": "assistant", "content": first.choices[0].message.content},
+                      {"role": "user", "content": long_message}]).usage
+        assert 2 * usage.prompt_tokens_details.cached_tokens < usage.prompt_tokens
+        assert usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
+    finally:
+        s.stop()
+
+
 def first_and_last_token_times(url: str, body: dict, started: threading.Event | None = None) -> tuple[float, float]:
     first = last = 0.0
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=300) as r:

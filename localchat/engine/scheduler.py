@@ -3,8 +3,9 @@
 Each step holds the next token of every generating sequence plus chunks of pending prompts
 (chunked prefill: at most `n_batch` tokens a step, so a long prompt delays running streams by
 one chunk at most). A request waits in a bounded FIFO queue until enough slots are free; it
-takes the free slot whose cache shares the longest prefix with its prompt. With n > 1 the
-prompt is decoded once and its cells are shared with the other n - 1 slots."""
+takes the free slot whose cache shares the longest prefix with its prompt, if that prefix is
+more than half of the prompt or of the slot's cache (else an empty or the least recently used
+slot). With n > 1 the prompt is decoded once and its cells are shared with the other n - 1 slots."""
 
 from __future__ import annotations
 
@@ -144,7 +145,7 @@ class Scheduler:
             if len(free) < job.request.n:
                 break
             self.queue.popleft()
-            lead = max(free, key=lambda s: (_common(s.cached, job.request.tokens), _vacancy(s)))
+            lead = max(free, key=lambda s: (_reuse(s, job.request.tokens), _vacancy(s)))
             others = sorted((s for s in free if s is not lead), key=_vacancy, reverse=True)[: job.request.n - 1]
             for s in (lead, *others):
                 s.busy = True
@@ -294,6 +295,15 @@ def _vacancy(slot: Slot) -> tuple[bool, float, int]:
     """Which free slot to give up first: an empty one, the lowest first (llama.cpp batches
     consecutive slot ids in one graph), else the least recently used."""
     return (not slot.cached, -slot.used_at, -slot.seq_id)
+
+
+def _reuse(slot: Slot, tokens: list[int]) -> int:
+    """How much of a prompt a slot would serve from its cache, counted only when that is more
+    than half of the prompt (llama-server's slot_prompt_similarity) or keeps at least half of
+    what the slot holds (a chat's next turn with a long new message): prompts that share only
+    a chat template's first tokens go to other slots, so each keeps its own cache."""
+    common = _common(slot.cached, tokens)
+    return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0
 
 
 def _common(a: list[int], b: list[int]) -> int:
