@@ -164,9 +164,13 @@ class Sampler:
         return view.view(_TOKEN_DATA)
 
     def close(self) -> None:
+        """Free the C samplers and the vocabulary-sized buffers (4 MB with a grammar) at once,
+        whoever still holds this object."""
         for s in (self.chain, self.grammar, self.pick):
             if s:
                 C.llama_sampler_free(s)
+        self.chain = self.grammar = self.pick = None
+        self.buf = self.ids = self.cur = self.guard = None
 
 
 def _seed(p: SamplingParams) -> int:

@@ -271,6 +271,7 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
         conn.send(("failed", str(exc)))
         return
     scheduler, outbox, lock = engine.scheduler, [], threading.Lock()
+    jobs: dict[int, Any] = {}  # job id -> the scheduler's handle, to cancel it
     send_lock = threading.Lock()
 
     def flush() -> None:
@@ -285,6 +286,8 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
         def emit(item: Any) -> None:
             with lock:
                 outbox.append((job_id, item))
+            if item is None:  # the request's last event: its handle is no longer needed
+                jobs.pop(job_id, None)
         return emit
 
     def embed(job_id: int, inputs: list[list[int]]) -> None:
@@ -296,7 +299,6 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
             conn.send(("embedded", (job_id, result)))
 
     scheduler.after_step = flush
-    jobs: dict[int, Any] = {}
     with send_lock:
         conn.send(("ready", os.getpid()))
     while True:
@@ -312,7 +314,7 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
             threading.Thread(target=embed, args=message[1:], daemon=True).start()
         elif message[0] == "stop":
             break
-        if len(jobs) > 1024:  # forget handles of requests long finished
+        if len(jobs) > 1024:  # a handle stored just after its request ended (a race with emit)
             for job_id in [k for k, job in jobs.items() if job not in scheduler.running and job not in scheduler.queue]:
                 del jobs[job_id]
     engine.close()
