@@ -38,6 +38,13 @@ class GrammarError(InvalidRequest):
     code = "invalid_grammar"
 
 
+class GrammarDeadEnd(GrammarError):
+    """The grammar (a raw one, or one made from a schema) allows no token of the model's
+    vocabulary at some point of the output: the request asks for what cannot be written."""
+
+    code = "grammar_dead_end"
+
+
 class ModelNotFound(LocalchatError):
     status = 404
     type = "invalid_request_error"

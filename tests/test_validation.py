@@ -178,6 +178,20 @@ def test_out_of_range_is_400_naming_the_field(server: Server, extra: dict, param
     _error(post(server, {"model": TINY, "messages": HELLO, **extra}), 400, param)
 
 
+def test_a_grammar_nothing_can_follow_is_400_and_frees_its_slot(server: Server):
+    """A grammar that allows no token of the vocabulary (here after its first character): the
+    client's request cannot be met, so it is a 400 (mid-stream: an error event), not a 500."""
+    body = {"model": TINY, "messages": HELLO, "max_tokens": 5, "grammar": 'root ::= "a" [^\\x00-\\U0010FFFF]'}
+    err = _error(post(server, body), 400)
+    assert err["code"] == "grammar_dead_end" and err["type"] == "invalid_request_error"
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=60) as r:
+        assert r.status_code == 200  # the first chunk went out before the first token was sampled
+        lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert json.loads(lines[-2][6:])["error"]["code"] == "grammar_dead_end" and lines[-1] == "data: [DONE]"
+    ok = post(server, {"model": TINY, "messages": HELLO, "max_tokens": 2})
+    assert ok.status_code == 200
+
+
 def test_nan_and_infinity_are_400(server: Server):
     """Python's JSON reader takes NaN and Infinity; a keep_alive of NaN used to be accepted and
     break GET /health (a float JSON cannot write) from then on."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import llama_cpp as C
 import numpy as np
 
-from ..errors import EngineError
+from ..errors import EngineError, GrammarDeadEnd
 from .params import Constraint, SamplingParams
 from .utf8guard import Utf8Guard, Utf8Tables
 
@@ -127,7 +127,8 @@ class Sampler:
         self._load(logits)
         C.llama_sampler_apply(self.grammar, ctypes.byref(self.cur))
         if not self._keep_allowed():
-            raise EngineError("the grammar allows no token of this model's vocabulary here")
+            raise GrammarDeadEnd("the grammar allows no token of this model's vocabulary at this point of the "
+                                 "output: nothing can be written that follows it")
         C.llama_sampler_apply(self.chain, ctypes.byref(self.cur))
 
     def _load(self, logits: np.ndarray, subset: np.ndarray | None = None) -> None:

@@ -20,7 +20,7 @@ from dataclasses import replace
 import llama_cpp as C
 import numpy as np
 
-from ..errors import EngineError, ModelUnavailable, QueueFull
+from ..errors import EngineError, LocalchatError, ModelUnavailable, QueueFull
 from .model import Model
 from .params import Event, Generate, Started
 from .sampling import Sampler
@@ -165,7 +165,7 @@ class Scheduler:
                 seq.sampler.close()
             for slot in slots:
                 slot.busy = False
-            job.emit(exc if isinstance(exc, EngineError) else EngineError(f"llama.cpp failed: {exc}"))
+            job.emit(exc if isinstance(exc, LocalchatError) else EngineError(f"llama.cpp failed: {exc}"))
             job.emit(None)
             return
         lead = slots[0]
@@ -282,7 +282,7 @@ class Scheduler:
             seq.cancel()
             C.llama_memory_seq_rm(self.mem, seq.slot.seq_id, -1, -1)
             seq.slot.cached = []
-        job.emit(exc if isinstance(exc, EngineError) else EngineError(f"llama.cpp failed: {exc}"))
+        job.emit(exc if isinstance(exc, LocalchatError) else EngineError(f"llama.cpp failed: {exc}"))
         job.cancelled = True  # no Done events after an error
         self._finish(job)
 
