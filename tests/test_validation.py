@@ -308,7 +308,7 @@ def test_request_text_never_makes_a_raw_log_line(server: Server):
 
 
 def test_the_log_filter_escapes_messages_and_tracebacks(caplog: pytest.LogCaptureFixture):
-    from localchat.api.app import printable
+    from localchat.logs import printable
 
     assert printable("a\r\nb\x1b[0m\u2028\ud800") == "a\\r\\nb\\x1b[0m\\u2028\\ud800"
     assert printable("plain text, ünïcode ✓") == "plain text, ünïcode ✓"

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineCrashed, ModelUnavailable, QueueFull
+from ..logs import escape_request_text
 from .engine import Stream
 from .model import Model
 from .params import Generate, Started
@@ -323,5 +324,6 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
 
 def child_main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when a worker stops
+    escape_request_text()  # llama.cpp's error lines and the scheduler's warnings may quote a request
     _worker_main(int(sys.argv[1]), json.loads(sys.argv[2]))
     os._exit(0)
