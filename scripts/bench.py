@@ -110,10 +110,11 @@ def slots(url: str, model: str) -> dict:
 
 def flush(url: str, model: str) -> None:
     """A short unrelated request in every slot at once (n = slots), so the next request finds
-    nothing useful in any slot's KV cache."""
+    nothing useful in any slot's KV cache. Two tokens: llama.cpp copies the shared prompt's
+    cache streams at the next decode, which must be this request's, not the measured one's."""
     n = slots(url, model)["slots"]
     httpx.post(url + "/v1/chat/completions", timeout=600, json={
-        "model": model, "messages": [{"role": "user", "content": "Unrelated."}], "max_tokens": 1,
+        "model": model, "messages": [{"role": "user", "content": "Unrelated."}], "max_tokens": 2,
         "n": n}).raise_for_status()
 
 
