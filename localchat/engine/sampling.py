@@ -61,6 +61,7 @@ class Sampler:
         if self.constraint.triggers:  # the free chain picked by itself; now truncate only
             C.llama_sampler_free(self.chain)
             self.chain = _chain(self._params, True)
+            self.adjust = Adjustments(self._params)  # penalties count from the call's start, not the prose's
         self.pick = C.llama_sampler_init_greedy() if self.greedy else C.llama_sampler_init_dist(_seed(self._params))
         if self._utf8 is not None:
             self.guard = Utf8Guard(self._utf8())
