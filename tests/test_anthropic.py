@@ -20,16 +20,10 @@ from localchat.errors import EngineError
 from localchat.families import FAMILIES
 from localchat.generation import Delta, ToolCallArguments, ToolCallStart
 from tinymodels import vocabulary
+from tool_schemas import ADD, SCHEMAS, WEATHER
 
-WEATHER = {"type": "object", "properties": {
-    "city": {"type": "string", "maxLength": 12},
-    "unit": {"enum": ["celsius", "fahrenheit"]},
-    "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]}
-ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "number"}},
-       "required": ["a", "b"], "additionalProperties": False}
 TOOLS = [{"name": "get_weather", "description": "Weather in a city", "input_schema": WEATHER},
          {"name": "add", "input_schema": ADD}]
-SCHEMAS = {"get_weather": WEATHER, "add": ADD}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 CHATML = vocabulary(FAMILIES["chatml"])[0]
 TRIGGER = str(CHATML.index(FAMILIES["chatml"].tools.trigger))  # <tool_call>

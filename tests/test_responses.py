@@ -23,17 +23,11 @@ from localchat.errors import EngineError
 from localchat.families import FAMILIES
 from localchat.generation import Delta
 from tinymodels import vocabulary
+from tool_schemas import ADD, SCHEMAS, WEATHER
 
 DEFAULT = "gemma-3-270m"
-WEATHER = {"type": "object", "properties": {
-    "city": {"type": "string", "maxLength": 12},
-    "unit": {"enum": ["celsius", "fahrenheit"]},
-    "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]}
-ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "number"}},
-       "required": ["a", "b"], "additionalProperties": False}
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather in a city", "parameters": WEATHER},
          {"type": "function", "name": "add", "parameters": ADD, "strict": True}]
-SCHEMAS = {"get_weather": WEATHER, "add": ADD}
 ASK = "What is the weather in Paris?"
 VOCAB = vocabulary(FAMILIES["chatml"])[0]  # tiny-chatml's and tiny-qwen3's
 TRIGGER, THINK_END = VOCAB.index("<tool_call>"), VOCAB.index("</think>")

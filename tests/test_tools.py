@@ -14,17 +14,11 @@ import pytest
 
 from localchat.families import FAMILIES
 from tinymodels import vocabulary
+from tool_schemas import ADD, SCHEMAS, WEATHER
 
-WEATHER = {"type": "object", "properties": {
-    "city": {"type": "string", "maxLength": 12},
-    "unit": {"enum": ["celsius", "fahrenheit"]},
-    "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]}
-ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "number"}},
-       "required": ["a", "b"], "additionalProperties": False}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
                                            "parameters": WEATHER}},
          {"type": "function", "function": {"name": "add", "parameters": ADD}}]
-SCHEMAS = {"get_weather": WEATHER, "add": ADD}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 FAMILY_NAMES = list(FAMILIES)
 

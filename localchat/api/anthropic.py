@@ -23,7 +23,7 @@ from ..models import Settings, sampling_model
 from . import errors
 from .anthropic_stream import collect, error_body, stream
 from .body import KeepAlive, parse, read_json
-from .sse import EventStream, until_disconnect
+from .sse import EventStream, json_answer
 
 
 class _Lenient(BaseModel):
@@ -232,11 +232,7 @@ def routes(chat: Chat) -> list[Route]:
         meta = {"id": f"msg_{secrets.token_hex(12)}", "type": "message", "role": "assistant", "model": turn.model}
         if req.stream:
             return EventStream(stream(turn, meta), on_close=turn.close)
-        try:
-            message = await until_disconnect(request.receive, lambda: collect(turn, meta))
-        finally:
-            turn.close()
-        return JSONResponse(message) if message else Response(status_code=499)
+        return await json_answer(request.receive, lambda: collect(turn, meta), turn.close)
 
     async def tokens(request: Request) -> Response:
         _, ask = await read(request, CountRequest)

@@ -27,7 +27,7 @@ from .protocols import PROTOCOLS
 from .body import parse, read_json
 from .guard import LOCAL_ORIGINS, LocalOnly, Origins  # noqa: F401 - LOCAL_ORIGINS: the defaults, kept importable here
 from .schemas import ChatCompletionRequest
-from .sse import DONE, EventStream, frame, until_disconnect
+from .sse import DONE, EventStream, frame, json_answer
 
 log = logging.getLogger("localchat.api")
 
@@ -60,11 +60,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return EventStream(_stream(turn, meta, include_usage, logprobs), on_close=turn.close)
-        try:
-            message = await until_disconnect(request.receive, lambda: _collect(turn, meta, logprobs))
-        finally:
-            turn.close()
-        return JSONResponse(message) if message else Response(status_code=499)
+        return await json_answer(request.receive, lambda: _collect(turn, meta, logprobs), turn.close)
 
     routes = [
         Route("/health", health, methods=["GET"]),

@@ -18,7 +18,7 @@ from ..errors import InvalidRequest, LocalchatError
 from ..generation import Chat, ChatRequest, Delta, Finish, Turn
 from ..models.host import Lease
 from .body import parse, read_json
-from .sse import EventStream, frame, until_disconnect
+from .sse import EventStream, frame, json_answer
 
 
 class _Lenient(BaseModel):
@@ -88,11 +88,7 @@ def routes(chat: Chat) -> list[Route]:
             return JSONResponse(_final(turn.model, "", None, started, 0))
         if req.stream:
             return EventStream(_stream(turn, started), on_close=turn.close)
-        try:
-            body = await until_disconnect(request.receive, lambda: _collect(turn, started))
-        finally:
-            turn.close()
-        return JSONResponse(body) if body else Response(status_code=499)
+        return await json_answer(request.receive, lambda: _collect(turn, started), turn.close)
 
     async def props(request: Request) -> Response:
         registry = chat.host.registry

@@ -3,7 +3,6 @@ ChatRequest for the generation step; the answer framed by ollama_stream."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Literal
 
@@ -16,8 +15,9 @@ from ..errors import InvalidRequest, ModelNotFound
 from ..generation import Chat, ChatRequest, OutputRules, ToolSpec, Turn
 from ..models import Registry, Settings
 from .body import KeepAlive, parse, read_json
+from .schemas import call_arguments
 from .ollama_stream import Answer, Clock, Shape, collect, stream
-from .sse import EventStream, until_disconnect
+from .sse import EventStream, json_answer
 
 
 def model_name(registry: Registry, name: str) -> str | None:
@@ -173,7 +173,7 @@ def _messages(messages: list[Message]) -> list[dict[str, Any]]:
             item["reasoning_content"] = m.thinking
         if m.role == "assistant" and m.tool_calls:
             item["tool_calls"] = [{"id": c.id or f"call_{i}_{j}", "type": "function",
-                                   "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
+                                   "function": {"name": c.function.name, "arguments": call_arguments(c.function.arguments)}}
                                   for j, c in enumerate(m.tool_calls)]
             unanswered = [(c["id"], c["function"]["name"]) for c in item["tool_calls"]]
         elif m.role == "tool":
@@ -185,15 +185,6 @@ def _messages(messages: list[Message]) -> list[dict[str, Any]]:
             item.update(tool_call_id=call_id, name=name)
         out.append(item)
     return out
-
-
-def _arguments(arguments: dict[str, Any] | str) -> Any:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        return json.loads(arguments)
-    except ValueError:
-        return arguments
 
 
 async def _start(chat: Chat, request: ChatRequest) -> Turn:
@@ -213,11 +204,7 @@ async def _answer(request: Request, turn: Turn, shape: Shape, body: _Generation,
     answer = Answer(body.thinks)
     if body.stream:
         return EventStream(stream(turn, shape, answer, clock), on_close=turn.close, media_type="application/x-ndjson")
-    try:
-        result = await until_disconnect(request.receive, lambda: collect(turn, shape, answer, clock))
-    finally:
-        turn.close()
-    return JSONResponse(result) if result else Response(status_code=499)
+    return await json_answer(request.receive, lambda: collect(turn, shape, answer, clock), turn.close)
 
 
 async def _load(chat: Chat, body: _Generation, shape: Shape) -> Response:

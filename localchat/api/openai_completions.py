@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidRequest, LocalchatError
@@ -22,7 +22,7 @@ from ..generation import Chat, ChatRequest, Delta, Finish, Logprobs, Turn, total
 from ..models import Settings
 from .body import KeepAlive, parse, read_json
 from .schemas import SamplingFields, StreamOptions
-from .sse import DONE, EventStream, frame, until_disconnect
+from .sse import DONE, EventStream, frame, json_answer
 
 
 class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
@@ -85,12 +85,8 @@ def routes(chat: Chat) -> list[Route]:
         if req.stream:
             usage = bool(req.stream_options and req.stream_options.include_usage)
             return EventStream(_stream(turns, req.n, meta, echo, req.logprobs is not None, usage), on_close=close)
-        try:
-            body = await until_disconnect(request.receive, lambda: _collect(turns, req.n, meta, echo,
-                                                                            req.logprobs is not None))
-        finally:
-            close()
-        return JSONResponse(body) if body else Response(status_code=499)
+        return await json_answer(request.receive, lambda: _collect(turns, req.n, meta, echo, req.logprobs is not None),
+                            close)
 
     return [Route("/v1/completions", completions, methods=["POST"]),
             Route("/completions", completions, methods=["POST"])]

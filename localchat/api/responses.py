@@ -26,7 +26,7 @@ from ..models import Settings
 from .body import KeepAlive, parse, read_json
 from .responses_stream import Output, Shell, collect, stream
 from .schemas import SamplingFields
-from .sse import EventStream, until_disconnect
+from .sse import EventStream, json_answer
 
 STORED = 100  # responses kept for previous_response_id
 
@@ -143,11 +143,7 @@ def routes(chat: Chat) -> list[Route]:
 
         if req.stream:
             return EventStream(stream(turn, shell, keep), on_close=turn.close)
-        try:
-            body = await until_disconnect(request.receive, lambda: collect(turn, shell, keep))
-        finally:
-            turn.close()
-        return JSONResponse(body) if body else Response(status_code=499)
+        return await json_answer(request.receive, lambda: collect(turn, shell, keep), turn.close)
 
     async def retrieve(request: Request) -> Response:
         entry = store.get(request.path_params["response_id"])

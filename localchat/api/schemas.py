@@ -250,13 +250,14 @@ def _flatten(i: int, m: Message) -> dict[str, Any]:
         out["reasoning_content"] = m.reasoning_content
     if m.tool_calls:
         out["tool_calls"] = [
-            {"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
+            {"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": call_arguments(c.function.arguments)}}
             for c in m.tool_calls
         ]
     return out
 
 
-def _arguments(arguments: str | dict[str, Any]) -> Any:
+def call_arguments(arguments: str | dict[str, Any]) -> Any:
+    """A tool call's arguments as the JSON value they encode (a string that is not JSON stays)."""
     if isinstance(arguments, dict):
         return arguments
     try:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
+from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 T = TypeVar("T")
@@ -49,6 +50,16 @@ async def until_disconnect(receive: Receive, work: Callable[[], Awaitable[T]]) -
             raise group.exceptions[0] from None
         raise
     return result[0] if result else None
+
+
+async def json_answer(receive: Receive, work: Callable[[], Awaitable[Any]], close: Callable[[], None]) -> Response:
+    """A non-streamed answer: `work` builds the JSON body, `close` ends the request's turn(s)
+    whatever happens; a client that left first gets no body (499, "client closed request")."""
+    try:
+        body = await until_disconnect(receive, work)
+    finally:
+        close()
+    return JSONResponse(body) if body else Response(status_code=499)
 
 
 class EventStream:
