@@ -56,6 +56,10 @@ def serve(
                                              "(default 10m; negative: forever)."),
     in_process: bool = typer.Option(False, "--in-process", help="Run llama.cpp inside the server process instead of "
                                     "a supervised worker process per model (a crash in it then stops the server)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No access log (one line per request otherwise)."),
+    hosted_tools: Optional[str] = typer.Option(None, "--hosted-tools", help="Tools only a hosted API can run "
+                                               "(web search, code execution): 'drop' (default: left out and reported) "
+                                               "or 'refuse' (a 400)."),
 ) -> None:
     """Serve the OpenAI chat completion routes on localhost."""
     from .server import PortInUse, ServeRefused, serve as run
@@ -63,7 +67,8 @@ def serve(
     registry = _registry(config)
     overrides = {k: v for k, v in (("parallel", parallel), ("queue_limit", queue_limit),
                                    ("max_loaded_models", max_loaded_models), ("keep_alive", keep_alive),
-                                   ("worker", False if in_process else None)) if v is not None}
+                                   ("worker", False if in_process else None), ("hosted_tools", hosted_tools),
+                                   ("log_requests", False if quiet else None)) if v is not None}
     try:
         registry.settings = registry.settings.model_validate({**registry.settings.model_dump(), **overrides})
     except ValueError as exc:

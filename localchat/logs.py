@@ -5,7 +5,10 @@ or split log lines. The server and every worker process install the same filter.
 from __future__ import annotations
 
 import logging
+import time
 import traceback
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 
 def printable(text: object, limit: int = 2000) -> str:
@@ -48,10 +51,73 @@ class _EscapeRequestText(logging.Filter):
 
 _ESCAPE = _EscapeRequestText()
 # every logger that may carry request text ("uvicorn.error": its "Exception in ASGI application" traceback)
-_LOGGERS = ("localchat.api", "localchat.engine", "localchat.models", "localchat.llama", "localchat.worker", "uvicorn.error")
+_LOGGERS = ("localchat.api", "localchat.access", "localchat.engine", "localchat.models", "localchat.llama", "localchat.worker", "uvicorn.error")
 
 
 def escape_request_text() -> None:
     """Put the filter on those loggers, in this process (the server, and each model's worker)."""
     for name in _LOGGERS:
         logging.getLogger(name).addFilter(_ESCAPE)  # idempotent
+
+
+@dataclass
+class RequestRecord:
+    """What one request's access-log line says; generation fills in the model and the tokens."""
+
+    method: str
+    path: str
+    started: float = field(default_factory=time.monotonic)
+    status: int = 0
+    model: str | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    generated: int = 0
+    first_token: float | None = None  # monotonic time of the first generated text
+    error: str | None = None  # why a request failed: its error message, or an error inside a stream
+
+    def text(self) -> None:
+        if self.first_token is None:
+            self.first_token = time.monotonic()
+
+    def done(self, prompt_tokens: int, cached_tokens: int, generated: int) -> None:
+        """One choice has ended."""
+        self.prompt_tokens, self.cached_tokens = prompt_tokens, cached_tokens
+        self.generated += generated
+
+    def line(self) -> str:
+        parts = [self.method, self.path, str(self.status)]
+        if self.model:
+            parts.append(f"model={self.model}")
+        if self.prompt_tokens is not None:
+            parts.append(f"prompt={self.prompt_tokens} cached={self.cached_tokens or 0} generated={self.generated}")
+        if self.first_token is not None:
+            parts.append(f"ttft={self.first_token - self.started:.2f}s")
+        parts.append(f"total={time.monotonic() - self.started:.2f}s")
+        if self.error:
+            parts.append(f'"{self.error}"')
+        return " ".join(parts)
+
+
+_RECORD: ContextVar[RequestRecord | None] = ContextVar("localchat_request", default=None)
+
+
+def current_request() -> RequestRecord | None:
+    """The record of the request being served in this context (None outside a request)."""
+    return _RECORD.get()
+
+
+def start_request(method: str, path: str) -> RequestRecord:
+    record = RequestRecord(method, path)
+    _RECORD.set(record)
+    return record
+
+
+def configure(level: int = logging.INFO) -> None:
+    """Log lines of the server to stderr, one per line, with the time (`localchat serve`)."""
+    logger = logging.getLogger("localchat")
+    if not any(getattr(h, "_localchat", False) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        handler._localchat = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(level)

@@ -8,6 +8,7 @@ import sys
 
 import uvicorn
 
+from . import logs
 from .api import create_app
 from .api.guard import Origins
 from .generation import Chat, ModelHost
@@ -65,6 +66,7 @@ def check_safety(host: str, api_key: str | None, insecure_no_key: bool, cors_ori
 def serve(registry: Registry, *, host: str, port: int, model: str | None, api_key: str | None,
           insecure_no_key: bool = False, cors_origins: list[str] | None = None) -> None:
     origins = check_safety(host, api_key, insecure_no_key, cors_origins)
+    logs.configure()
     s = registry.settings
     if model:
         registry.default = registry.resolve(model).name

@@ -319,7 +319,7 @@ def test_other_errors_use_anthropic_types(claude: anthropic.Anthropic, http: htt
     with pytest.raises(anthropic.NotFoundError):
         claude.messages.count_tokens(model="no-such-model", messages=ASK)
     check_error(http.post("/v1/messages", content=b"{nope"), 400, "invalid_request_error", "JSON")
-    check_error(http.post("/v1/messages", json={"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}),
+    check_error(http.post("/v1/messages", json={"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}),
                 400, "invalid_request_error", "messages.0.role")
     check_error(http.post("/v1/messages", json={"max_tokens": 5, "messages": ASK, "keep_alive": "soon"}),
                 400, "invalid_request_error", "keep_alive")

@@ -149,8 +149,9 @@ def test_format_with_a_json_schema_is_valid_json(client: ollama.Client):
 
 
 def test_schema_errors_name_format(http: httpx.Client):
-    r = http.post("/api/chat", json={"messages": HELLO, "format": "json", "tools": TOOLS})
-    assert r.status_code == 400 and "`format`" in r.json()["error"] and "response_format" not in r.json()["error"]
+    unsatisfiable = {"type": "object", "properties": {"a": False}, "required": ["a"]}
+    r = http.post("/api/chat", json={"messages": HELLO, "format": unsatisfiable})
+    assert r.status_code == 400 and r.json()["error"].startswith("format") and "response_format" not in r.json()["error"]
     r = http.post("/api/chat", json={"messages": HELLO, "format": "yaml"})
     assert r.status_code == 400 and r.json()["error"].startswith("format")
 

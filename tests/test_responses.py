@@ -291,8 +291,6 @@ def test_models_list_has_the_shape_clients_probe(client: openai.OpenAI):
 # -- errors ------------------------------------------------------------------------------------
 
 BAD = [
-    ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
-    ({"tools": [TOOLS[0], {"type": "file_search", "vector_store_ids": ["x"]}]}, "tools.1.type"),
     ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "What is this?"},
                                              {"type": "input_image", "image_url": "https://x/y.png"}]}]},
      "input.0.content.1.type"),
@@ -304,7 +302,6 @@ BAD = [
     ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
     ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"$ref": "#/$defs/nope"}}}},
      "text.format.schema"),
-    ({"tools": TOOLS, "text": {"format": {"type": "json_object"}}}, "text.format"),
     ({"max_output_tokens": 0}, "max_output_tokens"),
     ({"input": []}, "input"),
 ]
@@ -319,10 +316,14 @@ def test_bad_request_is_a_400_naming_the_field(http: httpx.Client, change: dict,
     assert param.split(".")[0] in error["message"]
 
 
-def test_sdk_raises_on_a_built_in_tool(client: openai.OpenAI):
-    with pytest.raises(openai.BadRequestError) as info:
-        client.responses.create(model="tiny-chatml", input="Search", tools=[{"type": "web_search"}])
-    assert info.value.body["param"] == "tools.0.type" and "web_search" in info.value.body["message"]
+def test_a_hosted_tool_is_dropped_and_reported(client: openai.OpenAI):
+    raw = client.responses.with_raw_response.create(
+        model="tiny-chatml", input="Search", max_output_tokens=2,
+        tools=[{"type": "web_search"}, TOOLS[0], {"type": "file_search", "vector_store_ids": ["x"]}])
+    assert raw.headers["x-localchat-dropped-tools"] == "web_search, file_search"
+    assert raw.parse().status in ("completed", "incomplete")
+    plain = client.responses.with_raw_response.create(model="tiny-chatml", input="Hi", max_output_tokens=2, tools=TOOLS)
+    assert "x-localchat-dropped-tools" not in plain.headers
 
 
 class FailingTurn:

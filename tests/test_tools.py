@@ -252,7 +252,7 @@ BAD = [
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"$ref": "http://x/y"}}}],
       "tool_choice": "required"}, "tools.0.function.parameters"),
-    ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
+    ({"tools": TOOLS, "tool_choice": "required", "grammar": 'root ::= "a"'}, "grammar"),
 ]
 
 

@@ -230,23 +230,17 @@ def test_without_max_tokens_a_choice_stops_at_the_cap(limited: Server):
     assert r.json()["choices"][0]["finish_reason"] == "length"
 
 
-def test_the_default_model_stops_by_itself():
-    """The shipped base model rarely ends a turn: models.toml bounds its answers (and
-    discourages loops), and a request without max_tokens gets that bound, under the cap."""
-    from localchat.api.app import _default_max_tokens
+def test_gemma_stops_by_itself():
+    """The shipped base model rarely ends a turn: models.toml bounds its answers (and discourages
+    loops). A request without max_tokens leaves it unset: generation applies the model's default
+    (or, for a model without one, runs until the model ends its turn), under the cap."""
     from localchat.api.schemas import ChatCompletionRequest
 
-    registry = Registry.load()
-    sampling = registry.models["gemma-3-270m"].sampling
+    sampling = Registry.load().models["gemma-3-270m"].sampling
     assert sampling.max_tokens == 256 and sampling.repeat_penalty > 1 and sampling.penalty_last_n > 0
-    default = _default_max_tokens(registry, "")
-    assert default == 256 and _default_max_tokens(registry, "no-such-model") is None
-    req = ChatCompletionRequest.model_validate({"messages": HELLO})
-    assert req.to_chat(Settings(), default).sampling["max_tokens"] == 256
-    assert req.to_chat(Settings(max_tokens_cap=100), default).sampling["max_tokens"] == 100
-    assert req.to_chat(Settings(), None).sampling["max_tokens"] == Settings().max_tokens_cap
+    assert "max_tokens" not in ChatCompletionRequest.model_validate({"messages": HELLO}).to_chat(Settings()).sampling
     asked = ChatCompletionRequest.model_validate({"messages": HELLO, "max_tokens": 1000})
-    assert asked.to_chat(Settings(), default).sampling["max_tokens"] == 1000
+    assert asked.to_chat(Settings()).sampling["max_tokens"] == 1000
 
 
 def test_body_over_the_limit_is_413_with_or_without_a_length(limited: Server):

@@ -2,8 +2,12 @@
 translation onto the one generation step (Claude Code and other Anthropic clients).
 
 Content blocks become OpenAI-shaped messages: assistant `tool_use` blocks → `tool_calls`,
-user `tool_result` blocks → `tool` messages, assistant `thinking` → `reasoning_content`. The
-response side (blocks, SSE events) is in anthropic_stream.py."""
+user `tool_result` blocks → `tool` messages, assistant `thinking` → `reasoning_content`;
+`system` messages inside `messages` stay where they are (generation merges them into the
+system prompt when the model's template cannot place them). Tools the hosted API runs itself
+(web search, code execution, MCP servers) are dropped and reported (hosted.py); a tool with
+`defer_loading` is shown to the model once a `tool_reference` block in a tool result loads it.
+The response side (blocks, SSE events) is in anthropic_stream.py."""
 
 from __future__ import annotations
 
@@ -20,10 +24,10 @@ from ..engine.params import KNOBS
 from ..errors import InvalidRequest
 from ..generation import Chat, ChatRequest, OutputRules, ToolSpec
 from ..models import Settings, sampling_model
-from . import errors
+from . import errors, hosted
 from .anthropic_stream import collect, error_body, stream
 from .body import KeepAlive, parse, read_json
-from .sse import EventStream, json_answer
+from .sse import EventStream, frame, json_answer
 
 
 class _Lenient(BaseModel):
@@ -40,17 +44,20 @@ class Block(_Lenient):
     tool_use_id: str | None = None
     content: str | list[Block] | None = None
     is_error: bool = False
+    tool_name: str | None = None  # a tool_reference block: the deferred tool it loads
 
 
 class Message(_Lenient):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]  # system: mid-conversation instructions (Claude Code sends them)
     content: str | list[Block]
 
 
 class Tool(_Lenient):
+    type: str | None = None  # absent or "custom": a tool the client runs; else one the hosted API runs
     name: str = Field(pattern=r"^[a-zA-Z0-9_.:-]{1,128}$")
     description: str | None = None
-    input_schema: dict[str, Any]
+    input_schema: dict[str, Any] | None = None
+    defer_loading: bool = False  # not shown to the model until a tool_reference block loads it
 
 
 class ToolChoice(_Lenient):
@@ -86,6 +93,7 @@ class CountRequest(Sampling):  # type: ignore[misc, valid-type]
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None  # budget_tokens is not enforced
     output_config: OutputConfig | None = None
+    mcp_servers: list[dict[str, Any]] | None = None  # run by the hosted API: dropped and reported
 
 
 class MessagesRequest(CountRequest):
@@ -106,9 +114,10 @@ class MessagesRequest(CountRequest):
         return v
 
 
-def to_chat(req: CountRequest, settings: Settings) -> ChatRequest:
+def to_chat(req: CountRequest, settings: Settings, dropped: list[str] | None = None) -> ChatRequest:
     """The generation request. max_tokens is a ceiling in Anthropic's API: past the server's
-    cap it is lowered to the cap (Claude Code asks for 32000)."""
+    cap it is lowered to the cap (Claude Code asks for 32000). Hosted tools left out are
+    appended to `dropped`."""
     sampling = {k: v for k, v in req.model_dump(include=set(KNOBS)).items() if v is not None}
     sampling.pop("max_tokens", None)
     extra: dict[str, Any] = {}
@@ -117,40 +126,61 @@ def to_chat(req: CountRequest, settings: Settings) -> ChatRequest:
         if req.stop_sequences:
             sampling["stop"] = tuple(req.stop_sequences)
         extra = {"logit_bias": req.logit_bias or {}, "keep_alive": req.keep_alive}
-    return ChatRequest(messages=conversation(req), model=req.model or None, sampling=sampling,
-                       output=output_rules(req, settings), **extra)
+    loaded: set[str] = set()  # deferred tools that a tool_reference block has loaded
+    messages = conversation(req, loaded)
+    return ChatRequest(messages=messages, model=req.model or None, sampling=sampling,
+                       output=output_rules(req, settings, loaded, [] if dropped is None else dropped), **extra)
 
 
-def output_rules(req: CountRequest, settings: Settings) -> OutputRules:
+def output_rules(req: CountRequest, settings: Settings, loaded: set[str] = frozenset(),  # type: ignore[assignment]
+                 dropped: list[str] | None = None) -> OutputRules:
     choice, kind = "auto", req.tool_choice.type if req.tool_choice else "auto"
+    tools = _tools(req, settings, loaded, [] if dropped is None else dropped)
     if kind == "tool":
         if not req.tool_choice or not req.tool_choice.name:
             raise InvalidRequest("tool_choice.name is required when tool_choice.type is 'tool'", param="tool_choice.name")
         choice = req.tool_choice.name
     elif kind in ("any", "none"):
-        if kind == "any" and not req.tools:
+        if kind == "any" and not tools:
             raise InvalidRequest("tool_choice is 'any' but the request has no tools", param="tool_choice")
         choice = "required" if kind == "any" else "none"
     fmt = req.output_config.format if req.output_config else None
-    return OutputRules(tools=tuple(ToolSpec(t.name, t.description, t.input_schema) for t in req.tools or []),
-                       tool_choice=choice, json_schema=fmt.schema_ if fmt else None,
+    return OutputRules(tools=tuple(tools), tool_choice=choice, json_schema=fmt.schema_ if fmt else None,
                        parallel_tool_calls=not (req.tool_choice and req.tool_choice.disable_parallel_tool_use),
                        max_grammar_bytes=settings.max_grammar_bytes)
 
 
-def conversation(req: CountRequest) -> list[dict[str, Any]]:
+def _tools(req: CountRequest, settings: Settings, loaded: set[str], dropped: list[str]) -> list[ToolSpec]:
+    """The tools the model sees: the client's own, less the deferred ones not yet loaded."""
+    out = []
+    for i, t in enumerate(req.tools or []):
+        if t.type not in (None, "custom"):
+            hosted.drop(dropped, t.type, f"tools.{i}.type", settings)
+        elif t.input_schema is None:
+            raise InvalidRequest(f"tools.{i}.input_schema: Field required", param=f"tools.{i}.input_schema")
+        elif not t.defer_loading or t.name in loaded:
+            out.append(ToolSpec(t.name, t.description, t.input_schema))
+    if req.mcp_servers:
+        hosted.drop(dropped, "mcp_servers", "mcp_servers", settings)
+    return out
+
+
+def conversation(req: CountRequest, loaded: set[str] | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     system = req.system if isinstance(req.system, str) else _texts(req.system or [], "system")
     if system:
         out.append({"role": "system", "content": system})
     names: dict[str, str] = {}  # tool_use id → tool name, for the tool messages answering them
+    loaded = set() if loaded is None else loaded
     for i, m in enumerate(req.messages):
         if isinstance(m.content, str):
             out.append({"role": m.role, "content": m.content})
+        elif m.role == "system":
+            out.append({"role": "system", "content": _texts(m.content, f"messages.{i}.content")})
         elif m.role == "assistant":
             out.append(_assistant(m.content, f"messages.{i}.content", names))
         else:
-            out += _user(m.content, f"messages.{i}.content", names)
+            out += _user(m.content, f"messages.{i}.content", names, loaded)
     return out
 
 
@@ -176,7 +206,7 @@ def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> dict[s
     return message
 
 
-def _user(blocks: list[Block], where: str, names: dict[str, str]) -> list[dict[str, Any]]:
+def _user(blocks: list[Block], where: str, names: dict[str, str], loaded: set[str]) -> list[dict[str, Any]]:
     """Tool results become `tool` messages; runs of text blocks become user messages."""
     out: list[dict[str, Any]] = []
     texts: list[str] = []
@@ -191,7 +221,7 @@ def _user(blocks: list[Block], where: str, names: dict[str, str]) -> list[dict[s
         if texts:
             out.append({"role": "user", "content": "\n".join(texts)})
             texts = []
-        content = b.content if isinstance(b.content, str) else _texts(b.content or [], f"{where}.{j}.content")
+        content = b.content if isinstance(b.content, str) else _texts(b.content or [], f"{where}.{j}.content", loaded)
         result = {"role": "tool", "content": ("Error: " if b.is_error else "") + content, "tool_call_id": b.tool_use_id}
         if b.tool_use_id in names:
             result["name"] = names[b.tool_use_id]
@@ -201,11 +231,18 @@ def _user(blocks: list[Block], where: str, names: dict[str, str]) -> list[dict[s
     return out
 
 
-def _texts(blocks: list[Block], where: str) -> str:
+def _texts(blocks: list[Block], where: str, loaded: set[str] | None = None) -> str:
+    """Text blocks as one text; in a tool result, `tool_reference` blocks load deferred tools."""
+    texts = []
     for j, b in enumerate(blocks):
-        if b.type != "text":
+        if b.type == "text":
+            texts.append(b.text or "")
+        elif b.type == "tool_reference" and loaded is not None and b.tool_name:
+            loaded.add(b.tool_name)
+            texts.append(f"Tool {b.tool_name} loaded.")
+        else:
             raise _unsupported(b, f"{where}.{j}")
-    return "\n".join(b.text or "" for b in blocks)
+    return "\n".join(texts)
 
 
 def _unsupported(block: Block, where: str) -> InvalidRequest:
@@ -214,29 +251,33 @@ def _unsupported(block: Block, where: str) -> InvalidRequest:
     return InvalidRequest(f"{where}: content blocks of type {block.type!r} are not supported here", param=where)
 
 
+PING = frame({"type": "ping"}, event="ping")  # Anthropic's keepalive while the prompt is read
+
+
 def routes(chat: Chat) -> list[Route]:
-    async def read(request: Request, model: type[CountRequest]) -> tuple[CountRequest, ChatRequest]:
+    async def read(request: Request, model: type[CountRequest]) -> tuple[CountRequest, ChatRequest, list[str]]:
         settings = chat.host.settings
         body = await read_json(request, settings.max_body_bytes)
 
-        def translate() -> tuple[CountRequest, ChatRequest]:  # a long conversation: off the event loop
-            req = parse(model, body, limits=settings)
-            return req, to_chat(req, settings)
+        def translate() -> tuple[CountRequest, ChatRequest, list[str]]:  # a long conversation: off the event loop
+            req, dropped = parse(model, body, limits=settings), []
+            return req, to_chat(req, settings, dropped), dropped
 
         return await asyncio.to_thread(translate)
 
     async def messages(request: Request) -> Response:
-        req, ask = await read(request, MessagesRequest)
+        req, ask, dropped = await read(request, MessagesRequest)
         assert isinstance(req, MessagesRequest)
         turn = await chat.start(ask)
         meta = {"id": f"msg_{secrets.token_hex(12)}", "type": "message", "role": "assistant", "model": turn.model}
+        headers = hosted.headers(dropped)
         if req.stream:
-            return EventStream(stream(turn, meta), on_close=turn.close)
-        return await json_answer(request.receive, lambda: collect(turn, meta), turn.close)
+            return EventStream(stream(turn, meta), on_close=turn.close, keepalive=PING, headers=headers)
+        return await json_answer(request.receive, lambda: collect(turn, meta), turn.close, headers)
 
     async def tokens(request: Request) -> Response:
-        _, ask = await read(request, CountRequest)
-        return JSONResponse({"input_tokens": await chat.count_tokens(ask)})
+        _, ask, dropped = await read(request, CountRequest)
+        return JSONResponse({"input_tokens": await chat.count_tokens(ask)}, headers=hosted.headers(dropped))
 
     return [Route("/v1/messages", messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", tokens, methods=["POST"])]

@@ -23,6 +23,7 @@ from ..errors import LocalchatError
 from ..logs import escape_request_text
 from ..models import Registry, Settings
 from . import errors
+from .access import AccessLog
 from .protocols import PROTOCOLS
 from .body import parse, read_json
 from .guard import LOCAL_ORIGINS, LocalOnly, Origins  # noqa: F401 - LOCAL_ORIGINS: the defaults, kept importable here
@@ -54,7 +55,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         body = await read_json(request, limits.max_body_bytes)
         # schema checks may take a while: off the event loop
         req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body, limits=limits))
-        turn = await chat.start(req.to_chat(limits, _default_max_tokens(chat.host.registry, req.model)))
+        turn = await chat.start(req.to_chat(limits))
         meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
         logprobs = req.logprobs
         if req.stream:
@@ -71,22 +72,13 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         *(route for protocol in PROTOCOLS for route in protocol.routes(chat)),
     ]
     middleware = [
+        Middleware(AccessLog, enabled=chat.host.settings.log_requests),
         Middleware(LocalOnly, api_key=api_key, loopback_only=loopback_only, origins=origins),
         Middleware(CORSMiddleware, **origins.cors_options()),
     ]
     return Starlette(routes=routes, middleware=middleware, exception_handlers={
         LocalchatError: _error_response, HTTPException: _http_error, Exception: _crash,
     })
-
-
-# -- request parsing -----------------------------------------------------------------------
-
-def _default_max_tokens(registry: Registry, name: str | None) -> int | None:
-    """The model's own max_tokens default (models.toml), if the model is known."""
-    try:
-        return registry.resolve(name).sampling.max_tokens
-    except LocalchatError:
-        return None  # an unknown model: chat.start says so
 
 
 # -- responses ------------------------------------------------------------------------------

@@ -5,7 +5,12 @@ and the generation's events become output items (responses_stream.py).
 Stored responses (`store`, on by default) are kept in memory, the last STORED of them, so that
 `previous_response_id` continues a conversation and `GET /v1/responses/{id}` finds one; a
 restart forgets them. Clients that send the whole input each turn (the Codex CLI sends
-`store: false`) need none of it."""
+`store: false`) need none of it.
+
+Tools: a `namespace` tool's function tools become ordinary tools named `NAMESPACE.NAME` for the
+model; their calls come back as `function_call` items with `name` and `namespace` apart, as
+the Codex CLI expects them. Hosted tools (web_search, file_search, code_interpreter, …) are
+dropped and reported (hosted.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from ..engine.params import KNOBS
 from ..errors import InvalidRequest, LocalchatError
 from ..generation import Chat, ChatRequest, OutputRules, ToolSpec, Turn
 from ..models import Settings
+from . import hosted
 from .body import KeepAlive, parse, read_json
 from .responses_stream import Output, Shell, collect, stream
 from .schemas import SamplingFields
@@ -46,6 +52,7 @@ class InputItem(_Lenient):
     content: str | list[Part] | None = None
     call_id: str | None = None
     name: str | None = None
+    namespace: str | None = None  # a call of a function tool inside a namespace tool
     arguments: str | None = None
     output: str | list[Part] | None = None
 
@@ -56,6 +63,7 @@ class Tool(_Lenient):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    tools: list[Tool] | None = None  # a namespace's function tools
 
 
 class NamedChoice(_Lenient):
@@ -134,16 +142,18 @@ def routes(chat: Chat) -> list[Route]:
         settings = chat.host.settings
         req = parse(ResponsesRequest, await read_json(request, settings.max_body_bytes))
         history = store.history(req.previous_response_id) if req.previous_response_id else []
-        turn = await _start(chat, to_chat(req, history, settings))
+        dropped: list[str] = []
+        turn = await _start(chat, to_chat(req, history, settings, dropped))
         shell = Shell(req, turn.model)
 
         def keep(response: dict[str, Any], out: Output) -> None:
             if req.store:
                 store.put(response, history + req.items() + _kept(out.items))
 
+        headers = hosted.headers(dropped)
         if req.stream:
-            return EventStream(stream(turn, shell, keep), on_close=turn.close)
-        return await json_answer(request.receive, lambda: collect(turn, shell, keep), turn.close)
+            return EventStream(stream(turn, shell, keep), on_close=turn.close, headers=headers)
+        return await json_answer(request.receive, lambda: collect(turn, shell, keep), turn.close, headers)
 
     async def retrieve(request: Request) -> Response:
         entry = store.get(request.path_params["response_id"])
@@ -159,7 +169,8 @@ def routes(chat: Chat) -> list[Route]:
 
 # -- request → generation --------------------------------------------------------------------
 
-def to_chat(req: ResponsesRequest, history: list[InputItem], settings: Settings) -> ChatRequest:
+def to_chat(req: ResponsesRequest, history: list[InputItem], settings: Settings,
+            dropped: list[str] | None = None) -> ChatRequest:
     calls: dict[str, str] = {}  # call_id → function name, for the outputs that answer them
     messages = _messages(history, calls) + _messages(req.items(), calls)
     if not messages:
@@ -171,7 +182,8 @@ def to_chat(req: ResponsesRequest, history: list[InputItem], settings: Settings)
         sampling["max_tokens"] = req.max_output_tokens
     keep_alive = req.keep_alive
     return ChatRequest(messages=_one_system(messages), model=req.model or None, sampling=sampling,
-                       logit_bias=req.logit_bias or {}, output=_rules(req, settings), keep_alive=keep_alive)
+                       logit_bias=req.logit_bias or {}, output=_rules(req, settings, [] if dropped is None else dropped),
+                       keep_alive=keep_alive)
 
 
 def _messages(items: list[InputItem], calls: dict[str, str]) -> list[dict[str, Any]]:
@@ -212,7 +224,8 @@ def _call(i: int, item: InputItem) -> dict[str, Any]:
         arguments = None
     if not isinstance(arguments, dict):
         raise InvalidRequest(f"input.{i}.arguments must be a JSON object, as a string", param=f"input.{i}.arguments")
-    return {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": arguments}}
+    name = f"{item.namespace}.{item.name}" if item.namespace else item.name
+    return {"id": item.call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def _text(content: str | list[Part], where: str) -> str:
@@ -237,15 +250,7 @@ def _one_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"role": "system", "content": "\n\n".join(m["content"] for m in messages[:lead])}, *messages[lead:]]
 
 
-def _rules(req: ResponsesRequest, settings: Settings) -> OutputRules:
-    tools = []
-    for i, t in enumerate(req.tools):
-        if t.type != "function":
-            raise InvalidRequest(f"tools.{i}.type: {t.type!r} tools are not supported; this server runs function "
-                                 "tools only", param=f"tools.{i}.type")
-        if t.name is None:
-            raise InvalidRequest(f"tools.{i}.name is required", param=f"tools.{i}.name")
-        tools.append(ToolSpec(t.name, t.description, t.parameters))
+def _rules(req: ResponsesRequest, settings: Settings, dropped: list[str]) -> OutputRules:
     choice = req.tool_choice
     if isinstance(choice, NamedChoice):
         if choice.type != "function" or choice.name is None:
@@ -255,11 +260,31 @@ def _rules(req: ResponsesRequest, settings: Settings) -> OutputRules:
     fmt = req.text.format if req.text else None
     if fmt is not None and fmt.type == "json_schema" and fmt.schema_ is None:
         raise InvalidRequest("text.format.schema is required when type is 'json_schema'", param="text.format.schema")
-    return OutputRules(tools=tuple(tools), tool_choice=choice.name if isinstance(choice, NamedChoice) else choice,
+    return OutputRules(tools=tuple(_tools(req.tools, settings, dropped)),
+                       tool_choice=choice.name if isinstance(choice, NamedChoice) else choice,
                        parallel_tool_calls=req.parallel_tool_calls,
                        json_schema=fmt.schema_ if fmt is not None and fmt.type == "json_schema" else None,
                        json_object=fmt is not None and fmt.type == "json_object",
                        max_grammar_bytes=settings.max_grammar_bytes)
+
+
+def _tools(tools: list[Tool], settings: Settings, dropped: list[str], namespace: str = "",
+           where: str = "tools") -> list[ToolSpec]:
+    """Function tools, and those inside namespace tools (named NAMESPACE.NAME); hosted tools are
+    dropped or refused."""
+    out = []
+    for i, t in enumerate(tools):
+        if t.type == "namespace" and not namespace:
+            if not t.name:
+                raise InvalidRequest(f"{where}.{i}.name is required", param=f"{where}.{i}.name")
+            out += _tools(t.tools or [], settings, dropped, t.name, f"{where}.{i}.tools")
+        elif t.type != "function":
+            hosted.drop(dropped, t.type, f"{where}.{i}.type", settings)
+        elif t.name is None:
+            raise InvalidRequest(f"{where}.{i}.name is required", param=f"{where}.{i}.name")
+        else:
+            out.append(ToolSpec(f"{namespace}.{t.name}" if namespace else t.name, t.description, t.parameters))
+    return out
 
 
 async def _start(chat: Chat, request: ChatRequest) -> Turn:

@@ -33,7 +33,8 @@ def item_id(prefix: str) -> str:
 class Output:
     """The output items so far; `add` returns the stream events (no sequence numbers yet)."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaces: frozenset[str] = frozenset()) -> None:
+        self.namespaces = namespaces  # a call named NAMESPACE.NAME is a function of that namespace tool
         self.items: list[dict[str, Any]] = []
         self.finish: Finish | None = None
         self._open: dict[str, Any] | None = None  # the item being written
@@ -45,8 +46,10 @@ class Output:
         if isinstance(event, ReasoningDelta):
             return self._thought(event.text)
         if isinstance(event, ToolCallStart):
+            space, _, name = event.name.rpartition(".")
+            named = {"name": name, "namespace": space} if space in self.namespaces else {"name": event.name}
             return self._begin({"type": "function_call", "id": item_id("fc"), "call_id": event.id,
-                                "name": event.name, "arguments": "", "status": "in_progress"})
+                                **named, "arguments": "", "status": "in_progress"})
         if isinstance(event, ToolCallArguments) and self._open is not None:
             self._open["arguments"] += event.fragment
             return [self._about("response.function_call_arguments.delta", delta=event.fragment)]
@@ -138,7 +141,7 @@ async def stream(turn: Turn, shell: Shell, keep: Keep) -> AsyncIterator[bytes]:
         event["sequence_number"] = next(numbers)
         return frame(event, event=event["type"])
 
-    out = Output()
+    out = Output(shell.namespaces)
     yield emit({"type": "response.created", "response": shell(out, "in_progress")})
     yield emit({"type": "response.in_progress", "response": shell(out, "in_progress")})
     try:
@@ -171,13 +174,13 @@ class Shell:
             "instructions": req.instructions, "metadata": req.metadata or {}, "model": model,
             "parallel_tool_calls": req.parallel_tool_calls, "temperature": req.temperature, "top_p": req.top_p,
             "tool_choice": req.tool_choice if isinstance(req.tool_choice, str) else req.tool_choice.model_dump(),
-            "tools": [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters,
-                       "strict": True if t.strict is None else t.strict} for t in req.tools],
+            "tools": [_tool(t) for t in req.tools],
             "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}},
             "reasoning": req.reasoning.model_dump() if req.reasoning else None,
             "max_output_tokens": req.max_output_tokens, "previous_response_id": req.previous_response_id,
             "store": req.store, "truncation": "disabled", "background": False,
         }
+        self.namespaces = frozenset(t.name for t in req.tools if t.type == "namespace" and t.name)
 
     def __call__(self, out: Output, status: str | None = None,
                  error: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -197,9 +200,17 @@ class Shell:
 
 async def collect(turn: Turn, shell: Shell, keep: Keep) -> dict[str, Any]:
     """The whole response at once (not streamed)."""
-    out = Output()
+    out = Output(shell.namespaces)
     async for _, event in turn.events():
         out.add(event)
     response = shell(out)
     keep(response, out)
     return response
+
+
+def _tool(t: Any) -> dict[str, Any]:
+    """A tool of the request as the response echoes it."""
+    if t.type != "function":
+        return t.model_dump(exclude_none=True)
+    return {"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters,
+            "strict": True if t.strict is None else t.strict}

@@ -183,15 +183,17 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
                 raise ValueError(f"the bias {value} for token {key!r} is outside -100..100")
         return v
 
-    def to_chat(self, limits: Settings | None = None, default_max_tokens: int | None = None) -> ChatRequest:
+    def to_chat(self, limits: Settings | None = None) -> ChatRequest:
         """The request for the generation layer. Without max_tokens a choice gets the model's
-        default (`default_max_tokens`, from models.toml), never more than the server's cap."""
+        default (models.toml) if it has one, else it runs until the model ends its turn, never
+        past the server's cap or the context (generation applies both)."""
         limits = limits or _DEFAULT_LIMITS
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
         sampling: dict[str, Any] = {k: v for k, v in self.model_dump(include=set(KNOBS)).items() if v is not None}
         max_tokens = self.max_completion_tokens or self.max_tokens  # type: ignore[attr-defined]
-        sampling["max_tokens"] = min(max_tokens or default_max_tokens or limits.max_tokens_cap, limits.max_tokens_cap)
+        if max_tokens:
+            sampling["max_tokens"] = max_tokens
         if self.stop:
             sampling["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         if self.ignore_eos:

@@ -2,10 +2,15 @@
 
 Starlette's StreamingResponse only notices a disconnect when a write fails (ASGI 2.4 servers);
 here a watcher on `receive` cancels the stream as soon as the client closes the connection, so
-decoding stops within a token and a request still queued never starts."""
+decoding stops within a token and a request still queued never starts.
+
+A stream is never silent for long: while a request waits in the queue or its prompt is being
+read, a keepalive (an SSE comment, or the protocol's own ping) goes out every KEEPALIVE seconds,
+so agents that drop a silent connection after a few minutes keep waiting."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -29,6 +34,8 @@ def ndjson(data: dict[str, Any]) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
+COMMENT = b": keepalive\n\n"  # an SSE comment: every SSE client skips it
+KEEPALIVE = 10.0  # seconds a stream may stay silent before a keepalive goes out
 
 
 async def _watch(receive: Receive, scope: anyio.CancelScope) -> None:
@@ -52,38 +59,46 @@ async def until_disconnect(receive: Receive, work: Callable[[], Awaitable[T]]) -
     return result[0] if result else None
 
 
-async def json_answer(receive: Receive, work: Callable[[], Awaitable[Any]], close: Callable[[], None]) -> Response:
+async def json_answer(receive: Receive, work: Callable[[], Awaitable[Any]], close: Callable[[], None],
+                      headers: dict[str, str] | None = None) -> Response:
     """A non-streamed answer: `work` builds the JSON body, `close` ends the request's turn(s)
     whatever happens; a client that left first gets no body (499, "client closed request")."""
     try:
         body = await until_disconnect(receive, work)
     finally:
         close()
-    return JSONResponse(body) if body else Response(status_code=499)
+    return JSONResponse(body, headers=headers) if body else Response(status_code=499)
 
 
 class EventStream:
-    """An ASGI response streaming pre-framed chunks: SSE by default, or NDJSON."""
+    """An ASGI response streaming pre-framed chunks: SSE by default, or NDJSON. `keepalive` is
+    sent whenever the next chunk takes longer than KEEPALIVE seconds to come (None: nothing)."""
 
     def __init__(self, chunks: AsyncIterator[bytes], on_close: Callable[[], None] | None = None,
-                 media_type: str = "text/event-stream; charset=utf-8") -> None:
+                 media_type: str = "text/event-stream; charset=utf-8", keepalive: bytes | None = COMMENT,
+                 headers: dict[str, str] | None = None) -> None:
         self.chunks = chunks
         self.media_type = media_type
         self.on_close = on_close  # runs once the response is over, even if the stream never started
+        self.keepalive = keepalive if media_type.startswith("text/event-stream") else None
+        self.headers = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", self.media_type.encode()),
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),
+            *self.headers,
         ]})
 
         async def pump() -> None:
+            chunks = self._kept_alive()
             try:
-                async for chunk in self.chunks:
+                async for chunk in chunks:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             finally:
                 with anyio.CancelScope(shield=True):
+                    await chunks.aclose()  # first: it ends a read of self.chunks still under way
                     await self.chunks.aclose()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -92,3 +107,27 @@ class EventStream:
         finally:
             if self.on_close is not None:
                 self.on_close()
+
+    async def _kept_alive(self) -> AsyncIterator[bytes]:
+        """The chunks, with a keepalive whenever the next one is slow to come. The wait for a
+        chunk is never cancelled by the timer: the same pending read is awaited again."""
+        if self.keepalive is None:
+            async for chunk in self.chunks:
+                yield chunk
+            return
+        it = aiter(self.chunks)
+        while True:
+            pending = asyncio.ensure_future(anext(it))
+            try:
+                while not (await asyncio.wait({pending}, timeout=KEEPALIVE))[0]:
+                    yield self.keepalive
+            finally:
+                if not pending.done():  # cancelled, or the client left: the read ends before the stream is closed
+                    pending.cancel()
+                    with anyio.CancelScope(shield=True):
+                        await asyncio.wait({pending})
+            try:
+                chunk = pending.result()
+            except StopAsyncIteration:
+                return
+            yield chunk

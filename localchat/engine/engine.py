@@ -59,11 +59,11 @@ class Engine:
 
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
-                 visible: Iterable[str] = (), pooling: int | None = None) -> None:
+                 visible: Iterable[str] = (), pooling: int | None = None, rope: tuple[str, float] | None = None) -> None:
         self.model = Model(path, n_gpu_layers=n_gpu_layers)
         try:
             self.scheduler = Scheduler(self.model, n_ctx=n_ctx, parallel=parallel, max_queue=max_queue,
-                                       n_threads=n_threads, n_batch=n_batch)
+                                       n_threads=n_threads, n_batch=n_batch, rope=rope)
         except BaseException:
             self.model.close()
             raise

@@ -144,7 +144,7 @@ class Model:
         """A prompt must leave room for at least one generated token."""
         if len(tokens) >= n_ctx:
             raise ContextOverflow(
-                f"the prompt is {len(tokens)} tokens but the model's context holds {n_ctx}; "
+                f"prompt is too long: {len(tokens)} tokens > {n_ctx} maximum (the model's context); "
                 "shorten the conversation or raise context_length in models.toml", param="messages")
 
     def close(self) -> None:

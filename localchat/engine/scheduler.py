@@ -47,7 +47,7 @@ class Job:
 
 class Scheduler:
     def __init__(self, model: Model, *, n_ctx: int, parallel: int, max_queue: int,
-                 n_threads: int | None = None, n_batch: int = 512) -> None:
+                 n_threads: int | None = None, n_batch: int = 512, rope: tuple[str, float] | None = None) -> None:
         self.model, self.n_ctx, self.parallel, self.max_queue = model, n_ctx, parallel, max_queue
         self.n_batch = max(n_batch, parallel + 1)
         cparams = C.llama_context_default_params()
@@ -61,6 +61,10 @@ class Scheduler:
         cparams.n_batch = cparams.n_ubatch = self.n_batch
         cparams.n_threads = cparams.n_threads_batch = n_threads or os.cpu_count() or 1
         cparams.swa_full = True  # keep sliding-window layers whole, so a cached prefix stays reusable
+        if rope is not None:  # stretch the positions (llama-server's --rope-scaling / --rope-scale)
+            cparams.rope_scaling_type = {"linear": C.LLAMA_ROPE_SCALING_TYPE_LINEAR,
+                                         "yarn": C.LLAMA_ROPE_SCALING_TYPE_YARN}[rope[0]]
+            cparams.rope_freq_scale = 1.0 / rope[1]
         self.ctx = C.llama_init_from_model(model.ptr, cparams)
         if not self.ctx:
             raise ModelUnavailable(f"llama.cpp could not create {parallel} slots of {n_ctx} tokens for {model.path}")
@@ -118,6 +122,9 @@ class Scheduler:
 
     def _loop(self) -> None:
         while True:
+            # First: a request cancelled during the last step frees its slot, and the prompt it had
+            # read stays there as that slot's cache, so a client's immediate retry is admitted into it.
+            self._drop_cancelled()
             with self._cond:
                 while not self._stopping and not self.running and not self.queue:
                     self._cond.wait()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import chatml, deepseek, gemma, llama3, mistral, phi
 from .base import Family
-from .render import Prompt, render_prompt
+from .render import Prompt, render_prompt, system_first
 
 # Order matters for detection: a more specific template marker comes before a general one
 # (Phi-4's `<|im_sep|>` template also contains ChatML's `<|im_start|>`).
@@ -37,4 +37,4 @@ def detect(architecture: str, chat_template: str | None, tokens: frozenset[str])
     return DEFAULT_FAMILY
 
 
-__all__ = ["FAMILIES", "Family", "Prompt", "detect", "get_family", "render_prompt"]
+__all__ = ["FAMILIES", "Family", "Prompt", "detect", "get_family", "render_prompt", "system_first"]

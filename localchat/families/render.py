@@ -27,6 +27,7 @@ class Prompt:
     """Rendered prompt: (text, is_message_text) segments. Only template text may hold control tokens."""
 
     segments: tuple[tuple[str, bool], ...]
+    dropped: frozenset[int] = frozenset()  # messages whose text the template left out
 
     @property
     def text(self) -> str:
@@ -69,16 +70,18 @@ def render_prompt(
 
     nonce = secrets.token_hex(4)
     texts: list[tuple[str, bool]] = []
+    owner: list[int] = []  # the message each piece of text comes from
 
-    def hide(content: str | list[tuple[str, bool]]) -> str:
+    def hide(k: int, content: str | list[tuple[str, bool]]) -> str:
         """A placeholder per piece; a piece marked False is our own markup (control tokens parse)."""
-        pieces = [(content, True)] if isinstance(content, str) else content
+        pieces = [(content, True)] if isinstance(content, str) else content or [("", True)]
         start = len(texts)
         texts.extend(pieces)
+        owner.extend([k] * len(pieces))
         return "".join(f"\ue000{nonce}:{i}\ue001" for i in range(start, len(texts)))
 
-    masked = [{**m, "content": hide(m["content"])} if isinstance(m.get("content"), (str, list)) else m
-              for m in messages]
+    masked = [{**m, "content": hide(k, m["content"])} if isinstance(m.get("content"), (str, list)) else m
+              for k, m in enumerate(messages)]
     try:
         rendered = _compile(template).render(
             messages=masked, add_generation_prompt=add_generation_prompt,
@@ -88,11 +91,27 @@ def render_prompt(
         raise InvalidRequest(f"the model's chat template rejected the conversation: {exc}", param="messages") from exc
 
     segments: list[tuple[str, bool]] = []
+    shown: set[int] = set()
     for i, part in enumerate(re.split(f"\ue000{nonce}:(\\d+)\ue001", rendered)):
         if i % 2:
             segments.append(texts[int(part)])
+            shown.add(owner[int(part)])
         elif part:
             segments.append((part, False))
     if prefill:
         segments.append((prefill, True))
-    return Prompt(tuple(s for s in segments if s[0]))
+    dropped = frozenset(set(owner) - shown)
+    return Prompt(tuple(s for s in segments if s[0]), dropped)
+
+
+def system_first(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every system message merged, in order, into one system message at the start (for a
+    template that takes a single system prompt)."""
+    systems = [m for m in messages if m.get("role") == "system"]
+    if not systems:
+        return messages
+    parts: list[tuple[str, bool]] = []
+    for m in systems:
+        content = m.get("content") or ""
+        parts += ([("\n\n", False)] if parts else []) + ([(content, True)] if isinstance(content, str) else content)
+    return [{"role": "system", "content": parts}, *(m for m in messages if m.get("role") != "system")]

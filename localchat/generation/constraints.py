@@ -62,10 +62,8 @@ def check(rules: OutputRules, limits: Settings | None = None) -> None:
                              + (f" ({', '.join(names)})" if names else ""), param="tool_choice")
     if rules.tool_choice == "required" and not rules.tools:
         raise InvalidRequest("tool_choice is 'required' but the request has no tools", param="tool_choice")
-    shaped = [rules.grammar is not None, rules.json_schema is not None or rules.json_object, rules.calls_tools]
-    if sum(shaped) > 1:
-        raise InvalidRequest("use one of `grammar`, `response_format` (json) and `tools` at a time",
-                             param="response_format" if shaped[1] else "grammar")
+    if rules.grammar is not None and (rules.json_schema is not None or rules.json_object or rules.calls_tools):
+        raise InvalidRequest("`grammar` cannot be combined with `response_format` (json) or `tools`", param="grammar")
 
 
 def _check_limits(rules: OutputRules, limits: Settings) -> None:
@@ -91,7 +89,8 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
     if rules.grammar is not None:
         validate(rules.grammar, max_bytes=rules.max_grammar_bytes)
         return Constraint(rules.grammar)
-    if rules.json_schema is not None or rules.json_object:
+    answer = {"type": "object"} if rules.json_object else rules.json_schema  # the final answer's JSON, if any
+    if answer is not None and not rules.calls_tools:
         def make_json() -> str:
             grammar = assemble("object", {}) if rules.json_object else _schema(rules.json_schema)
             grammar = after_reasoning(grammar) if after_think else grammar
@@ -106,16 +105,19 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
     chosen = [t for t in rules.tools if rules.tool_choice in ("auto", "required", t.name)]
     tools = [(t.name, t.parameters) for t in chosen]
     auto, syntax = rules.tool_choice == "auto", family.tools
+    answer = answer if auto else None  # calls, or else the final answer in JSON: no free text, no trigger
+    lazy = auto and answer is None
 
     def make_tools() -> str:
-        grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, trigger=syntax.trigger) if auto \
-            else tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, lead=bool(after_think))
+        grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, trigger=syntax.trigger) if lazy \
+            else tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, lead=bool(after_think), answer=answer)
         _validate_made(grammar, rules, "tools")
         return grammar
 
-    key = ("tools", tools, family.name, auto, rules.parallel_tool_calls, bool(after_think), rules.max_grammar_bytes)
+    key = ("tools", tools, family.name, lazy, answer, rules.parallel_tool_calls, bool(after_think),
+           rules.max_grammar_bytes)
     grammar = cached(key, make_tools)
-    if auto:  # free text, then the calls once the trigger is written
+    if lazy:  # free text, then the calls once the trigger is written
         return Constraint(grammar, (syntax.trigger,), after=after_think[0] if after_think else "")
     return Constraint(grammar, after_think)
 

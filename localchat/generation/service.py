@@ -13,7 +13,8 @@ from typing import Any
 
 from ..engine import Done, Generate, SamplingParams, Stream, Text, TokenLogprob
 from ..errors import InvalidRequest
-from ..families import Family, render_prompt
+from ..logs import current_request
+from ..families import Family, Prompt, render_prompt, system_first
 from . import constraints
 from .constraints import OutputRules
 from .fim import fim_tokens
@@ -80,10 +81,13 @@ class Turn:
 
     async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | Finish]]:
         """(choice index, event) pairs; each choice ends with its Finish."""
+        record = current_request()
         try:
             async for event in self._stream:
                 split = self._splitters[event.index]
                 if isinstance(event, Text):
+                    if record is not None and event.text:
+                        record.text()
                     if event.logprobs:
                         yield event.index, Logprobs(event.index, event.logprobs)
                     for piece in split.push(event.text):
@@ -93,7 +97,13 @@ class Turn:
                         yield event.index, piece
                     reason = "length" if event.finish_reason == "length" else "tool_calls" if split.calls else "stop"
                     usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens)
+                    if record is not None:
+                        record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens)
                     yield event.index, Finish(reason, usage, event.index, event.stop)
+        except Exception as exc:
+            if record is not None:
+                record.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             self.close()
 
@@ -133,6 +143,8 @@ class Chat:
         except BaseException:
             lease.release()
             raise
+        if (record := current_request()) is not None:
+            record.model, record.prompt_tokens = loaded.spec.name, len(prepared.generate.tokens)
         return Turn(loaded.spec.name, request.n, len(prepared.generate.tokens), lease, stream, prepared.splitters)
 
     async def count_tokens(self, request: ChatRequest) -> int:
@@ -154,8 +166,7 @@ def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True, cap:
     else:
         messages, extra = _with_tools(_strip_system(request.messages, loaded.spec.system_prompt_strip), rules,
                                       family, loaded)
-        prompt = render_prompt(loaded.template, messages, bos_token=loaded.bos_token, eos_token=loaded.eos_token,
-                               **extra)
+        prompt = _render(loaded, messages, extra)
         thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
         constraint = constraints.build(rules, family, thinking)
         tokens = loaded.engine.tokenize(prompt.segments)
@@ -170,6 +181,26 @@ def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True, cap:
                                 None if raw else family.reasoning, thinking) for _ in range(request.n)]
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs)
     return _Prepared(generate, splitters)
+
+
+def _render(loaded: LoadedModel, messages: list[dict[str, Any]], extra: dict[str, Any]) -> Prompt:
+    """The prompt. A system message after the first turn is rendered where it stands when the
+    template places it there; when the template refuses it or leaves it out, every system
+    message is merged, in order, into one system prompt at the start."""
+    def render(conversation: list[dict[str, Any]]) -> Prompt:
+        return render_prompt(loaded.template, conversation, bos_token=loaded.bos_token, eos_token=loaded.eos_token,
+                             **extra)
+
+    late = [k for k, m in enumerate(messages) if m["role"] == "system" and k > 0]
+    if not late:
+        return render(messages)
+    try:
+        prompt = render(messages)
+        if not any(messages[k]["role"] == "system" for k in prompt.dropped):
+            return prompt
+    except InvalidRequest:
+        pass
+    return render(system_first(messages))
 
 
 def _strip_system(messages: list[dict[str, Any]], pattern: str | None) -> list[dict[str, Any]]:

@@ -17,8 +17,9 @@ LEAD = '[ \\n]{0,4} '  # the blank lines a model writes after </think>
 
 
 def tools_grammar(tools: list[tuple[str, Any]], syntax: ToolSyntax, *, parallel: bool,
-                  trigger: str = "", lead: bool = False) -> str:
-    """`tools` is [(name, parameters schema)]. With `trigger`, the grammar starts after it."""
+                  trigger: str = "", lead: bool = False, answer: Any = None) -> str:
+    """`tools` is [(name, parameters schema)]. With `trigger`, the grammar starts after it.
+    With `answer` (a JSON schema), the output is either the calls or a JSON value for it."""
     rules: dict[str, str] = {}
     choices = []
     for i, (name, parameters) in enumerate(tools):
@@ -32,13 +33,15 @@ def tools_grammar(tools: list[tuple[str, Any]], syntax: ToolSyntax, *, parallel:
     first = head[len(trigger):]
     between = syntax.call_close + syntax.separator + syntax.call_open + '{"name": '
     more = f' ( {literal(between)} call )*' if parallel else ""
-    parts = [LEAD] if lead else []
-    if first:
-        parts.append(literal(first))
+    parts = [literal(first)] if first else []
     parts.append("call" + more)
     if syntax.call_close + syntax.close:
         parts.append(literal(syntax.call_close + syntax.close))
-    return assemble(" ".join(parts), rules)
+    body = " ".join(parts)
+    if answer is not None:
+        json = convert(answer, prefix="answer-", rules=rules, param="response_format.json_schema.schema").root_rule
+        body = f"( {body} ) | {json}"
+    return assemble(f"{LEAD} ( {body} )" if lead else body, rules)
 
 
 def after_reasoning(grammar: str) -> str:

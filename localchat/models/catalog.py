@@ -7,7 +7,7 @@ import re
 import tomllib
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
@@ -84,6 +84,10 @@ class Settings(BaseModel):
     max_grammar_bytes: int = Field(256 * 1024, ge=1024)  # a grammar: the raw `grammar`, or one made from schemas
     max_schema_depth: int = Field(64, ge=2, le=512)  # JSON nesting (objects and arrays) of one schema
     worker: bool = True  # run each model's llama.cpp in a supervised child process (False: in the server)
+    # A tool that only a hosted API can run (web search, code execution, MCP connectors): "drop" leaves it out
+    # of what the model sees and names it in the x-localchat-dropped-tools header; "refuse" makes it a 400.
+    hosted_tools: Literal["drop", "refuse"] = "drop"
+    log_requests: bool = True  # one access-log line per request
 
     @field_validator("keep_alive", mode="before")
     @classmethod
@@ -105,6 +109,10 @@ class ModelSpec(BaseModel):
     parallel: int | None = Field(None, ge=1, le=64)
     keep_alive: float | None = None
     embedding: bool = False  # serve /v1/embeddings with mean pooling even if the GGUF declares no pooling
+    # Run past the trained context by stretching positions (llama-server's --rope-scaling, --rope-scale):
+    # rope_scale = 4 makes an 8k model take 32k tokens, at some cost in quality.
+    rope_scaling: Literal["linear", "yarn"] = "yarn"
+    rope_scale: float | None = Field(None, ge=1, le=64)
     # A regex removed from system messages before tokenizing: a value a client changes on every
     # request (a request id, a timestamp) early in its system prompt defeats the prefix cache.
     system_prompt_strip: str | None = None

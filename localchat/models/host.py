@@ -71,6 +71,7 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
     engine = kind(path, n_ctx=context_length(spec, info), parallel=spec.parallel or settings.parallel,
                   max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
                   visible=family.tools.visible_tokens, pooling=pooling,
+                  rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None,
                   **({"name": spec.name} if settings.worker else {}))
     stop_ids = frozenset(i for t in family.stop_tokens if (i := engine.token_id(t)) is not None)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive

@@ -1,0 +1,209 @@
+"""Acceptance: the coding agents as they ship, headless, against a real `localchat serve`.
+
+    scripts/acceptance [--only claude|codex] [--port N] [--timeout S]
+
+Installs pinned releases of Claude Code and the Codex CLI with npm into a cache folder (once),
+starts `localchat serve` on a free loopback port with the shipped default config (nothing but
+the base URL / provider lines the README gives, in a throw-away HOME for each client), then
+drives each client headless:
+
+- `plain`: a plain question; the client must exit 0 with a text answer;
+- `tool`: a task that makes the model call a tool; the client must run it, send the result back
+  and exit 0 with an answer after it.
+
+One line per client and case (PASS / FAIL, seconds, what it saw), then the server's access log.
+Slow on a laptop CPU: each agent's first prompt is 12–20k tokens, read once, then cached."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+CLIENTS = {"@anthropic-ai/claude-code": "2.1.330", "@openai/codex": "0.169.0"}
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "localchat" / "acceptance"
+TOOL_TASK = "Use your shell tool to run this command, then tell me what it printed: echo localchat-acceptance-42"
+
+
+def install() -> Path:
+    """The pinned clients under CACHE/npm (reinstalled only when a pin changes)."""
+    folder = CACHE / "npm"
+    stamp = folder / "pins.json"
+    if not stamp.is_file() or json.loads(stamp.read_text()) != CLIENTS:
+        folder.mkdir(parents=True, exist_ok=True)
+        specs = [f"{name}@{version}" for name, version in CLIENTS.items()]
+        subprocess.run(["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund", *specs], check=True,
+                       stdout=sys.stderr)
+        stamp.write_text(json.dumps(CLIENTS))
+    return folder / "node_modules" / ".bin"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Serve:
+    """`localchat serve` with the shipped default config, its log in a file."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="localchat-acceptance-", suffix=".log")
+        self.proc = subprocess.Popen([sys.executable, "-m", "localchat", "serve", "--port", str(port)],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"localchat serve exited:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        raise SystemExit(f"localchat serve did not come up:\n{self.output()}")
+
+    def model(self) -> str:
+        return httpx.get(self.url + "/health").json()["model"]
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    seconds: float
+    said: str
+
+
+def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[int, list[dict]]:
+    """A headless client's exit code and the JSON events it printed, one per line."""
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    events = []
+    for line in proc.stdout.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    if proc.returncode:
+        sys.stderr.write(proc.stderr[-2000:])
+    return proc.returncode, events
+
+
+# -- Claude Code ----------------------------------------------------------------------------------
+
+def claude_env(home: Path, url: str, model: str) -> dict[str, str]:
+    """The README's lines for Claude Code."""
+    return {**os.environ, "HOME": str(home), "ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": "unused",
+            "ANTHROPIC_MODEL": model, "ANTHROPIC_SMALL_FAST_MODEL": model,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+
+
+def claude(bin_dir: Path, url: str, model: str, case: str, timeout: float) -> Outcome:
+    home, work = Path(tempfile.mkdtemp(prefix="cc-home-")), Path(tempfile.mkdtemp(prefix="cc-work-"))
+    prompt, extra = ("Say hi.", []) if case == "plain" else (TOOL_TASK, ["--allowedTools", "Bash(echo:*)"])
+    start = time.monotonic()
+    code, events = run([str(bin_dir / "claude"), "-p", prompt, "--output-format", "stream-json", "--verbose", *extra],
+                       claude_env(home, url, model), work, timeout)
+    result = next((e for e in reversed(events) if e.get("type") == "result"), {})
+    said = str(result.get("result", ""))
+    ok = code == 0 and not result.get("is_error") and bool(said.strip())
+    if case == "tool":
+        uses = [c for e in events if e.get("type") == "assistant"
+                for c in e.get("message", {}).get("content", []) if c.get("type") == "tool_use"]
+        results = [c for e in events if e.get("type") == "user"
+                   for c in e.get("message", {}).get("content", []) if c.get("type") == "tool_result"]
+        ok = ok and bool(uses) and bool(results)
+        said = f"{len(uses)} tool call(s) {[u.get('name') for u in uses]}, then: {said}"
+    return Outcome(ok, time.monotonic() - start, said)
+
+
+# -- Codex ----------------------------------------------------------------------------------------
+
+CODEX_CONFIG = """model = "{model}"
+model_provider = "localchat"
+
+[model_providers.localchat]
+name = "localchat"
+base_url = "{url}/v1"
+wire_api = "responses"
+"""
+
+
+def codex(bin_dir: Path, url: str, model: str, case: str, timeout: float) -> Outcome:
+    home, work = Path(tempfile.mkdtemp(prefix="codex-home-")), Path(tempfile.mkdtemp(prefix="codex-work-"))
+    (home / ".codex").mkdir()
+    (home / ".codex" / "config.toml").write_text(CODEX_CONFIG.format(model=model, url=url))
+    env = {**os.environ, "HOME": str(home), "CODEX_HOME": str(home / ".codex")}
+    prompt = "Say hi." if case == "plain" else TOOL_TASK
+    start = time.monotonic()
+    code, events = run([str(bin_dir / "codex"), "exec", "--json", "--skip-git-repo-check", prompt], env, work, timeout)
+    items = [e["item"] for e in events if e.get("type") == "item.completed"]
+    said = " ".join(str(i.get("text", "")) for i in items if i.get("type") == "agent_message")
+    done = any(e.get("type") == "turn.completed" for e in events)
+    ok = code == 0 and done and bool(said.strip())
+    if case == "tool":
+        commands = [i for i in items if i.get("type") == "command_execution"]
+        ok = ok and bool(commands)
+        said = f"{len(commands)} command(s) {[c.get('command') for c in commands]}, then: {said}"
+    if not done:
+        said += " " + json.dumps([e for e in events if e.get("type") in ("error", "turn.failed")])[:400]
+    return Outcome(ok, time.monotonic() - start, said)
+
+
+CASES: dict[str, Callable[..., Outcome]] = {"claude": claude, "codex": codex}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=sorted(CASES))
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds for one client run")
+    args = parser.parse_args()
+    if not shutil.which("npm"):
+        raise SystemExit("acceptance needs npm (Node.js 22 or newer)")
+    bin_dir = install()
+    server = Serve(args.port or free_port())
+    failed = 0
+    try:
+        model = server.model()
+        print(f"localchat serve: {server.url}, default model {model}", flush=True)
+        for client, drive in CASES.items():
+            if args.only and client != args.only:
+                continue
+            for case in ("plain", "tool"):
+                try:
+                    outcome = drive(bin_dir, server.url, model, case, args.timeout)
+                except subprocess.TimeoutExpired:
+                    outcome = Outcome(False, args.timeout, "timed out")
+                failed += not outcome.ok
+                said = outcome.said.replace("\n", " ")[:160]
+                print(f"{client:7} {case:6} {'PASS' if outcome.ok else 'FAIL'} {outcome.seconds:7.1f} s  {said}",
+                      flush=True)
+    finally:
+        server.stop()
+        print("\nserver access log:")
+        print("\n".join(line for line in server.output().splitlines() if " POST " in line))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
