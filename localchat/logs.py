@@ -48,7 +48,7 @@ class _EscapeRequestText(logging.Filter):
 
 _ESCAPE = _EscapeRequestText()
 # every logger that may carry request text ("uvicorn.error": its "Exception in ASGI application" traceback)
-_LOGGERS = ("localchat.api", "localchat.engine", "localchat.models", "localchat.llama", "localchat.worker", "uvicorn.error")
+_LOGGERS = ("localchat.api", "localchat.generation", "localchat.engine", "localchat.models", "localchat.llama", "localchat.worker", "uvicorn.error")
 
 
 def escape_request_text() -> None:

@@ -23,7 +23,7 @@ from ..models import Settings, sampling_model
 from . import errors
 from .anthropic_stream import collect, error_body, stream
 from .body import KeepAlive, parse, read_json
-from .sse import EventStream, json_answer
+from .sse import EventStream, json_answer, loosened_headers
 
 
 class _Lenient(BaseModel):
@@ -51,6 +51,7 @@ class Tool(_Lenient):
     name: str = Field(pattern=r"^[a-zA-Z0-9_.:-]{1,128}$")
     description: str | None = None
     input_schema: dict[str, Any]
+    strict: bool | None = None
 
 
 class ToolChoice(_Lenient):
@@ -132,7 +133,7 @@ def output_rules(req: CountRequest, settings: Settings) -> OutputRules:
             raise InvalidRequest("tool_choice is 'any' but the request has no tools", param="tool_choice")
         choice = "required" if kind == "any" else "none"
     fmt = req.output_config.format if req.output_config else None
-    return OutputRules(tools=tuple(ToolSpec(t.name, t.description, t.input_schema) for t in req.tools or []),
+    return OutputRules(tools=tuple(ToolSpec(t.name, t.description, t.input_schema, bool(t.strict)) for t in req.tools or []),
                        tool_choice=choice, json_schema=fmt.schema_ if fmt else None,
                        parallel_tool_calls=not (req.tool_choice and req.tool_choice.disable_parallel_tool_use),
                        max_grammar_bytes=settings.max_grammar_bytes)
@@ -231,8 +232,8 @@ def routes(chat: Chat) -> list[Route]:
         turn = await chat.start(ask)
         meta = {"id": f"msg_{secrets.token_hex(12)}", "type": "message", "role": "assistant", "model": turn.model}
         if req.stream:
-            return EventStream(stream(turn, meta), on_close=turn.close)
-        return await json_answer(request.receive, lambda: collect(turn, meta), turn.close)
+            return EventStream(stream(turn, meta), on_close=turn.close, headers=loosened_headers(turn))
+        return await json_answer(request.receive, lambda: collect(turn, meta), turn.close, loosened_headers(turn))
 
     async def tokens(request: Request) -> Response:
         _, ask = await read(request, CountRequest)

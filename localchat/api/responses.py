@@ -26,7 +26,7 @@ from ..models import Settings
 from .body import KeepAlive, parse, read_json
 from .responses_stream import Output, Shell, collect, stream
 from .schemas import SamplingFields
-from .sse import EventStream, json_answer
+from .sse import EventStream, json_answer, loosened_headers
 
 STORED = 100  # responses kept for previous_response_id
 
@@ -142,8 +142,8 @@ def routes(chat: Chat) -> list[Route]:
                 store.put(response, history + req.items() + _kept(out.items))
 
         if req.stream:
-            return EventStream(stream(turn, shell, keep), on_close=turn.close)
-        return await json_answer(request.receive, lambda: collect(turn, shell, keep), turn.close)
+            return EventStream(stream(turn, shell, keep), on_close=turn.close, headers=loosened_headers(turn))
+        return await json_answer(request.receive, lambda: collect(turn, shell, keep), turn.close, loosened_headers(turn))
 
     async def retrieve(request: Request) -> Response:
         entry = store.get(request.path_params["response_id"])
@@ -245,7 +245,7 @@ def _rules(req: ResponsesRequest, settings: Settings) -> OutputRules:
                                  "tools only", param=f"tools.{i}.type")
         if t.name is None:
             raise InvalidRequest(f"tools.{i}.name is required", param=f"tools.{i}.name")
-        tools.append(ToolSpec(t.name, t.description, t.parameters))
+        tools.append(ToolSpec(t.name, t.description, t.parameters, bool(t.strict)))
     choice = req.tool_choice
     if isinstance(choice, NamedChoice):
         if choice.type != "function" or choice.name is None:
@@ -258,7 +258,7 @@ def _rules(req: ResponsesRequest, settings: Settings) -> OutputRules:
     return OutputRules(tools=tuple(tools), tool_choice=choice.name if isinstance(choice, NamedChoice) else choice,
                        parallel_tool_calls=req.parallel_tool_calls,
                        json_schema=fmt.schema_ if fmt is not None and fmt.type == "json_schema" else None,
-                       json_object=fmt is not None and fmt.type == "json_object",
+                       json_object=fmt is not None and fmt.type == "json_object", strict=bool(fmt and fmt.strict),
                        max_grammar_bytes=settings.max_grammar_bytes)
 
 

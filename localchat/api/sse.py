@@ -7,6 +7,7 @@ decoding stops within a token and a request still queued never starts."""
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -52,23 +53,42 @@ async def until_disconnect(receive: Receive, work: Callable[[], Awaitable[T]]) -
     return result[0] if result else None
 
 
-async def json_answer(receive: Receive, work: Callable[[], Awaitable[Any]], close: Callable[[], None]) -> Response:
+async def json_answer(receive: Receive, work: Callable[[], Awaitable[Any]], close: Callable[[], None],
+                      headers: dict[str, str] | None = None) -> Response:
     """A non-streamed answer: `work` builds the JSON body, `close` ends the request's turn(s)
     whatever happens; a client that left first gets no body (499, "client closed request")."""
     try:
         body = await until_disconnect(receive, work)
     finally:
         close()
-    return JSONResponse(body) if body else Response(status_code=499)
+    return JSONResponse(body, headers=headers) if body else Response(status_code=499)
+
+
+LOOSENED_HEADER = "x-localchat-loosened"
+_LOOSENED_MAX = 64  # entries in the header; the server log has them all
+
+
+def loosened_headers(*turns: Any) -> dict[str, str]:
+    """The x-localchat-loosened header for the schema keywords the turns' grammars do not
+    enforce: `[tool name]#/json/pointer:keyword`, comma-separated, with a pointer's characters
+    outside printable ASCII (and `%`, `,`, space) percent-encoded."""
+    entries = list(dict.fromkeys(e for turn in turns for e in getattr(turn, "loosened", ())))
+    if not entries:
+        return {}
+    shown = [quote(e, safe="#/:~!$&'()*+;=@[]{}|^`<>?.-_") for e in entries[:_LOOSENED_MAX]]
+    if len(entries) > _LOOSENED_MAX:
+        shown.append(f"+{len(entries) - _LOOSENED_MAX} more")
+    return {LOOSENED_HEADER: ", ".join(shown)}
 
 
 class EventStream:
     """An ASGI response streaming pre-framed chunks: SSE by default, or NDJSON."""
 
     def __init__(self, chunks: AsyncIterator[bytes], on_close: Callable[[], None] | None = None,
-                 media_type: str = "text/event-stream; charset=utf-8") -> None:
+                 media_type: str = "text/event-stream; charset=utf-8", headers: dict[str, str] | None = None) -> None:
         self.chunks = chunks
         self.media_type = media_type
+        self.headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
         self.on_close = on_close  # runs once the response is over, even if the stream never started
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -76,6 +96,7 @@ class EventStream:
             (b"content-type", self.media_type.encode()),
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),
+            *self.headers,
         ]})
 
         async def pump() -> None:

@@ -10,20 +10,25 @@ import json
 from typing import Any
 
 from ..families.base import ToolSyntax
-from .gbnf import literal
+from .gbnf import MAX_BYTES, literal
 from .schema import assemble, convert
 
 LEAD = '[ \\n]{0,4} '  # the blank lines a model writes after </think>
 
 
 def tools_grammar(tools: list[tuple[str, Any]], syntax: ToolSyntax, *, parallel: bool,
-                  trigger: str = "", lead: bool = False) -> str:
-    """`tools` is [(name, parameters schema)]. With `trigger`, the grammar starts after it."""
+                  trigger: str = "", lead: bool = False, loosened: list[str] | None = None,
+                  max_bytes: int = MAX_BYTES) -> str:
+    """`tools` is [(name, parameters schema)]. With `trigger`, the grammar starts after it.
+    What a tool's schema could not enforce is added to `loosened` as `name#/path:keyword`."""
     rules: dict[str, str] = {}
     choices = []
     for i, (name, parameters) in enumerate(tools):
-        args = convert(parameters if parameters is not None else {"type": "object"}, prefix=f"t{i}-", rules=rules,
-                       param=f"tools.{i}.function.parameters").root_rule
+        converter = convert(parameters if parameters is not None else {"type": "object"}, prefix=f"t{i}-", rules=rules,
+                            param=f"tools.{i}.function.parameters", max_bytes=max_bytes)
+        args = converter.root_rule
+        if loosened is not None:
+            loosened += [name + entry for entry in converter.loosened]
         choices.append(f'{literal(f"{_dump(name)}, {_dump(syntax.args_key)}: ")} {args}')
     rules["call"] = f'( {" | ".join(choices)} ) "}}"'
     head = syntax.open + syntax.call_open + '{"name": '
