@@ -8,7 +8,6 @@ import asyncio
 import copy
 import json
 import re
-from pathlib import Path
 
 import jsonschema
 import openai

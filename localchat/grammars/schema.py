@@ -29,20 +29,16 @@ from .combine import UNMERGED, constraining, is_plain_ref, merge
 from .compact import compact
 from .gbnf import MAX_BYTES, literal
 from .metaschema import DEPTH_CAP
-from .refs import Document, Unresolvable, pointer
+from .refrules import RefRules, Unsatisfiable
+from .refs import Document, pointer
 from .regex import PatternError
 from .scalars import number_body, string_body
 from .kinds import ALL_TYPES, disjoint, kinds
 
 MAX_TRIES = 8  # conversions of one schema, each knowing more $ref targets that nothing satisfies
-MAX_RULES = 20_000
-MAX_PAIRS = 256  # rules for one $ref target with different keywords beside it  # as many as the validator takes
+MAX_RULES = 20_000  # as many as the validator takes
 TIME_BUDGET = 10.0  # seconds: a last guard; the grammar's size stops a large schema long before
 Schema = dict[str, Any] | bool
-
-
-class Unsatisfiable(Exception):
-    pass
 
 
 class _Dead(Exception):
@@ -53,7 +49,7 @@ class _Dead(Exception):
         self.key = key
 
 
-class Converter:
+class Converter(RefRules):
     def __init__(self, root: Schema, prefix: str = "", rules: dict[str, str] | None = None, *,
                  max_depth: int = DEPTH_CAP, max_bytes: int = MAX_BYTES) -> None:
         self.doc = Document(root)
@@ -173,90 +169,6 @@ class Converter:
         if key is not None:
             self._memo[key] = name
         return name
-
-    def flatten(self, schema: Schema, path: str, refs: bool = True) -> Schema:
-        """`schema` with its allOf merged in, and (with `refs`) its `$ref`s that have keywords
-        beside them. A `$ref` met again in that is dropped: A and A is A."""
-        seen: set[str] = set()
-        for _ in range(10_000):
-            if not isinstance(schema, dict):
-                return schema
-            if schema.get("$recursiveRef") == "#":
-                schema = {"$ref": "#", **{k: v for k, v in schema.items() if k != "$recursiveRef"}}
-            ref = schema.get("$ref")
-            if ref is not None and not refs and not is_plain_ref(schema):
-                return schema  # converted as a pair, which a recursive schema may reach again
-            if ref is None or not refs:
-                if not isinstance(schema.get("allOf"), list):
-                    return schema
-                rest: Schema = {k: v for k, v in schema.items() if k != "allOf"}
-                for part in schema["allOf"]:
-                    rest = merge(rest, part)
-                schema = rest
-                continue
-            siblings = {k: v for k, v in schema.items() if k != "$ref"}
-            if not isinstance(ref, str) or ref in seen:
-                schema = siblings
-                continue
-            seen.add(ref)
-            try:
-                target, _ = self.doc.resolve(ref)
-            except Unresolvable:
-                self.loose(path, "$ref")
-                target = True
-            schema = merge(target, siblings)
-        raise GrammarError(f"the schema at {path!r} combines too many allOf and $ref", param="schema")
-
-    def ref_rule(self, ref: str, path: str) -> str:
-        """The rule of a `$ref`'s target: named now, converted later (from run's queue)."""
-        try:
-            target, where = self.doc.resolve(ref)
-        except Unresolvable:
-            self.loose(path, "$ref")
-            return "value"
-        if target is True:
-            return "value"
-        key = id(target)
-        if target is False or _never(target) or key in self.dead:
-            raise Unsatisfiable
-        if key not in self._refs:
-            name = self._refs[key] = self._name(where)
-            self.rules[name] = ""  # filled in by run()
-            self._todo.append((name, target, where, key, self._after(key)))
-        return self._refs[key]
-
-    def _merged_ref_rule(self, schema: dict[str, Any], path: str) -> str:
-        """A `$ref` with keywords beside it: one rule for the pair (named before it is made, so
-        a recursive schema that repeats the pair inside itself reaches that name)."""
-        ref = schema["$ref"]
-        siblings = {k: v for k, v in constraining(schema).items() if k != "$ref"}
-        key = (ref, json.dumps(siblings, sort_keys=True, default=str))
-        if key in self.dead:
-            raise Unsatisfiable
-        if key not in self._refs:
-            try:
-                target, _ = self.doc.resolve(ref)
-            except Unresolvable:
-                self.loose(path, "$ref")
-                return self.visit(siblings, path)
-            if self._level == 0 and id(target) in self._chain:
-                raise GrammarError(f"the schema refers to itself ({ref} at {path!r}) without any value in between",
-                                   param="schema")
-            self._pairs[id(target)] = self._pairs.get(id(target), 0) + 1
-            if self._pairs[id(target)] > MAX_PAIRS:
-                raise GrammarError(f"the schema at {path!r} combines {ref!r} with other keywords in more than "
-                                   f"{MAX_PAIRS} ways", param="schema")
-            both = merge(target, siblings)
-            if both is False or _never(both):
-                raise Unsatisfiable
-            name = self._refs[key] = self._name(path)
-            self.rules[name] = ""  # filled in by run()
-            self._todo.append((name, both, path, key, self._after(id(target))))
-        return self._refs[key]
-
-    def _after(self, target: int) -> frozenset[int]:
-        """The chain of a $ref target met here: the current one's and it, unless a value is between."""
-        return self._chain | {target} if self._level == 0 else frozenset({target})
 
     def _dispatch(self, schema: dict[str, Any], path: str) -> str:
         for keyword in schema.get(UNMERGED, []):
@@ -379,12 +291,6 @@ def assemble(root_body: str, rules: dict[str, str]) -> str:
 
 _PATH_WORDS = {"#", "properties", "items", "prefixItems", "definitions", "$defs", "anyOf", "oneOf", "allOf",
                "additionalProperties", "patternProperties", "not", "components", "schemas"}
-
-
-def _never(schema: Any) -> bool:
-    """A schema nothing satisfies, at a glance."""
-    return schema is False or isinstance(schema, dict) and (
-        schema.get("not") in (True, {}) or schema.get("enum") == [])
 
 
 def _dump(value: Any) -> str:
