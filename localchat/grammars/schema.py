@@ -58,6 +58,7 @@ class Converter(RefRules):
         self._by_body: dict[str, str] = {b: n for n, b in self.rules.items()}
         self._refs: dict[Any, str] = {}  # a $ref target (by identity) → its rule
         self._memo: dict[bytes, str] = {}  # a sub-schema (by a hash of its JSON) → its rule
+        self._active: dict[Any, str | None] = {}  # sub-schemas being converted → a name, once one refers back
         self._todo: deque[tuple[str, Schema, str, Any, frozenset[int]]] = deque()  # $ref targets to convert
         self.dead: set[Any] = set()  # $ref targets found unsatisfiable (by an earlier try)
         self._chain: frozenset[int] = frozenset()  # the $ref targets that lead to this one with no value between
@@ -162,12 +163,27 @@ class Converter(RefRules):
         try:
             key = hashlib.sha1(json.dumps(schema, sort_keys=True).encode()).digest()
         except (TypeError, ValueError):
-            key = None
+            return self._dispatch(schema, path)
         if key in self._memo:
             return self._memo[key]
-        name = self._dispatch(schema, path)
-        if key is not None:
-            self._memo[key] = name
+        if key in self._active:  # met again inside itself (a $ref merged in by an object's anyOf): a rule
+            if key in self.dead:
+                raise Unsatisfiable
+            self._active[key] = self._active[key] or self._name(path)
+            self.rules[self._active[key]] = ""  # filled in below
+            return self._active[key]
+        self._active[key] = None
+        try:
+            name = self._dispatch(schema, path)
+        except Unsatisfiable:
+            if self._active[key] is not None:  # something refers to it already: try again without it
+                raise _Dead(key) from None
+            raise
+        finally:
+            reserved = self._active.pop(key)
+        if reserved is not None:
+            self.rules[reserved] = name
+        self._memo[key] = name
         return name
 
     def _dispatch(self, schema: dict[str, Any], path: str) -> str:
