@@ -51,7 +51,8 @@ class _EscapeRequestText(logging.Filter):
 
 _ESCAPE = _EscapeRequestText()
 # every logger that may carry request text ("uvicorn.error": its "Exception in ASGI application" traceback)
-_LOGGERS = ("localchat.api", "localchat.access", "localchat.engine", "localchat.models", "localchat.llama", "localchat.worker", "uvicorn.error")
+_LOGGERS = ("localchat.api", "localchat.access", "localchat.generation", "localchat.engine", "localchat.models",
+            "localchat.llama", "localchat.worker", "uvicorn.error")
 
 
 def escape_request_text() -> None:

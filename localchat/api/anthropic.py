@@ -27,7 +27,7 @@ from ..models import Settings, sampling_model
 from . import errors, hosted
 from .anthropic_stream import collect, error_body, stream
 from .body import KeepAlive, parse, read_json
-from .sse import EventStream, frame, json_answer
+from .sse import EventStream, frame, json_answer, loosened_headers
 
 
 class _Lenient(BaseModel):
@@ -58,6 +58,7 @@ class Tool(_Lenient):
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     defer_loading: bool = False  # not shown to the model until a tool_reference block loads it
+    strict: bool | None = None
 
 
 class ToolChoice(_Lenient):
@@ -159,7 +160,7 @@ def _tools(req: CountRequest, settings: Settings, loaded: set[str], dropped: lis
         elif t.input_schema is None:
             raise InvalidRequest(f"tools.{i}.input_schema: Field required", param=f"tools.{i}.input_schema")
         elif not t.defer_loading or t.name in loaded:
-            out.append(ToolSpec(t.name, t.description, t.input_schema))
+            out.append(ToolSpec(t.name, t.description, t.input_schema, bool(t.strict)))
     if req.mcp_servers:
         hosted.drop(dropped, "mcp_servers", "mcp_servers", settings)
     return out
@@ -270,7 +271,7 @@ def routes(chat: Chat) -> list[Route]:
         assert isinstance(req, MessagesRequest)
         turn = await chat.start(ask)
         meta = {"id": f"msg_{secrets.token_hex(12)}", "type": "message", "role": "assistant", "model": turn.model}
-        headers = hosted.headers(dropped)
+        headers = {**hosted.headers(dropped), **loosened_headers(turn)}
         if req.stream:
             return EventStream(stream(turn, meta), on_close=turn.close, keepalive=PING, headers=headers)
         return await json_answer(request.receive, lambda: collect(turn, meta), turn.close, headers)

@@ -28,7 +28,7 @@ from .protocols import PROTOCOLS
 from .body import parse, read_json
 from .guard import LOCAL_ORIGINS, LocalOnly, Origins  # noqa: F401 - LOCAL_ORIGINS: the defaults, kept importable here
 from .schemas import ChatCompletionRequest
-from .sse import DONE, EventStream, frame, json_answer
+from .sse import DONE, EventStream, frame, json_answer, loosened_headers
 
 log = logging.getLogger("localchat.api")
 
@@ -60,8 +60,10 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         logprobs = req.logprobs
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return EventStream(_stream(turn, meta, include_usage, logprobs), on_close=turn.close)
-        return await json_answer(request.receive, lambda: _collect(turn, meta, logprobs), turn.close)
+            return EventStream(_stream(turn, meta, include_usage, logprobs), on_close=turn.close,
+                               headers=loosened_headers(turn))
+        return await json_answer(request.receive, lambda: _collect(turn, meta, logprobs), turn.close,
+                                 loosened_headers(turn))
 
     routes = [
         Route("/health", health, methods=["GET"]),

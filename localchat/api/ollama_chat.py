@@ -17,7 +17,7 @@ from ..models import Registry, Settings
 from .body import KeepAlive, parse, read_json
 from .schemas import call_arguments
 from .ollama_stream import Answer, Clock, Shape, collect, stream
-from .sse import EventStream, json_answer
+from .sse import EventStream, json_answer, loosened_headers
 
 
 def model_name(registry: Registry, name: str) -> str | None:
@@ -203,8 +203,10 @@ async def _answer(request: Request, turn: Turn, shape: Shape, body: _Generation,
     clock.ready = time.perf_counter()  # the model is loaded and the prompt prepared
     answer = Answer(body.thinks)
     if body.stream:
-        return EventStream(stream(turn, shape, answer, clock), on_close=turn.close, media_type="application/x-ndjson")
-    return await json_answer(request.receive, lambda: collect(turn, shape, answer, clock), turn.close)
+        return EventStream(stream(turn, shape, answer, clock), on_close=turn.close, media_type="application/x-ndjson",
+                           headers=loosened_headers(turn))
+    return await json_answer(request.receive, lambda: collect(turn, shape, answer, clock), turn.close,
+                             loosened_headers(turn))
 
 
 async def _load(chat: Chat, body: _Generation, shape: Shape) -> Response:

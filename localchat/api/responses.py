@@ -32,7 +32,7 @@ from . import hosted
 from .body import KeepAlive, parse, read_json
 from .responses_stream import Output, Shell, collect, stream
 from .schemas import SamplingFields
-from .sse import EventStream, json_answer
+from .sse import EventStream, json_answer, loosened_headers
 
 STORED = 100  # responses kept for previous_response_id
 
@@ -150,7 +150,7 @@ def routes(chat: Chat) -> list[Route]:
             if req.store:
                 store.put(response, history + req.items() + _kept(out.items))
 
-        headers = hosted.headers(dropped)
+        headers = {**hosted.headers(dropped), **loosened_headers(turn)}
         if req.stream:
             return EventStream(stream(turn, shell, keep), on_close=turn.close, headers=headers)
         return await json_answer(request.receive, lambda: collect(turn, shell, keep), turn.close, headers)
@@ -264,7 +264,7 @@ def _rules(req: ResponsesRequest, settings: Settings, dropped: list[str]) -> Out
                        tool_choice=choice.name if isinstance(choice, NamedChoice) else choice,
                        parallel_tool_calls=req.parallel_tool_calls,
                        json_schema=fmt.schema_ if fmt is not None and fmt.type == "json_schema" else None,
-                       json_object=fmt is not None and fmt.type == "json_object",
+                       json_object=fmt is not None and fmt.type == "json_object", strict=bool(fmt and fmt.strict),
                        max_grammar_bytes=settings.max_grammar_bytes)
 
 
@@ -283,7 +283,8 @@ def _tools(tools: list[Tool], settings: Settings, dropped: list[str], namespace:
         elif t.name is None:
             raise InvalidRequest(f"{where}.{i}.name is required", param=f"{where}.{i}.name")
         else:
-            out.append(ToolSpec(f"{namespace}.{t.name}" if namespace else t.name, t.description, t.parameters))
+            out.append(ToolSpec(f"{namespace}.{t.name}" if namespace else t.name, t.description, t.parameters,
+                                bool(t.strict)))
     return out
 
 

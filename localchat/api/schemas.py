@@ -67,6 +67,7 @@ class FunctionDef(_Lenient):
     name: str = Field(pattern=r"^[a-zA-Z0-9_.:-]{1,64}$")
     description: str | None = None
     parameters: dict[str, Any] | None = None
+    strict: bool | None = None  # true: a keyword the grammar cannot enforce is a 400
 
     @field_validator("parameters")
     @classmethod
@@ -216,12 +217,13 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
                                  param="response_format.json_schema")
         choice = self.tool_choice
         return OutputRules(
-            tools=tuple(ToolSpec(t.function.name, t.function.description, t.function.parameters)
+            tools=tuple(ToolSpec(t.function.name, t.function.description, t.function.parameters, bool(t.function.strict))
                         for t in self.tools or []),
             tool_choice=choice.function.name if isinstance(choice, NamedToolChoice) else choice or "auto",
             parallel_tool_calls=self.parallel_tool_calls,
             json_schema=fmt.json_schema.schema_ if fmt and fmt.type == "json_schema" and fmt.json_schema else None,
             json_object=bool(fmt and fmt.type == "json_object"),
+            strict=bool(fmt and fmt.type == "json_schema" and fmt.json_schema and fmt.json_schema.strict),
             grammar=self.grammar,
             max_grammar_bytes=limits.max_grammar_bytes,
         )

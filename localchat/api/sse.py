@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from urllib.parse import quote
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -70,6 +71,23 @@ async def json_answer(receive: Receive, work: Callable[[], Awaitable[Any]], clos
     return JSONResponse(body, headers=headers) if body else Response(status_code=499)
 
 
+LOOSENED_HEADER = "x-localchat-loosened"
+_LOOSENED_MAX = 64  # entries in the header; the server log has them all
+
+
+def loosened_headers(*turns: Any) -> dict[str, str]:
+    """The x-localchat-loosened header for the schema keywords the turns' grammars do not
+    enforce: `[tool name]#/json/pointer:keyword`, comma-separated, with a pointer's characters
+    outside printable ASCII (and `%`, `,`, space) percent-encoded."""
+    entries = list(dict.fromkeys(e for turn in turns for e in getattr(turn, "loosened", ())))
+    if not entries:
+        return {}
+    shown = [quote(e, safe="#/:~!$&'()*+;=@[]{}|^`<>?.-_") for e in entries[:_LOOSENED_MAX]]
+    if len(entries) > _LOOSENED_MAX:
+        shown.append(f"+{len(entries) - _LOOSENED_MAX} more")
+    return {LOOSENED_HEADER: ", ".join(shown)}
+
+
 class EventStream:
     """An ASGI response streaming pre-framed chunks: SSE by default, or NDJSON. `keepalive` is
     sent whenever the next chunk takes longer than KEEPALIVE seconds to come (None: nothing)."""
@@ -81,7 +99,7 @@ class EventStream:
         self.media_type = media_type
         self.on_close = on_close  # runs once the response is over, even if the stream never started
         self.keepalive = keepalive if media_type.startswith("text/event-stream") else None
-        self.headers = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+        self.headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [

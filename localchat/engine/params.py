@@ -43,6 +43,7 @@ class Constraint:
     grammar: str
     triggers: tuple[str, ...] = ()
     after: str = ""  # the triggers count only once this text has been written (a think block's end)
+    loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce ("path:keyword"; not used here)
 
 
 @dataclass(frozen=True)

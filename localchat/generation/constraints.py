@@ -15,11 +15,11 @@ from ..engine import Constraint
 from ..errors import InvalidRequest
 from ..families import Family
 from ..errors import GrammarError
-from ..grammars import schema_to_gbnf, validate
+from ..grammars import validate
 from ..grammars.gbnf import MAX_BYTES
 from ..grammars.metaschema import schema_problem
 from ..models import Settings
-from ..grammars.schema import assemble
+from ..grammars.schema import assemble, convert
 from ..grammars.tools import after_reasoning, tools_grammar
 
 
@@ -28,6 +28,7 @@ class ToolSpec:
     name: str
     description: str | None
     parameters: dict[str, Any] | None
+    strict: bool = False  # a keyword of `parameters` the grammar cannot enforce is a 400, not a header
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class OutputRules:
     parallel_tool_calls: bool = True
     json_schema: dict[str, Any] | bool | None = None  # response_format json_schema
     json_object: bool = False  # response_format json_object
+    strict: bool = False  # json_schema's strict: a keyword the grammar cannot enforce is a 400, not a header
     grammar: str | None = None  # raw GBNF (extension)
     max_grammar_bytes: int = MAX_BYTES  # the server's limit, for the raw grammar and for those made from schemas
 
@@ -91,15 +93,16 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
         return Constraint(rules.grammar)
     answer = {"type": "object"} if rules.json_object else rules.json_schema  # the final answer's JSON, if any
     if answer is not None and not rules.calls_tools:
-        def make_json() -> str:
-            grammar = assemble("object", {}) if rules.json_object else _schema(rules.json_schema)
+        def make_json() -> tuple[str, tuple[str, ...]]:
+            grammar, loosened = (assemble("object", {}), ()) if rules.json_object else _schema(rules)
             grammar = after_reasoning(grammar) if after_think else grammar
             _validate_made(grammar, rules, "response_format.json_schema.schema" if rules.json_schema is not None
                            else "response_format")
-            return grammar
+            return grammar, loosened
 
         key = ("json", rules.json_schema, rules.json_object, bool(after_think), rules.max_grammar_bytes)
-        return Constraint(cached(key, make_json), after_think)
+        grammar, loosened = cached(key, make_json)
+        return Constraint(grammar, after_think, loosened=loosened)
     if not rules.calls_tools:
         return None
     chosen = [t for t in rules.tools if rules.tool_choice in ("auto", "required", t.name)]
@@ -108,26 +111,46 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
     answer = answer if auto else None  # calls, or else the final answer in JSON: no free text, no trigger
     lazy = auto and answer is None
 
-    def make_tools() -> str:
-        grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, trigger=syntax.trigger) if lazy \
-            else tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, lead=bool(after_think), answer=answer)
+    def make_tools() -> tuple[str, tuple[str, ...]]:
+        loosened: list[str] = []
+        grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, trigger=syntax.trigger if lazy else "",
+                                lead=bool(after_think) and not lazy, answer=answer, loosened=loosened,
+                                max_bytes=rules.max_grammar_bytes)
         _validate_made(grammar, rules, "tools")
-        return grammar
+        return grammar, tuple(loosened)
 
     key = ("tools", tools, family.name, lazy, answer, rules.parallel_tool_calls, bool(after_think),
            rules.max_grammar_bytes)
-    grammar = cached(key, make_tools)
+    grammar, loosened = cached(key, make_tools)
     if lazy:  # free text, then the calls once the trigger is written
-        return Constraint(grammar, (syntax.trigger,), after=after_think[0] if after_think else "")
-    return Constraint(grammar, after_think)
+        return Constraint(grammar, (syntax.trigger,), after=after_think[0] if after_think else "", loosened=loosened)
+    return Constraint(grammar, after_think, loosened=loosened)
 
 
-_GRAMMARS: OrderedDict[str, str] = OrderedDict()  # a hash of what a grammar was made from → the checked grammar
+def refuse_loosened(rules: OutputRules, loosened: tuple[str, ...], refuse_all: bool) -> None:
+    """A 400 for the first keyword not enforced in a schema marked `strict` (or in any schema,
+    with models.toml's `schema_loosened = "refuse"`)."""
+    for entry in loosened:
+        name, _, rest = entry.partition("#")
+        where, _, keyword = rest.rpartition(":")
+        if name:  # a tool's
+            i = next(i for i, t in enumerate(rules.tools) if t.name == name)
+            strict, param, why = rules.tools[i].strict, f"tools.{i}.function.parameters", "the tool's strict"
+        else:
+            strict, param, why = rules.strict, "response_format.json_schema.schema", "strict"
+        if strict or refuse_all:
+            raise InvalidRequest(f"{param}: `{keyword}` at '#{where}' cannot be enforced by this server's grammar, and "
+                                 f"{why if strict else 'the server setting schema_loosened'} asks for every keyword "
+                                 "to be enforced (without that, the request is answered and the header "
+                                 "x-localchat-loosened lists it)", param=param)
+
+
+_GRAMMARS: OrderedDict[str, Any] = OrderedDict()  # a hash of what a grammar was made from → the checked grammar
 _GRAMMARS_KEPT = 128
 _lock = threading.Lock()
 
 
-def cached(key: Any, make: Callable[[], str]) -> str:
+def cached(key: Any, make: Callable[[], Any]) -> Any:
     """A checked grammar made once per schema set: agents send the same 100 tools every turn, and
     turning them into a grammar costs far more than hashing them. Failures are not kept."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -154,9 +177,16 @@ def _validate_made(grammar: str, rules: OutputRules, param: str) -> None:
         raise
 
 
-def _schema(schema: dict[str, Any] | bool) -> str:
+def _schema(rules: OutputRules) -> tuple[str, tuple[str, ...]]:
+    """The grammar for response_format's schema, and what it does not enforce."""
+    assert rules.json_schema is not None
+    param = "response_format.json_schema.schema"
     try:
-        return schema_to_gbnf(schema)
+        converter = convert(rules.json_schema, param=param, max_bytes=rules.max_grammar_bytes)
+        return converter.grammar(converter.root_rule), tuple(converter.loosened)
     except GrammarError as exc:
-        exc.param = "response_format.json_schema.schema"
+        exc.param = param
+        if not exc.message.startswith(param):
+            exc.message = f"{param}: {exc.message}"
+            exc.args = (exc.message,)
         raise

@@ -6,6 +6,7 @@ the context) happens in `start`, before the caller sends its first byte."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,8 @@ from .constraints import OutputRules
 from .fim import fim_tokens
 from ..models.host import Lease, LoadedModel, ModelHost
 from .stream import OutputSplitter, Piece
+
+log = logging.getLogger("localchat.generation")
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class Turn:
     _lease: Lease
     _stream: Stream
     _splitters: list[OutputSplitter]
+    loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce: "[tool]#/path:keyword"
 
     async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | Finish]]:
         """(choice index, event) pairs; each choice ends with its Finish."""
@@ -139,13 +143,18 @@ class Chat:
                                      "(its `parallel` setting)", param="n")
             prepared = await asyncio.to_thread(_prepare, request, loaded, True,  # templates, grammars, tokens
                                                self.host.settings.max_tokens_cap)
+            loosened = prepared.generate.constraint.loosened if prepared.generate.constraint else ()
+            if loosened:
+                log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
+                constraints.refuse_loosened(request.output, loosened, self.host.settings.schema_loosened == "refuse")
             stream = loaded.engine.submit(prepared.generate)
         except BaseException:
             lease.release()
             raise
         if (record := current_request()) is not None:
             record.model, record.prompt_tokens = loaded.spec.name, len(prepared.generate.tokens)
-        return Turn(loaded.spec.name, request.n, len(prepared.generate.tokens), lease, stream, prepared.splitters)
+        return Turn(loaded.spec.name, request.n, len(prepared.generate.tokens), lease, stream, prepared.splitters,
+                    loosened)
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""

@@ -17,6 +17,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import Draft202012Validator, validator_for
 
 DEFAULT_MAX_DEPTH = 64
+DEPTH_CAP = 96  # the most `max_schema_depth` may be: deeper, checking and converting outgrow Python's stack
 CACHE_SIZE = 4096  # checked schemas remembered (a digest and a short message each)
 _MESSAGE_CHARS = 300
 

@@ -1,163 +1,192 @@
-"""A practical subset of regular expressions (JSON Schema `pattern`) as GBNF over the
-characters of a JSON string. Anything outside the subset (lookaround, backreferences) returns
-None, and the caller falls back to a plain string."""
+"""JSON Schema `pattern` (an ECMAScript regular expression) as GBNF over the characters of a
+JSON string.
+
+The regex is parsed into a small tree, then written out. A string the grammar allows matches
+the whole pattern, which is stricter than the pattern's "somewhere in the string" and so still
+valid. Features outside the subset (lookaround, backreferences, word boundaries, flags) raise
+`Unsupported`, and the caller enforces less (and says so); a pattern that is not a regular
+expression at all raises `PatternError`."""
 
 from __future__ import annotations
 
+import re
+
+from . import charsets as cs
 from .gbnf import literal
+from .regex_parse import _EMPTY, MAX_REPEAT, Node, PatternError, Unsupported, _Parser
 
-PLAIN = r'[^"\\\x7F\x00-\x1F]'  # one unescaped JSON string character
-_CLASSES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " "}
-
-
-class _Unsupported(Exception):
-    pass
+__all__ = ["MAX_REPEAT", "PatternError", "Unsupported", "class_run", "compile_pattern", "pattern_to_gbnf"]
 
 
 def pattern_to_gbnf(pattern: str) -> str | None:
-    p = pattern
-    if p.startswith("^"):
-        p = p[1:]
-    if p.endswith("$") and not p.endswith("\\$"):
-        p = p[:-1]
+    """GBNF for strings matching `pattern` (the text between the quotes); None if the pattern
+    uses an unsupported feature. Raises PatternError if it is not a regular expression."""
     try:
-        body, end = _alternation(p, 0)
-        if end != len(p):
-            raise _Unsupported
-        return body
-    except (_Unsupported, IndexError):
+        return compile_pattern(pattern)
+    except Unsupported:
         return None
 
 
-def _alternation(p: str, i: int) -> tuple[str, int]:
-    options = []
-    seq, i = _sequence(p, i)
-    options.append(seq)
-    while i < len(p) and p[i] == "|":
-        seq, i = _sequence(p, i + 1)
-        options.append(seq)
-    return (" | ".join(f"({o})" if o else '""' for o in options) if len(options) > 1 else options[0] or '""'), i
+def compile_pattern(pattern: str) -> str:
+    try:
+        tree = _Parser(pattern).parse()
+        tree = _anchored(tree, True, True)
+    except PatternError as exc:
+        if _python_accepts(pattern):  # a dialect difference, not a broken pattern
+            raise Unsupported(str(exc)) from None
+        raise
+    except Unsupported:
+        if not _python_accepts(pattern):
+            raise PatternError(_python_error(pattern)) from None
+        raise
+    body = _emit(tree)
+    if nesting(body) > 48:  # GBNF groups nest at most 64 deep (gbnf.MAX_DEPTH)
+        raise Unsupported("groups nested too deeply")
+    return body or '""'
 
 
-def _sequence(p: str, i: int) -> tuple[str, int]:
-    items = []
-    while i < len(p) and p[i] not in "|)":
-        atom, i = _atom(p, i)
-        if i < len(p) and p[i] in "*+?{":
-            atom, i = _quantify(p, i, atom)
-        items.append(atom)
-    return " ".join(items), i
+_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[()]')
 
 
-def _atom(p: str, i: int) -> tuple[str, int]:
-    c = p[i]
-    if c == "(":
-        if p.startswith("(?:", i):
-            i += 3
-        elif p.startswith("(?P<", i):
-            i = p.index(">", i) + 1
-        elif p.startswith("(?", i):
-            raise _Unsupported
-        else:
-            i += 1
-        inner, i = _alternation(p, i)
-        if p[i] != ")":
-            raise _Unsupported
-        return f"({inner})", i + 1
-    if c == "[":
-        return _class(p, i)
-    if c == ".":
-        return PLAIN, i + 1
-    if c == "\\":
-        e = p[i + 1]
-        if e in _CLASSES:
-            return f"[{_CLASSES[e]}]", i + 2
-        if e in "DWS":
-            return f'[^"\\\\\\x7F\\x00-\\x1F{_CLASSES[e.lower()]}]', i + 2
-        if e.isdigit() or e in "bBAzZ":
-            raise _Unsupported
-        return _char(e), i + 2
-    if c in "*+?{":
-        raise _Unsupported
-    return _char(c), i + 1
+def nesting(body: str) -> int:
+    """How deeply the groups of a GBNF body nest (literals and classes skipped)."""
+    depth = deepest = 0
+    for m in _TOKEN.finditer(body):
+        if m.group() == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif m.group() == ")":
+            depth -= 1
+    return deepest
 
 
-def _char(c: str) -> str:
-    """A literal character as it appears inside a JSON string."""
-    if c == '"':
-        return literal('\\"')
-    if c == "\\":
-        return literal("\\\\")
-    if ord(c) < 0x20 or c == "\x7f":
-        raise _Unsupported
-    return literal(c)
+def class_run(pattern: str) -> tuple[str, int, int | None] | None:
+    """(GBNF for one character, least, most) when the pattern is one class repeated (`^[a-z]+$`)."""
+    try:
+        tree = _anchored(_Parser(pattern).parse(), True, True)
+    except (PatternError, Unsupported):
+        return None
+    if tree[0] == "seq":
+        items = [n for n in tree[1] if n != _EMPTY]
+        tree = items[0] if len(items) == 1 else tree
+    if tree[0] != "rep" or tree[1][0] != "set" or (one := cs.to_gbnf(tree[1][1])) is None:
+        return None
+    return one, tree[2], tree[3]
 
 
-def _class(p: str, i: int) -> tuple[str, int]:
-    i += 1
-    negate = p[i] == "^"
-    if negate:
-        i += 1
-    parts = []
-    first = True
-    while p[i] != "]" or first:
-        first = False
-        c = p[i]
-        if c == "\\":
-            e = p[i + 1]
-            if e in _CLASSES:
-                parts.append(_CLASSES[e])
-                i += 2
-                continue
-            if e in "DWSbB":
-                raise _Unsupported
-            c, i = e, i + 2
-        else:
-            i += 1
-        if p[i] == "-" and p[i + 1] != "]":
-            hi = p[i + 1]
-            if hi == "\\":
-                hi, i = p[i + 2], i + 3
+def _python_accepts(pattern: str) -> bool:
+    return _python_error(pattern) == ""
+
+
+def _python_error(pattern: str) -> str:
+    """Python's complaint about `pattern` once the ECMAScript-only syntax is rewritten ('' if none)."""
+    p = re.sub(r"\(\?<(?![=!])", "(?P<", pattern)
+    p = re.sub(r"\\[pP]\{[A-Za-z_=]+\}|\\u\{[0-9a-fA-F]+\}|\\c[A-Za-z]", "x", p).replace("[^]", "[\\s\\S]")
+    try:
+        re.compile(p)
+        return ""
+    except (re.error, RecursionError, OverflowError) as exc:
+        return str(exc)
+
+
+# -- anchors and writing out ----------------------------------------------------------------------
+
+def _anchored(node: Node, start: bool, end: bool) -> Node:
+    """The tree with `^` and `$` removed where they hold for a whole-string match; elsewhere
+    (`a^b`, `(^a)*`) they are not supported."""
+    kind = node[0]
+    if kind == "bol" and start or kind == "eol" and end:
+        return _EMPTY
+    if kind in ("bol", "eol"):
+        raise Unsupported("an anchor inside the pattern")
+    if kind == "alt":
+        return ("alt", tuple(_anchored(n, start, end) for n in node[1]))
+    if kind == "seq":
+        items = node[1]
+        return ("seq", tuple(_anchored(n, start and i == 0, end and i == len(items) - 1) for i, n in enumerate(items)))
+    if kind == "rep":
+        return ("rep", _anchored(node[1], False, False), node[2], node[3])
+    return node
+
+
+def nullable(node: Node) -> bool:
+    kind = node[0]
+    if kind == "lit":
+        return node[1] == ""
+    if kind == "set":
+        return False
+    if kind == "seq":
+        return all(nullable(n) for n in node[1])
+    if kind == "alt":
+        return any(nullable(n) for n in node[1])
+    return node[2] == 0 or nullable(node[1])  # rep
+
+
+def _nonempty(node: Node) -> Node | None:
+    """The node without the empty string (None if that leaves nothing): a loop over a part that
+    can match nothing (`(a*)*`) would be left-recursive in GBNF."""
+    if not nullable(node):
+        return node
+    kind = node[0]
+    if kind == "lit":
+        return None
+    if kind == "alt":
+        options = [o for o in (_nonempty(n) for n in node[1]) if o is not None]
+        return None if not options else options[0] if len(options) == 1 else ("alt", tuple(options))
+    if kind == "seq":  # the first part that is not empty, then the rest as they are
+        items, options = node[1], []
+        for i, item in enumerate(items):
+            first = _nonempty(item)
+            if first is not None:
+                options.append(("seq", (first, *items[i + 1:])))
+        return None if not options else options[0] if len(options) == 1 else ("alt", tuple(options))
+    inner, hi = node[1], node[3]  # rep
+    first = _nonempty(inner)
+    if first is None or hi == 1:
+        return first
+    return ("seq", (first, ("rep", inner, 0, None if hi is None else hi - 1)))
+
+
+def _emit(node: Node) -> str:
+    kind = node[0]
+    if kind == "lit":
+        return literal("".join(cs.json_char(ord(c)) for c in node[1])) if node[1] else ""
+    if kind == "set":
+        body = cs.to_gbnf(node[1])
+        if body is None:
+            raise Unsupported("a class that matches no character a JSON string can hold")
+        return body
+    if kind == "seq":  # runs of single characters as one literal
+        parts: list[Node] = []
+        for n in node[1]:
+            if n[0] == "lit" and parts and parts[-1][0] == "lit":
+                parts[-1] = ("lit", parts[-1][1] + n[1])
             else:
-                i += 2
-            parts.append(f"{_class_char(c)}-{_class_char(hi)}")
-        else:
-            parts.append(_class_char(c))
-    body = "".join(parts)
-    if negate:  # never a raw quote, backslash or control character inside a JSON string
-        return f'[^"\\\\\\x7F\\x00-\\x1F{body}]', i + 1
-    safe = body.replace('\\"', "").replace("\\\\", "")
-    if not safe:
-        raise _Unsupported
-    return f"[{safe}]", i + 1
+                parts.append(n)
+        return " ".join(p for p in (_emit(n) for n in parts) if p)
+    if kind == "alt":
+        return "( " + " | ".join(_emit(n) or '""' for n in node[1]) + " )"
+    inner, lo, hi = node[1], node[2], node[3]
+    if hi == 0:
+        return ""
+    if nullable(inner):  # x{lo,hi} over a nullable x is (x without "") {0,hi}
+        inner, lo = _nonempty(inner), 0
+        if inner is None:
+            return ""
+    body = _emit(inner)
+    if not _single(body):
+        body = f"( {body} )"
+    if (lo, hi) == (0, None):
+        return f"{body}*"
+    if (lo, hi) == (1, None):
+        return f"{body}+"
+    if (lo, hi) == (0, 1):
+        return f"{body}?"
+    if lo == hi:
+        return body if lo == 1 else f"{body}{{{lo}}}"
+    return f"{body}{{{lo},{'' if hi is None else hi}}}"
 
 
-def _class_char(c: str) -> str:
-    if c in '"\\':
-        return ""  # a quote or backslash would need JSON escaping: left out (stricter)
-    if c in "[]^-":
-        return "\\" + c if c in "[]" else c
-    if ord(c) < 0x20:
-        raise _Unsupported
-    return c
-
-
-def _quantify(p: str, i: int, atom: str) -> tuple[str, int]:
-    c = p[i]
-    if c in "*+?":
-        i += 1
-        if i < len(p) and p[i] == "?":
-            i += 1  # lazy: same language
-        return f"({atom}){c}", i
-    end = p.index("}", i)
-    spec = p[i + 1:end]
-    low, _, high = spec.partition(",")
-    if not low.isdigit() or (high and not high.isdigit()):
-        raise _Unsupported
-    if int(low) > 2000 or (high and int(high) > 2000):
-        raise _Unsupported
-    rep = f"{{{low}}}" if "," not in spec else f"{{{low},{high}}}"
-    i = end + 1
-    if i < len(p) and p[i] == "?":
-        i += 1
-    return f"({atom}){rep}", i
+def _single(body: str) -> bool:
+    """One GBNF item: a literal, a class or a group, to which a repetition applies as a whole."""
+    return bool(re.fullmatch(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|\((?:[^()"]|"(?:\\.|[^"\\])*")*\)', body))

@@ -1,314 +1,346 @@
 """JSON Schema → GBNF.
 
-Every keyword that real tool schemas use is enforced; one that cannot be falls back to the
-looser rule (valid JSON of the right type) instead of failing. Words that only describe
-(description, title, examples, default) are ignored. Each value rule ends in bounded `ws`."""
+A grammar made here only lets through JSON that is valid for the schema, except for the
+keywords listed in `loosened` (`#/properties/tags:uniqueItems`): those it cannot enforce, and
+for them it allows more. Where exact is impossible but stricter is not (`\\s` as a space, a
+bound rounded inwards, a date in a year that exists), it is stricter and says nothing.
+Words that only describe (description, title, examples, default) are ignored.
+
+Depth: the converter recurses once per level of the schema as written, at most
+`max_schema_depth` (96 at most: about 6 Python frames a level, under Python's limit of 1000),
+and never through a `$ref`: every `$ref` target is one rule, named when first met and made
+from a queue, so a chain of 200 references or a recursive tree is a loop of rules, not of
+Python calls. Each value rule ends in bounded `ws`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
+from collections import deque
 from typing import Any
+
+from jsonschema.validators import validator_for
 
 from ..errors import GrammarError
 from . import library
-from .gbnf import literal
-from .objects import ObjectShape, object_shapes
-from .scalars import number, number_body, string_body
+from .combine import UNMERGED, constraining, is_plain_ref, merge
+from .compact import compact
+from .gbnf import MAX_BYTES, literal
+from .metaschema import DEPTH_CAP
+from .refrules import RefRules, Unsatisfiable
+from .refs import Document, pointer
+from .regex import PatternError
+from .scalars import number_body, string_body
+from .kinds import ALL_TYPES, disjoint, kinds
 
-MAX_RULES = 5000
-TIME_BUDGET = 2.0  # seconds
+MAX_TRIES = 8  # conversions of one schema, each knowing more $ref targets that nothing satisfies
+MAX_RULES = 20_000  # as many as the validator takes
+TIME_BUDGET = 10.0  # seconds: a last guard; the grammar's size stops a large schema long before
 Schema = dict[str, Any] | bool
 
 
-class Converter:
-    def __init__(self, root: Schema, prefix: str = "", rules: dict[str, str] | None = None) -> None:
-        self.root = root
+class _Dead(Exception):
+    """A `$ref` target (named before it was made) that no value satisfies."""
+
+    def __init__(self, key: Any) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+class Converter(RefRules):
+    def __init__(self, root: Schema, prefix: str = "", rules: dict[str, str] | None = None, *,
+                 max_depth: int = DEPTH_CAP, max_bytes: int = MAX_BYTES) -> None:
+        self.doc = Document(root)
         self.prefix = prefix
         self.rules: dict[str, str] = {} if rules is None else rules  # may be shared by several converters
         self._by_body: dict[str, str] = {b: n for n, b in self.rules.items()}
-        self._refs: dict[str, str] = {}
+        self._refs: dict[Any, str] = {}  # a $ref target (by identity) → its rule
+        self._memo: dict[bytes, str] = {}  # a sub-schema (by a hash of its JSON) → its rule
+        self._active: dict[Any, str | None] = {}  # sub-schemas being converted → a name, once one refers back
+        self._todo: deque[tuple[str, Schema, str, Any, frozenset[int]]] = deque()  # $ref targets to convert
+        self.dead: set[Any] = set()  # $ref targets found unsatisfiable (by an earlier try)
+        self._chain: frozenset[int] = frozenset()  # the $ref targets that lead to this one with no value between
+        self._level = 0  # values inside values (properties, items) on the way to the current one
+        self._pairs: dict[int, int] = {}  # a $ref target → how many "$ref with keywords" rules use it
+        self.depth, self.max_depth = 0, max_depth  # values nest at most as deeply as the schema's JSON
+        self.size, self.max_bytes = 0, max_bytes
         self._deadline = time.monotonic() + TIME_BUDGET
         self._reserved = set(library.rules()) | {"root"}
-        self.loosened: list[str] = []  # what could not be enforced exactly
+        self._validator: Any = None
+        self.loosened: list[str] = []  # "path:keyword" for each keyword not enforced exactly
+        self.root_rule = ""
 
-    # -- rules -----------------------------------------------------------------------------
+    # -- the whole schema --------------------------------------------------------------------
 
-    def add(self, hint: str, body: str) -> str:
-        """A rule for `body` (reusing an identical one), named after `hint`."""
-        if re.fullmatch(r"[a-zA-Z0-9-]+", body):
-            return body  # already a rule: no wrapper
-        if body in self._by_body:
-            return self._by_body[body]
-        name = self._name(hint)
-        self.rules[name] = body
-        self._by_body[body] = name
-        return name
-
-    def _name(self, hint: str) -> str:
-        base = self.prefix + (re.sub(r"[^a-zA-Z0-9-]+", "-", hint).strip("-")[:48] or "r")
-        name, i = base, 1
-        while name in self.rules or name in self._reserved:
-            i += 1
-            name = f"{base}-{i}"
-        if len(self.rules) >= MAX_RULES or time.monotonic() > self._deadline:
-            raise GrammarError("the schema is too large or too deeply nested to turn into a grammar", param="schema")
-        return name
+    def run(self, schema: Schema) -> str:
+        self.root_rule = self.visit(schema, "#")
+        while self._todo:
+            name, target, path, key, self._chain = self._todo.popleft()
+            try:
+                self.rules[name] = self.visit(target, path)
+            except Unsatisfiable:
+                raise _Dead(key) from None
+        return self.root_rule
 
     def grammar(self, root_body: str) -> str:
         return assemble(root_body, self.rules)
 
-    # -- values ----------------------------------------------------------------------------
+    # -- rules -------------------------------------------------------------------------------
 
-    def visit(self, schema: Schema, hint: str) -> str:
+    def loose(self, path: str, keyword: str) -> None:
+        entry = f"{path}:{keyword}"
+        if entry not in self.loosened:
+            self.loosened.append(entry)
+
+    def add(self, path: str, body: str) -> str:
+        """A rule for `body` (reusing an identical one), named after `path`."""
+        if re.fullmatch(r"[a-zA-Z0-9-]+", body):
+            return body  # already a rule: no wrapper
+        if body in self._by_body:
+            return self._by_body[body]
+        name = self._name(path)
+        self.rules[name] = body
+        self._by_body[body] = name
+        self.size += len(name) + len(body) + 6
+        if self.size > 4 * self.max_bytes:  # compacting shrinks it, but not by that much
+            raise GrammarError(f"the grammar made from the schema is more than {self.max_bytes} bytes "
+                               "(max_grammar_bytes)", param="schema")
+        return name
+
+    def _name(self, path: str) -> str:
+        words = [w for w in path.split("/") if w not in _PATH_WORDS and not w.isdigit()][-2:]
+        hint = re.sub(r"[^a-zA-Z0-9-]+", "-", "-".join(words)).strip("-")[:24].lower() or "r"
+        base = self.prefix + (hint if hint[0].isalpha() else "r" + hint)
+        name, i = base, 1
+        while name in self.rules or name in self._reserved:
+            i += 1
+            name = f"{base}-{i}"
+        if len(self.rules) >= MAX_RULES:
+            raise GrammarError(f"the schema needs more than {MAX_RULES} grammar rules", param="schema")
+        if time.monotonic() > self._deadline:
+            raise GrammarError(f"the schema took more than {TIME_BUDGET:g} s to turn into a grammar", param="schema")
+        return name
+
+    # -- values ------------------------------------------------------------------------------
+
+    def visit(self, schema: Schema, path: str) -> str:
         """The name of a rule matching `schema` (followed by ws)."""
-        if schema is True or schema == {}:
+        if self.depth >= self.max_depth:
+            raise GrammarError(f"the schema at {path!r} is nested more than {self.max_depth} levels deep "
+                               "(max_schema_depth)", param="schema")
+        self.depth += 1
+        try:
+            return self._visit(schema, path)
+        finally:
+            self.depth -= 1
+
+    def child(self, schema: Schema, path: str) -> str:
+        """A value inside this one: a property, an item."""
+        self._level += 1
+        try:
+            return self.visit(schema, path)
+        finally:
+            self._level -= 1
+
+    def _visit(self, schema: Schema, path: str) -> str:
+        if schema is True:
             return "value"
         if schema is False:
-            raise _Unsatisfiable
+            raise Unsatisfiable
         if not isinstance(schema, dict):
-            raise GrammarError(f"schema at {hint!r} must be an object or a boolean", param="schema")
-        if "$ref" in schema:
-            return self._ref(schema["$ref"], schema, hint)
-        if "allOf" in schema:
-            merged = {k: v for k, v in schema.items() if k != "allOf"}
-            for part in schema["allOf"]:
-                merged = merge(merged, self._resolve(part))
-            return self.visit(merged, hint)
-        if "const" in schema:
-            return self.add(hint, f"{literal(_dump(schema['const']))} ws")
-        if "enum" in schema:
-            options = [literal(_dump(v)) for v in schema["enum"]]
-            if not options:
-                raise _Unsatisfiable
-            return self.add(hint, f"({' | '.join(options)}) ws")
-        kind = schema.get("type")
-        if isinstance(kind, list) or schema.get("nullable") is True:
-            kinds = list(kind) if isinstance(kind, list) else [kind] if kind else []
-            if schema.get("nullable") is True and "null" not in kinds:
-                kinds.append("null")
-            if not kinds:
-                return "value"
-            rest = {k: v for k, v in schema.items() if k not in ("type", "nullable")}
-            return self.add(hint, " | ".join(self.visit({**rest, "type": k}, f"{hint}-{k}") for k in kinds))
-        if kind == "object" or (kind is None and _looks_like_object(schema)):
-            return self._object(schema, hint)
-        if kind is None and ("anyOf" in schema or "oneOf" in schema):
-            return self._alternatives(schema, hint)
-        if kind == "array" or (kind is None and ("items" in schema or "prefixItems" in schema)):
-            return self._array(schema, hint)
-        if kind == "string":
-            return self._string(schema, hint)
-        if kind in ("number", "integer"):
-            return self._number(schema, kind, hint)
-        if kind == "boolean":
-            return "boolean"
-        if kind == "null":
-            return "null"
-        return "value"
+            raise GrammarError(f"the schema at {path!r} must be an object or a boolean", param="schema")
+        schema = self.flatten(schema, path, refs=False)
+        if schema is False:
+            raise Unsatisfiable
+        if schema is True or not constraining(schema):
+            return "value"
+        if is_plain_ref(schema):
+            return self.ref_rule(schema["$ref"], path)
+        if isinstance(schema.get("$ref"), str):
+            return self._merged_ref_rule(schema, path)
+        try:
+            key = hashlib.sha1(json.dumps(schema, sort_keys=True).encode()).digest()
+        except (TypeError, ValueError):
+            return self._dispatch(schema, path)
+        if key in self._memo:
+            return self._memo[key]
+        if key in self._active:  # met again inside itself (a $ref merged in by an object's anyOf): a rule
+            if key in self.dead:
+                raise Unsatisfiable
+            self._active[key] = self._active[key] or self._name(path)
+            self.rules[self._active[key]] = ""  # filled in below
+            return self._active[key]
+        self._active[key] = None
+        try:
+            name = self._dispatch(schema, path)
+        except Unsatisfiable:
+            if self._active[key] is not None:  # something refers to it already: try again without it
+                raise _Dead(key) from None
+            raise
+        finally:
+            reserved = self._active.pop(key)
+        if reserved is not None:
+            self.rules[reserved] = name
+        self._memo[key] = name
+        return name
 
-    def _alternatives(self, schema: dict[str, Any], hint: str) -> str:
-        rest = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")}
-        names = []
-        for i, branch in enumerate(schema.get("anyOf") or schema.get("oneOf") or []):
+    def _dispatch(self, schema: dict[str, Any], path: str) -> str:
+        for keyword in schema.get(UNMERGED, []):
+            self.loose(path, keyword)
+        if "if" in schema and ("then" in schema or "else" in schema):
+            self.loose(path, "if")
+        if "$dynamicRef" in schema:
+            self.loose(path, "$dynamicRef")
+        if "const" in schema or "enum" in schema:
+            return self._enum(schema, path)
+        types = kinds(schema)
+        if "not" in schema and types != {"object"}:
+            types = self._not(schema, types, path)
+        if types is not None and not types:
+            raise Unsatisfiable
+        if ("anyOf" in schema or "oneOf" in schema) and types != {"object"}:
+            return self._alternatives(schema, path)
+        if types is None:
+            return "value"
+        if len(types) > 1:
+            return self._union(schema, types, path)
+        return self._single(schema, next(iter(types)), path)
+
+    def _single(self, schema: dict[str, Any], kind: str, path: str) -> str:
+        from .arrays import array_rule
+        from .objects import object_rule
+
+        if kind == "object":
+            return object_rule(self, schema, path)
+        if kind == "array":
+            return array_rule(self, schema, path)
+        if kind == "string":
             try:
-                names.append(self.visit(merge(rest, self._resolve(branch)), f"{hint}-{i}"))
-            except _Unsatisfiable:
+                body = string_body(schema, lambda k: self.loose(path, k))
+            except PatternError as exc:
+                raise self.invalid_pattern(pointer(path, "pattern"), exc) from None
+        elif kind in ("number", "integer"):
+            body = number_body(schema, kind, lambda k: self.loose(path, k))
+        else:
+            return "boolean" if kind == "boolean" else "null"
+        if body is None:
+            raise Unsatisfiable
+        return self.add(path, body)
+
+    def invalid_pattern(self, where: str, exc: PatternError) -> GrammarError:
+        return GrammarError(f"the regular expression at {where!r} is not valid: {exc}", param="schema")
+
+    def _union(self, schema: dict[str, Any], types: set[str], path: str) -> str:
+        rest = {k: v for k, v in schema.items() if k not in ("type", "nullable")}
+        names = []
+        for kind in sorted(types):
+            try:
+                names.append(self._single({**rest, "type": kind}, kind, path))
+            except Unsatisfiable:
                 continue
         if not names:
-            raise _Unsatisfiable
-        return self.add(hint, " | ".join(dict.fromkeys(names)))
+            raise Unsatisfiable
+        return self.add(path, " | ".join(dict.fromkeys(names)))
 
-    def _ref(self, ref: str, schema: dict[str, Any], hint: str) -> str:
-        extra = {k: v for k, v in schema.items() if k != "$ref" and k not in _DESCRIPTIVE}
-        if extra:  # siblings of $ref constrain too (2019-09+): merge them in
-            return self.visit(merge(self._resolve({"$ref": ref}), extra), hint)
-        if ref not in self._refs:
-            target = self._resolve({"$ref": ref})
-            name = self._refs[ref] = self._name(f"ref-{ref.rsplit('/', 1)[-1]}")
-            self.rules[name] = "value"  # placeholder, so recursion finds the name
-            body = self.visit(target, f"{name}-body")
-            self.rules[name] = body
-        return self._refs[ref]
+    def _not(self, schema: dict[str, Any], types: set[str] | None, path: str) -> set[str] | None:
+        """`not: {type: ...}` takes those types away; any other `not` is not enforced."""
+        negated = schema["not"]
+        gone = kinds(negated) if isinstance(negated, dict) and set(constraining(negated)) == {"type"} else None
+        if not gone or "integer" in gone and "number" not in gone and "number" in (types or {"number"}):
+            self.loose(path, "not")  # (a number that is not an integer has no grammar here)
+            return types
+        gone = gone | ({"integer"} if "number" in gone else set())
+        return (types or set(ALL_TYPES)) - gone
 
-    def _resolve(self, schema: Schema) -> Schema:
-        seen = 0
-        while isinstance(schema, dict) and "$ref" in schema and len(schema) == 1:
-            ref = schema["$ref"]
-            if not isinstance(ref, str) or not ref.startswith("#"):
-                raise GrammarError(f"only local $ref (#/...) is supported, not {ref!r}", param="schema")
-            node: Any = self.root
-            for part in [p for p in ref[1:].split("/") if p]:
-                part = part.replace("~1", "/").replace("~0", "~")
-                try:
-                    node = node[int(part)] if isinstance(node, list) else node[part]
-                except (KeyError, IndexError, ValueError, TypeError):
-                    raise GrammarError(f"$ref {ref!r} points nowhere", param="schema") from None
-            schema, seen = node, seen + 1
-            if seen > 64:
-                raise GrammarError(f"$ref {ref!r} loops", param="schema")
-        return schema
-
-    def _object(self, schema: dict[str, Any], hint: str) -> str:
-        shapes = object_shapes(schema, self._resolve)
-        bodies = []
-        for i, shape in enumerate(shapes):
+    def _alternatives(self, schema: dict[str, Any], path: str) -> str:
+        key = "anyOf" if isinstance(schema.get("anyOf"), list) else "oneOf"
+        branches = schema.get(key) or []
+        rest = {k: v for k, v in schema.items() if k != key}
+        names = []
+        for i, branch in enumerate(branches):
+            where = pointer(path, key, i)
             try:
-                bodies.append(self._object_body(shape, f"{hint}-{i}" if len(shapes) > 1 else hint))
-            except _Unsatisfiable:
+                if is_plain_ref(branch) and not constraining(rest):
+                    names.append(self.ref_rule(branch["$ref"], where))
+                elif (both := merge(rest, branch)) is not False:
+                    names.append(self.visit(both, where))
+            except Unsatisfiable:
                 continue
-        if not bodies:  # the combinators contradict each other: drop them (looser), say so
-            self.loosened.append(f"{hint}: no object satisfies its anyOf/oneOf/not; those were not enforced")
-            plain = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf", "not", "dependencies")}
-            bodies = [self._object_body(object_shapes(plain, self._resolve)[0], hint)]
-        return self.add(hint, " | ".join(dict.fromkeys(bodies)))
+        if not names:
+            raise Unsatisfiable
+        if key == "oneOf" and len(names) > 1 and not disjoint(branches, self.doc):
+            self.loose(path, "oneOf")
+        return self.add(path, " | ".join(dict.fromkeys(names)))
 
-    def _object_body(self, shape: ObjectShape, hint: str) -> str:
-        def pair(key: str, value: Schema) -> str:
-            return self.add(f"{hint}-{key}-kv", f'{literal(_dump(key))} ":" ws {self.visit(value, f"{hint}-{key}")}')
+    def _enum(self, schema: dict[str, Any], path: str) -> str:
+        values = [schema["const"]] if "const" in schema else list(schema["enum"] or [])
+        if "const" in schema and isinstance(schema.get("enum"), list):
+            values = [v for v in schema["enum"] if _dump(v) == _dump(schema["const"])]
+        rest = {k: v for k, v in schema.items() if k not in ("const", "enum")}
+        if constraining(rest):
+            values = [v for v in values if self._valid(v, rest)]
+        if not values:
+            raise Unsatisfiable
+        options = list(dict.fromkeys(literal(_dump(v)) for v in values))
+        return self.add(path, f"{options[0]} ws" if len(options) == 1 else f"( {' | '.join(options)} ) ws")
 
-        required = [pair(k, shape.properties.get(k, shape.additional or True)) for k in shape.required]
-        optional = []
-        for key, value in shape.properties.items():
-            if key not in shape.required:
-                try:
-                    optional.append(pair(key, value))
-                except _Unsatisfiable:
-                    continue
-        extra = None
-        if shape.additional is not False:
-            extra = self.add(f"{hint}-extra-kv", f'string ":" ws {self.visit(shape.additional, f"{hint}-extra")}')
-        tail = f' ( "," ws {extra} )*' if extra else ""
-        if required:
-            body = " ".join([required[0], *(f'"," ws {r}' for r in required[1:])])
-            body += "".join(f' ( "," ws {o} )?' for o in optional) + tail
-            return self.add(hint, f'"{{" ws {body} "}}" ws')
-        if not optional and not extra:
-            return self.add(hint, '"{" ws "}" ws')
-        # No required keys: whichever key comes first has no comma before it.
-        rest = self.add(f"{hint}-rest-end", f'( "," ws {extra} )*') if extra else None
-        starts = []
-        for i in range(len(optional) - 1, -1, -1):
-            after = rest
-            starts.append(optional[i] + (f" {after}" if after else ""))
-            if i:  # the chain of optional keys that may follow key i-1
-                rest = self.add(f"{hint}-rest{i}", f'( "," ws {optional[i]} )?' + (f" {after}" if after else ""))
-        if extra:
-            starts.append(f'{extra} ( "," ws {extra} )*')
-        return self.add(hint, f'"{{" ws ( {" | ".join(reversed(starts))} )? "}}" ws')
-
-    def _array(self, schema: dict[str, Any], hint: str) -> str:
-        low = max(int(number(schema.get("minItems")) or 0), 0)
-        high = number(schema.get("maxItems"))
-        high = None if high is None else max(int(high), 0)
-        items = schema.get("items", True)
-        prefix = schema.get("prefixItems") or (items if isinstance(items, list) else None)
-        if prefix is not None:
-            more = schema.get("additionalItems", True) if isinstance(items, list) else items
-            firsts = [self.visit(p, f"{hint}-{i}") for i, p in enumerate(prefix)]
-            if high is not None:
-                firsts = firsts[:high]
-            tail = "" if more is False or (high is not None and high <= len(firsts)) else \
-                f' ( "," ws {self.visit(more, f"{hint}-more")} )*'
-            need = min(max(low, 0), len(firsts))
-            body, closing = "", ""
-            for i, name in enumerate(firsts):
-                sep = "" if i == 0 else '"," ws '
-                if i < need:
-                    body += f" {sep}{name}"
-                else:
-                    body += f" ( {sep}{name}"
-                    closing += " )?"
-            return self.add(hint, f'"[" ws{body}{tail if len(firsts) else ""}{closing} "]" ws')
-        item = self.visit(items, f"{hint}-item")
-        if high is not None and high > 2000:
-            high = None
-        if high == 0:
-            return self.add(hint, '"[" ws "]" ws')
-        if low > 2000:
-            raise GrammarError(f"minItems {low} is more than this server enforces (2000)", param="schema")
-        more = ("*" if low <= 1 else f"{{{low - 1},}}") if high is None else f"{{{max(low - 1, 0)},{high - 1}}}"
-        inner = f'{item} ( "," ws {item} ){more}'
-        return self.add(hint, f'"[" ws {inner} "]" ws' if low else f'"[" ws ( {inner} )? "]" ws')
-
-    def _string(self, schema: dict[str, Any], hint: str) -> str:
-        return self.add(hint, string_body(schema))
-
-    def _number(self, schema: dict[str, Any], kind: str, hint: str) -> str:
-        body = number_body(schema, kind)
-        if body is None:
-            raise _Unsatisfiable
-        return self.add(hint, body)
+    def _valid(self, value: Any, schema: dict[str, Any]) -> bool:
+        """Whether an enum's value holds for the keywords beside it (when that can be told)."""
+        try:
+            if self._validator is None:
+                self._validator = validator_for(self.doc.root)(self.doc.root)
+            return self._validator.evolve(schema=schema).is_valid(value)
+        except Exception:  # a $ref it cannot follow, a broken pattern: keep the value
+            return True
 
 
 def assemble(root_body: str, rules: dict[str, str]) -> str:
     """A whole grammar: `root`, the generated rules, and the library rules they use."""
+    root_body, rules = compact(root_body, rules)
     lines = [f"root ::= {root_body}"] + [f"{n} ::= {b}" for n, b in rules.items()]
     needed = set().union(*(library.references(b) for b in [root_body, *rules.values()]))
     lines += [f"{n} ::= {b}" for n, b in library.closure(needed).items()]
     return "\n".join(lines) + "\n"
 
 
-class _Unsatisfiable(Exception):
-    pass
-
-
-_DESCRIPTIVE = {"description", "title", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly"}
-
-
-def _looks_like_object(schema: dict[str, Any]) -> bool:
-    return any(k in schema for k in ("properties", "required", "additionalProperties", "patternProperties",
-                                     "dependencies", "dependentRequired"))
+_PATH_WORDS = {"#", "properties", "items", "prefixItems", "definitions", "$defs", "anyOf", "oneOf", "allOf",
+               "additionalProperties", "patternProperties", "not", "components", "schemas"}
 
 
 def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def merge(a: Schema, b: Schema) -> Schema:
-    """Both schemas at once (for allOf and for a branch of anyOf/oneOf), as far as they combine."""
-    if a is False or b is False:
-        return False
-    if a is True:
-        return b
-    if b is True:
-        return a
-    out = dict(a)
-    for key, value in b.items():
-        if key == "properties" and isinstance(out.get(key), dict):
-            props = dict(out[key])
-            for name, sub in value.items():
-                props[name] = merge(props[name], sub) if name in props else sub
-            out[key] = props
-        elif key == "required" and isinstance(out.get(key), list):
-            out[key] = list(dict.fromkeys(out[key] + list(value)))
-        elif key == "type" and key in out and out[key] != value:
-            a_types = set(out[key] if isinstance(out[key], list) else [out[key]])
-            b_types = set(value if isinstance(value, list) else [value])
-            both = a_types & b_types or ({"integer"} if {"integer", "number"} <= a_types | b_types else set())
-            out[key] = sorted(both)[0] if len(both) == 1 else sorted(both)
-            if not both:
-                return False
-        else:
-            out[key] = value
-    return out
-
-
-def convert(schema: Schema, prefix: str = "", rules: dict[str, str] | None = None, param: str = "schema") -> Converter:
-    """Convert `schema`; the result's `grammar()` has start rule `root`, and `loosened` lists
-    what was not enforced exactly."""
-    converter = Converter(schema, prefix, rules)
+def convert(schema: Schema, prefix: str = "", rules: dict[str, str] | None = None, param: str = "schema", *,
+            max_depth: int = DEPTH_CAP, max_bytes: int = MAX_BYTES) -> Converter:
+    """Convert `schema`; the result's `grammar(root_rule)` has start rule `root`, and
+    `loosened` lists what was not enforced exactly."""
+    before = dict(rules or {})
+    dead: set[Any] = set()
     try:
-        converter.root_rule = converter.visit(schema, "schema")
-    except _Unsatisfiable:
+        for _ in range(MAX_TRIES):  # each try learns of one more unsatisfiable $ref target
+            converter = Converter(schema, prefix, rules, max_depth=max_depth, max_bytes=max_bytes)
+            converter.dead = dead
+            try:
+                converter.run(schema)
+                return converter
+            except _Dead as exc:
+                dead.add(exc.key)
+                if rules is not None:
+                    rules.clear()
+                    rules.update(before)
+        raise GrammarError("the schema cannot be satisfied by any JSON value (through too many of its $refs)",
+                           param=param)
+    except Unsatisfiable:
         raise GrammarError("the schema cannot be satisfied by any JSON value", param=param) from None
-    except RecursionError:
-        raise GrammarError("the schema is nested too deeply", param=param) from None
+    except RecursionError:  # not expected within max_schema_depth: a clear error all the same
+        raise GrammarError(f"the schema is nested too deeply to convert (max_schema_depth is {max_depth})",
+                           param=param) from None
     except GrammarError as exc:
         exc.param = param
         raise
-    return converter
 
 
 def schema_to_gbnf(schema: Schema) -> str:

@@ -10,21 +10,27 @@ import json
 from typing import Any
 
 from ..families.base import ToolSyntax
-from .gbnf import literal
+from .gbnf import MAX_BYTES, literal
 from .schema import assemble, convert
 
 LEAD = '[ \\n]{0,4} '  # the blank lines a model writes after </think>
 
 
 def tools_grammar(tools: list[tuple[str, Any]], syntax: ToolSyntax, *, parallel: bool,
-                  trigger: str = "", lead: bool = False, answer: Any = None) -> str:
+                  trigger: str = "", lead: bool = False, answer: Any = None, loosened: list[str] | None = None,
+                  max_bytes: int = MAX_BYTES) -> str:
     """`tools` is [(name, parameters schema)]. With `trigger`, the grammar starts after it.
-    With `answer` (a JSON schema), the output is either the calls or a JSON value for it."""
+    With `answer` (a JSON schema), the output is either the calls or a JSON value for it.
+    What a schema could not enforce is added to `loosened` as `name#/path:keyword` (no name
+    for the answer's)."""
     rules: dict[str, str] = {}
     choices = []
     for i, (name, parameters) in enumerate(tools):
-        args = convert(parameters if parameters is not None else {"type": "object"}, prefix=f"t{i}-", rules=rules,
-                       param=f"tools.{i}.function.parameters").root_rule
+        converter = convert(parameters if parameters is not None else {"type": "object"}, prefix=f"t{i}-", rules=rules,
+                            param=f"tools.{i}.function.parameters", max_bytes=max_bytes)
+        args = converter.root_rule
+        if loosened is not None:
+            loosened += [name + entry for entry in converter.loosened]
         choices.append(f'{literal(f"{_dump(name)}, {_dump(syntax.args_key)}: ")} {args}')
     rules["call"] = f'( {" | ".join(choices)} ) "}}"'
     head = syntax.open + syntax.call_open + '{"name": '
@@ -39,8 +45,11 @@ def tools_grammar(tools: list[tuple[str, Any]], syntax: ToolSyntax, *, parallel:
         parts.append(literal(syntax.call_close + syntax.close))
     body = " ".join(parts)
     if answer is not None:
-        json = convert(answer, prefix="answer-", rules=rules, param="response_format.json_schema.schema").root_rule
-        body = f"( {body} ) | {json}"
+        converter = convert(answer, prefix="answer-", rules=rules, param="response_format.json_schema.schema",
+                            max_bytes=max_bytes)
+        if loosened is not None:
+            loosened += converter.loosened
+        body = f"( {body} ) | {converter.root_rule}"
     return assemble(f"{LEAD} ( {body} )" if lead else body, rules)
 
 

@@ -82,7 +82,8 @@ class Settings(BaseModel):
     max_tools: int = Field(256, ge=0)  # entries in `tools`
     max_tool_schema_bytes: int = Field(1024 * 1024, ge=1024)  # all tools' `parameters` together, as compact JSON
     max_grammar_bytes: int = Field(256 * 1024, ge=1024)  # a grammar: the raw `grammar`, or one made from schemas
-    max_schema_depth: int = Field(64, ge=2, le=512)  # JSON nesting (objects and arrays) of one schema
+    max_schema_depth: int = Field(64, ge=2, le=96)  # JSON nesting of one schema (96: what Python's stack allows)
+    schema_loosened: Literal["report", "refuse"] = "report"  # a schema keyword no grammar enforces: header, or 400
     worker: bool = True  # run each model's llama.cpp in a supervised child process (False: in the server)
     # A tool that only a hosted API can run (web search, code execution, MCP connectors): "drop" leaves it out
     # of what the model sees and names it in the x-localchat-dropped-tools header; "refuse" makes it a 400.

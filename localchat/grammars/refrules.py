@@ -1,0 +1,123 @@
+"""The `$ref` half of the converter: merging allOf and `$ref`s in, and the rules for `$ref`
+targets, which are named when first met and converted later from the converter's queue."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any
+
+from ..errors import GrammarError
+from .combine import constraining, is_plain_ref, merge
+from .refs import Document, Unresolvable
+
+Schema = dict[str, Any] | bool
+MAX_PAIRS = 256  # rules for one $ref target with different keywords beside it
+
+
+class Unsatisfiable(Exception):
+    pass
+
+
+class RefRules:
+    """Mixed into Converter, which provides `visit`, `loose`, `_name` and `rules`."""
+
+    doc: Document
+    rules: dict[str, str]
+    dead: set[Any]
+    _refs: dict[Any, str]
+    _todo: deque[tuple[str, Schema, str, Any, frozenset[int]]]
+    _chain: frozenset[int]
+    _level: int
+    _pairs: dict[int, int]
+
+    def flatten(self, schema: Schema, path: str, refs: bool = True) -> Schema:
+        """`schema` with its allOf merged in, and (with `refs`) its `$ref`s that have keywords
+        beside them. A `$ref` met again in that is dropped: A and A is A."""
+        seen: set[str] = set()
+        for _ in range(10_000):
+            if not isinstance(schema, dict):
+                return schema
+            if schema.get("$recursiveRef") == "#":
+                schema = {"$ref": "#", **{k: v for k, v in schema.items() if k != "$recursiveRef"}}
+            ref = schema.get("$ref")
+            if ref is not None and not refs and not is_plain_ref(schema):
+                return schema  # converted as a pair, which a recursive schema may reach again
+            if ref is None or not refs:
+                if not isinstance(schema.get("allOf"), list):
+                    return schema
+                rest: Schema = {k: v for k, v in schema.items() if k != "allOf"}
+                for part in schema["allOf"]:
+                    rest = merge(rest, part)
+                schema = rest
+                continue
+            siblings = {k: v for k, v in schema.items() if k != "$ref"}
+            if not isinstance(ref, str) or ref in seen:
+                schema = siblings
+                continue
+            seen.add(ref)
+            try:
+                target, _ = self.doc.resolve(ref)
+            except Unresolvable:
+                self.loose(path, "$ref")
+                target = True
+            schema = merge(target, siblings)
+        raise GrammarError(f"the schema at {path!r} combines too many allOf and $ref", param="schema")
+
+    def ref_rule(self, ref: str, path: str) -> str:
+        """The rule of a `$ref`'s target: named now, converted later (from run's queue)."""
+        try:
+            target, where = self.doc.resolve(ref)
+        except Unresolvable:
+            self.loose(path, "$ref")
+            return "value"
+        if target is True:
+            return "value"
+        key = id(target)
+        if target is False or never(target) or key in self.dead:
+            raise Unsatisfiable
+        if key not in self._refs:
+            name = self._refs[key] = self._name(where)
+            self.rules[name] = ""  # filled in by run()
+            self._todo.append((name, target, where, key, self._after(key)))
+        return self._refs[key]
+
+    def _merged_ref_rule(self, schema: dict[str, Any], path: str) -> str:
+        """A `$ref` with keywords beside it: one rule for the pair (named before it is made, so
+        a recursive schema that repeats the pair inside itself reaches that name)."""
+        ref = schema["$ref"]
+        siblings = {k: v for k, v in constraining(schema).items() if k != "$ref"}
+        key = (ref, json.dumps(siblings, sort_keys=True, default=str))
+        if key in self.dead:
+            raise Unsatisfiable
+        if key not in self._refs:
+            try:
+                target, _ = self.doc.resolve(ref)
+            except Unresolvable:
+                self.loose(path, "$ref")
+                return self.visit(siblings, path)
+            if self._level == 0 and id(target) in self._chain:
+                raise GrammarError(f"the schema refers to itself ({ref} at {path!r}) without any value in between",
+                                   param="schema")
+            self._pairs[id(target)] = self._pairs.get(id(target), 0) + 1
+            if self._pairs[id(target)] > MAX_PAIRS:
+                raise GrammarError(f"the schema at {path!r} combines {ref!r} with other keywords in more than "
+                                   f"{MAX_PAIRS} ways", param="schema")
+            both = merge(target, siblings)
+            if both is False or never(both):
+                raise Unsatisfiable
+            name = self._refs[key] = self._name(path)
+            self.rules[name] = ""  # filled in by run()
+            self._todo.append((name, both, path, key, self._after(id(target))))
+        return self._refs[key]
+
+    def _after(self, target: int) -> frozenset[int]:
+        """The chain of a $ref target met here: the current one's and it, unless a value is between."""
+        return self._chain | {target} if self._level == 0 else frozenset({target})
+
+
+
+def never(schema: Any) -> bool:
+    """A schema nothing satisfies, at a glance."""
+    return schema is False or isinstance(schema, dict) and (
+        schema.get("not") in (True, {}) or schema.get("enum") == [])
