@@ -17,6 +17,7 @@ from ..families import Family, render_prompt
 from . import constraints
 from .constraints import OutputRules
 from .fim import fim_tokens
+from .recent import Answered, Clock, Recent
 from ..models.host import Lease, LoadedModel, ModelHost
 from .stream import OutputSplitter, Piece
 
@@ -77,6 +78,11 @@ class Turn:
     _lease: Lease
     _stream: Stream
     _splitters: list[OutputSplitter]
+    _recent: Recent | None = None
+    _clock: Clock = field(default_factory=Clock)
+    _finishes: list[Finish] = field(default_factory=list)
+    _outcome: str = "cancelled"  # how it ended if no choice finished
+    _recorded: bool = False
 
     async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | Finish]]:
         """(choice index, event) pairs; each choice ends with its Finish."""
@@ -93,13 +99,27 @@ class Turn:
                         yield event.index, piece
                     reason = "length" if event.finish_reason == "length" else "tool_calls" if split.calls else "stop"
                     usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens)
-                    yield event.index, Finish(reason, usage, event.index, event.stop)
+                    self._finishes.append(Finish(reason, usage, event.index, event.stop))
+                    yield event.index, self._finishes[-1]
+        except Exception:
+            self._outcome = "error"
+            raise
         finally:
             self.close()
 
     def close(self) -> None:
         self._stream.close()
         self._lease.release()
+        if self._recent is not None and not self._recorded:
+            self._recorded = True
+            self._recent.add(self._answered())
+
+    def _answered(self) -> Answered:
+        done = self._finishes
+        usage = total_usage(done) if done else None
+        return Answered(self.model, self._clock.wall, self._clock.elapsed(), self.prompt_tokens,
+                        usage.cached_tokens if usage else None, usage.completion_tokens if usage else None,
+                        done[0].reason if done and len(done) == self.n else self._outcome)
 
 
 def total_usage(finishes: list[Finish]) -> Usage:
@@ -116,6 +136,7 @@ class _Prepared:
 class Chat:
     def __init__(self, host: ModelHost) -> None:
         self.host = host
+        self.recent = Recent()  # the last requests answered, for GET /health
 
     async def start(self, request: ChatRequest) -> Turn:
         """Everything that can reject the request happens here, before a byte is sent: the
@@ -133,7 +154,8 @@ class Chat:
         except BaseException:
             lease.release()
             raise
-        return Turn(loaded.spec.name, request.n, len(prepared.generate.tokens), lease, stream, prepared.splitters)
+        return Turn(loaded.spec.name, request.n, len(prepared.generate.tokens), lease, stream, prepared.splitters,
+                    self.recent)
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
