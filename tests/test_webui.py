@@ -241,6 +241,22 @@ def test_edit_and_regenerate_keep_branches(page: Page):
     expect(p.locator("article.msg.user .branch")).to_have_text("1/2")
 
 
+def test_switch_model(page: Page):
+    p = page.page
+    page.choose(TINY)
+    page.settings(forced("one"))
+    assert TINY in page.send("first").locator(".stats").inner_text()
+    page.choose("tiny-gemma")
+    expect(p.locator("#model-info")).to_contain_text("2,048 tokens of context")
+    answer = page.send("second")
+    assert page.chats[-1]["model"] == "tiny-gemma"
+    assert answer.locator(".stats").inner_text().startswith("tiny-gemma")  # the model the server says answered
+    assert loaded(page.server, "tiny-gemma") is not None
+    p.reload()  # the conversation remembers its model
+    p.wait_for_function(MODELS_LISTED, polling=100)
+    expect(p.locator("#model")).to_have_value("tiny-gemma")
+
+
 def test_rename_search_delete_export_import(page: Page, tmp_path: Path):
     p = page.page
     page.choose(TINY)

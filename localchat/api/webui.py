@@ -46,7 +46,7 @@ class Assets:
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
-        self._kept: dict[tuple[str, int, int], Asset] = {}  # (path, mtime, size): an edited file is read again
+        self._kept: dict[str, tuple[tuple[int, int], Asset]] = {}  # name → ((mtime, size), asset): an edited file is read again
         self._lock = threading.Lock()
 
     def get(self, name: str) -> Asset | None:
@@ -55,13 +55,14 @@ class Assets:
         if not path.is_relative_to(self.root) or path.suffix not in TYPES or not path.is_file():
             return None
         stat = path.stat()
-        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        version = (stat.st_mtime_ns, stat.st_size)
         with self._lock:
-            if key in self._kept:
-                return self._kept[key]
+            kept = self._kept.get(name)
+            if kept and kept[0] == version:
+                return kept[1]
         asset = self._read(path)
         with self._lock:
-            self._kept[key] = asset
+            self._kept[name] = (version, asset)
         return asset
 
     def _read(self, path: Path) -> Asset:

@@ -112,7 +112,7 @@ async function showModelInfo(model) {
 
 async function generate(user) {
   const conv = state.conv;
-  const answer = store.add(conv, user.id, { role: 'assistant', model: state.model });
+  const answer = store.add(conv, user.id, { role: 'assistant', model: state.model, partial: true });
   conv.model = state.model;
   let body;
   try {
@@ -128,11 +128,13 @@ async function generate(user) {
   state.busy = { controller, answer };
   setBusy(true, view);
   const list = $('messages');
+  let saved = Date.now();
   const frame = everyFrame(() => {
     if (state.busy?.answer !== answer) return; // the answer has ended since: its last update is done
     const stick = list.scrollHeight - list.scrollTop - list.clientHeight < 120;
     view.update(answer, true);
     if (stick) list.scrollTop = list.scrollHeight;
+    if (Date.now() - saved > 2000) { saved = Date.now(); store.save(conv).catch(() => {}); } // a reload keeps most of it
   });
   const t0 = performance.now();
   let first = null;
@@ -148,6 +150,7 @@ async function generate(user) {
     else answer.error = api.explain(e);
   }
   answer.stats = timing(usage, t0, first, performance.now());
+  delete answer.partial;
   state.busy = null;
   view.update(answer, false);
   setBusy(false, view);

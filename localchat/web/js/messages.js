@@ -82,6 +82,7 @@ function toolCard(call) {
 
 function statsLine(n, streaming) {
   if (streaming) return n.model ? `${n.model} · writing…` : 'waiting for the model…';
+  if (n.partial) return `${n.model || ''} · interrupted: the page was closed while this was written`;
   const s = n.stats || {};
   const parts = [];
   if (n.model) parts.push(n.model);

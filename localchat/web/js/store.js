@@ -4,7 +4,8 @@
 //
 // { id, title, created, updated, model, leaf, nodes: { id: node } }
 // node: { id, parent, role: 'user' | 'assistant', content, created, attachments?, reasoning?,
-//         tool_calls?: [{ id, name, arguments }], model?, stats?, error?: { message, advice }, stopped? }
+//         tool_calls?: [{ id, name, arguments }], model?, stats?, error?: { message, advice }, stopped?,
+//         partial? (still being written, or the page closed while it was) }
 
 const DB = 'localchat';
 const STORE = 'conversations';
