@@ -88,7 +88,9 @@ def serve(registry: Registry, *, host: str, port: int, model: str | None, api_ke
     print(f"  try: curl {url}/chat/completions -H 'Content-Type: application/json' "
           f"-d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'", file=sys.stderr, flush=True)
     if webui:
-        print(f"  chat in your browser: {page_url(host, port)}  (or: localchat open)", file=sys.stderr, flush=True)
+        page = page_url(host, port)
+        opener = "localchat open" if page == "http://127.0.0.1:8000/" else f"localchat open --url {page}"
+        print(f"  chat in your browser: {page}  (or: {opener})", file=sys.stderr, flush=True)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     finally:
