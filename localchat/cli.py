@@ -60,6 +60,7 @@ def serve(
     hosted_tools: Optional[str] = typer.Option(None, "--hosted-tools", help="Tools only a hosted API can run "
                                                "(web search, code execution): 'drop' (default: left out and reported) "
                                                "or 'refuse' (a 400)."),
+    no_webui: bool = typer.Option(False, "--no-webui", help="Do not serve the chat page at / (the APIs only)."),
 ) -> None:
     """Serve the OpenAI chat completion routes on localhost."""
     from .server import PortInUse, ServeRefused, serve as run
@@ -75,7 +76,7 @@ def serve(
         raise fail(str(exc)) from None
     try:
         run(registry, host=host, port=port, model=model, api_key=api_key, insecure_no_key=insecure_no_key,
-            cors_origins=cors_origins)
+            cors_origins=cors_origins, webui=not no_webui)
     except (PortInUse, ServeRefused, LocalchatError) as exc:
         raise fail(str(exc)) from None
 
@@ -99,6 +100,27 @@ def chat(
         run_repl(backend, system=system)
     finally:
         backend.close()
+
+
+@app.command("open")
+def open_page(url: str = typer.Option("http://127.0.0.1:8000", "--url", help="The running localchat server.")) -> None:
+    """Open the chat page of a running server in your default browser."""
+    import webbrowser
+
+    import httpx
+
+    page = url.rstrip("/").removesuffix("/v1") + "/"
+    try:
+        r = httpx.get(page, timeout=5)
+    except httpx.HTTPError as exc:
+        raise fail(f"no localchat server answers at {page} ({exc}); start one with `localchat serve`") from None
+    if r.status_code == 404:
+        raise fail(f"the server at {page} has no chat page: it was started with --no-webui")
+    if r.status_code != 200 or "text/html" not in r.headers.get("content-type", ""):
+        raise fail(f"{page} answered {r.status_code}, not the chat page: is it a localchat server?")
+    if not webbrowser.open(page):
+        raise fail(f"no browser could be started here; open {page} yourself")
+    out.print(f"opened {page}")
 
 
 @app.command()

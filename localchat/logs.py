@@ -9,6 +9,7 @@ import time
 import traceback
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def printable(text: object, limit: int = 2000) -> str:
@@ -68,6 +69,7 @@ class RequestRecord:
     method: str
     path: str
     started: float = field(default_factory=time.monotonic)
+    wall: float = field(default_factory=time.time)  # when it started, unix time
     status: int = 0
     model: str | None = None
     prompt_tokens: int | None = None
@@ -75,15 +77,25 @@ class RequestRecord:
     generated: int = 0
     first_token: float | None = None  # monotonic time of the first generated text
     error: str | None = None  # why a request failed: its error message, or an error inside a stream
+    finish: str | None = None  # the first choice's end: stop | length | tool_calls
 
     def text(self) -> None:
         if self.first_token is None:
             self.first_token = time.monotonic()
 
-    def done(self, prompt_tokens: int, cached_tokens: int, generated: int) -> None:
+    def done(self, prompt_tokens: int, cached_tokens: int, generated: int, reason: str) -> None:
         """One choice has ended."""
         self.prompt_tokens, self.cached_tokens = prompt_tokens, cached_tokens
         self.generated += generated
+        self.finish = self.finish or reason
+
+    def answered(self) -> dict[str, Any]:
+        """The request as GET /health's `recent` list shows it (the web page's status panel)."""
+        done = self.finish is not None
+        return {"model": self.model, "started": self.wall, "seconds": round(time.monotonic() - self.started, 3),
+                "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens if done else None,
+                "completion_tokens": self.generated if done else None,
+                "finish": "error" if self.error else self.finish or "cancelled"}
 
     def line(self) -> str:
         parts = [self.method, self.path, str(self.status)]

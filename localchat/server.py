@@ -63,8 +63,15 @@ def check_safety(host: str, api_key: str | None, insecure_no_key: bool, cors_ori
     return origins
 
 
+def page_url(host: str, port: int) -> str:
+    """The chat page's address: a wildcard bind (0.0.0.0, ::) is opened through loopback."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+
 def serve(registry: Registry, *, host: str, port: int, model: str | None, api_key: str | None,
-          insecure_no_key: bool = False, cors_origins: list[str] | None = None) -> None:
+          insecure_no_key: bool = False, cors_origins: list[str] | None = None, webui: bool = True) -> None:
     origins = check_safety(host, api_key, insecure_no_key, cors_origins)
     logs.configure()
     s = registry.settings
@@ -74,7 +81,7 @@ def serve(registry: Registry, *, host: str, port: int, model: str | None, api_ke
     chat = Chat(ModelHost(registry))
     print(f"localchat: loading {registry.default} …", file=sys.stderr, flush=True)
     loaded = chat.host.preload(registry.default)
-    app = create_app(chat, api_key=api_key, loopback_only=is_loopback(host), origins=origins)
+    app = create_app(chat, api_key=api_key, loopback_only=is_loopback(host), origins=origins, webui=webui)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/v1"
     print(f"localchat: serving {loaded.spec.name} ({loaded.family.name} family, {loaded.engine.parallel} slots of "
@@ -82,6 +89,10 @@ def serve(registry: Registry, *, host: str, port: int, model: str | None, api_ke
           file=sys.stderr)
     print(f"  try: curl {url}/chat/completions -H 'Content-Type: application/json' "
           f"-d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'", file=sys.stderr, flush=True)
+    if webui:
+        page = page_url(host, port)
+        opener = "localchat open" if page == "http://127.0.0.1:8000/" else f"localchat open --url {page}"
+        print(f"  chat in your browser: {page}  (or: {opener})", file=sys.stderr, flush=True)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     finally:
@@ -101,7 +112,7 @@ class BackgroundServer:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-        config = uvicorn.Config(create_app(self.chat), log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(create_app(self.chat, webui=False), log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
         self._thread.start()

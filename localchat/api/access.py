@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import deque
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,11 +19,14 @@ _KEEP = 8192  # bytes of an error response read for its message
 
 
 class AccessLog:
-    def __init__(self, app: ASGIApp, enabled: bool = True) -> None:
-        self.app, self.enabled = app, enabled
+    """`enabled`: write the log line; `recent`: where the requests that generated are kept, newest
+    first (GET /health shows them), whether or not the line is written."""
+
+    def __init__(self, app: ASGIApp, enabled: bool = True, recent: deque[dict[str, Any]] | None = None) -> None:
+        self.app, self.enabled, self.recent = app, enabled, recent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.enabled:
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
         record = start_request(scope["method"], scope["path"])
         body = bytearray()
@@ -44,7 +49,10 @@ class AccessLog:
                 record.error = _message(bytes(body))
             if record.status == 0:
                 record.status = 499  # no response: the client left first
-            log.info("%s", record.line())
+            if self.enabled:
+                log.info("%s", record.line())
+            if self.recent is not None and record.model:
+                self.recent.appendleft(record.answered())
 
 
 def _message(body: bytes) -> str | None:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +25,8 @@ from ..logs import escape_request_text
 from ..models import Registry, Settings
 from . import errors
 from .access import AccessLog
+from . import webui as page
+from .health import health as health_body
 from .protocols import PROTOCOLS
 from .body import parse, read_json
 from .guard import LOCAL_ORIGINS, LocalOnly, Origins  # noqa: F401 - LOCAL_ORIGINS: the defaults, kept importable here
@@ -34,14 +37,14 @@ log = logging.getLogger("localchat.api")
 
 
 def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = True,
-               origins: Origins | None = None) -> Starlette:
+               origins: Origins | None = None, webui: bool = True) -> Starlette:
+    """webui: serve the chat page at `/` (and its files under /ui/)."""
     registry: Registry = chat.host.registry
     origins = origins or Origins()  # one list of allowed browser origins: CORS headers and the 403 check
+    recent: deque[dict[str, Any]] = deque(maxlen=20)  # the last requests answered, newest first (GET /health)
 
     async def health(request: Request) -> Response:
-        loaded = chat.host.current
-        return JSONResponse({"status": "ok", "model": loaded.spec.name if loaded else None,
-                             "loads": chat.host.loads, "loaded": [_loaded_card(m) for m in chat.host.loaded.values()]})
+        return JSONResponse(health_body(chat, recent))
 
     async def models(request: Request) -> Response:
         def cards() -> list[dict[str, Any]]:  # reading GGUF headers: off the event loop
@@ -72,10 +75,13 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
         *(route for protocol in PROTOCOLS for route in protocol.routes(chat)),
+        *(page.routes() if webui else []),
     ]
+    public = (page.PUBLIC_PATHS, page.PUBLIC_PREFIXES) if webui else ((), ())
     middleware = [
-        Middleware(AccessLog, enabled=chat.host.settings.log_requests),
-        Middleware(LocalOnly, api_key=api_key, loopback_only=loopback_only, origins=origins),
+        Middleware(AccessLog, enabled=chat.host.settings.log_requests, recent=recent),
+        Middleware(LocalOnly, api_key=api_key, loopback_only=loopback_only, origins=origins,
+                   public_paths=public[0], public_prefixes=public[1]),
         Middleware(CORSMiddleware, **origins.cors_options()),
     ]
     return Starlette(routes=routes, middleware=middleware, exception_handlers={
@@ -185,14 +191,6 @@ def _model_card(registry: Registry, name: str, context_length: int | None, loade
     return {"id": name, "object": "model", "created": 0, "owned_by": "localchat",
             "aliases": spec.aliases, "default": name == registry.default,
             "context_length": context_length, "family": spec.family, "loaded": loaded}
-
-
-def _loaded_card(m: Any) -> dict[str, Any]:
-    stats = m.engine.stats()
-    return {"name": m.spec.name, "family": m.family.name, "size_bytes": stats["bytes"], "context_length": stats["n_ctx"],
-            "slots": stats["slots"], "busy_slots": stats["busy"], "queued": stats["queued"], "requests": m.active,
-            "idle_seconds": round(m.idle_for(), 1),
-            "keep_alive_seconds": m.keep_alive, "worker": stats["worker"]}
 
 
 # -- errors, mapped once --------------------------------------------------------------------

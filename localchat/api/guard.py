@@ -67,11 +67,15 @@ class Origins:
 
 class LocalOnly:
     def __init__(self, app: ASGIApp, *, api_key: str | None, loopback_only: bool,
-                 origins: Origins | None = None) -> None:
+                 origins: Origins | None = None, public_paths: Iterable[str] = (),
+                 public_prefixes: tuple[str, ...] = ()) -> None:
         self.app = app
         self.api_key = api_key
         self.loopback_only = loopback_only
         self.origins = origins or Origins()
+        # GET routes that need no key: /health, and the web page's files (the page asks for the key)
+        self.public_paths = frozenset({"/health", *public_paths})
+        self.public_prefixes = public_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -86,7 +90,7 @@ class LocalOnly:
         refused = self._cross_site(scope["method"], headers)
         if refused:
             return await _deny(scope, send, 403, "permission_error", refused, allow_origin=self._cors_origin(headers))
-        if self.api_key and scope["method"] != "OPTIONS" and scope["path"] != "/health":
+        if self.api_key and scope["method"] != "OPTIONS" and not self._public(scope["method"], scope["path"]):
             if not self._key_ok(headers):
                 return await _deny(scope, send, 401, "authentication_error",
                                    "missing or wrong API key: send the key the server was started with "
@@ -94,6 +98,9 @@ class LocalOnly:
                                    "or `x-api-key: <key>`", code="invalid_api_key",
                                    allow_origin=self._cors_origin(headers))
         await self.app(scope, receive, send)
+
+    def _public(self, method: str, path: str) -> bool:
+        return method in ("GET", "HEAD") and (path in self.public_paths or path.startswith(self.public_prefixes))
 
     def _cross_site(self, method: str, headers: dict[bytes, bytes]) -> str | None:
         """Why a browser request from another site is refused, or None. Clients that send no

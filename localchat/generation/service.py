@@ -102,7 +102,7 @@ class Turn:
                     reason = "length" if event.finish_reason == "length" else "tool_calls" if split.calls else "stop"
                     usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens)
                     if record is not None:
-                        record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens)
+                        record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens, reason)
                     yield event.index, Finish(reason, usage, event.index, event.stop)
         except Exception as exc:
             if record is not None:

@@ -1,0 +1,59 @@
+"""`GET /health`: the loaded models with their slots and queues, the server's version and
+memory, and the last requests answered (what `localchat ps` and the web page's status panel show)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from collections.abc import Iterable
+from typing import Any
+
+from .. import __version__
+from ..generation import Chat
+
+
+def health(chat: Chat, recent: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """`recent`: the last requests that generated, newest first (recorded by the access log)."""
+    loaded = chat.host.current
+    return {"status": "ok", "version": __version__, "model": loaded.spec.name if loaded else None,
+            "loads": chat.host.loads, "loaded": [_loaded_card(m) for m in list(chat.host.loaded.values())],
+            "memory": memory(), "recent": list(recent)}
+
+
+def _loaded_card(m: Any) -> dict[str, Any]:
+    stats = m.engine.stats()
+    worker = stats["worker"]
+    return {"name": m.spec.name, "family": m.family.name, "size_bytes": stats["bytes"], "context_length": stats["n_ctx"],
+            "slots": stats["slots"], "busy_slots": stats["busy"], "queued": stats["queued"], "requests": m.active,
+            "idle_seconds": round(m.idle_for(), 1),
+            "keep_alive_seconds": m.keep_alive, "worker": worker,
+            "rss_bytes": rss_bytes(worker["pid"]) if worker else None}
+
+
+def memory() -> dict[str, int | None]:
+    """The server process's resident memory and the machine's (Linux's /proc; None elsewhere)."""
+    info = _meminfo()
+    return {"server_rss_bytes": rss_bytes(os.getpid()), "total_bytes": info.get("MemTotal"),
+            "available_bytes": info.get("MemAvailable")}
+
+
+def rss_bytes(pid: int) -> int | None:
+    try:
+        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def _meminfo() -> dict[str, int]:
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        parts = value.split()
+        if parts and parts[0].isdigit():
+            out[key] = int(parts[0]) * 1024  # kB
+    return out
