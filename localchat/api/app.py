@@ -195,10 +195,12 @@ def _model_card(registry: Registry, name: str, context_length: int | None, loade
 
 def _loaded_card(m: Any) -> dict[str, Any]:
     stats = m.engine.stats()
-    return {"name": m.spec.name, "family": m.family.name, "size_bytes": stats["bytes"], "context_length": stats["n_ctx"],
+    size = m.sizing.need.weights if m.sizing else stats["bytes"]  # every part of a split model
+    return {"name": m.spec.name, "family": m.family.name, "size_bytes": size, "context_length": stats["n_ctx"],
             "slots": stats["slots"], "busy_slots": stats["busy"], "queued": stats["queued"], "requests": m.active,
             "idle_seconds": round(m.idle_for(), 1),
-            "keep_alive_seconds": m.keep_alive, "worker": stats["worker"]}
+            "keep_alive_seconds": m.keep_alive, "worker": stats["worker"],
+            "sizing": m.sizing.as_dict() if m.sizing else None}  # the context and slots it got, and why
 
 
 # -- errors, mapped once --------------------------------------------------------------------
