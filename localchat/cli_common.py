@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .models import Registry
 
@@ -15,7 +16,7 @@ ConfigOpt = typer.Option(None, "--config", help="A models.toml to use instead of
 
 
 def fail(message: str) -> typer.Exit:
-    Console(stderr=True, highlight=False).print(f"[red]localchat:[/red] {message}", markup=True)
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]localchat:[/red] {escape(message)}", markup=True)
     return typer.Exit(1)
 
 

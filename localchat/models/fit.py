@@ -215,9 +215,9 @@ def choose(shape: Shape, memory: Memory, *, context: int | None = None, slots: i
                 why = f"{_slots(first[1])} × {first[0]} tokens would need {human(need(shape, *first).total)}"
             return Sizing(ctx, n, n_need, memory, f"{why}; needs {human(n_need.total)} of {free}")
     ctx, n = candidates[-1]
-    raise ModelTooLarge(f"the model needs {human(need(shape, ctx, n).total)} of memory with {_slots(n)} of {ctx} tokens, "
-                     f"but {free} ({human(memory.free)} free, 10% kept for the rest of the machine); "
-                     "free some memory, or set a smaller context_length or parallel in models.toml", param="model")
+    raise ModelTooLarge(f"the model needs {human(need(shape, ctx, n).total)} of memory with {_slots(n)} of {ctx} "
+                        f"tokens, but {free} ({human(memory.free)} free, 10% kept for the rest of the machine); "
+                        "free some memory, or set a smaller context_length or parallel in models.toml", param="model")
 
 
 def _slots(n: int) -> str:

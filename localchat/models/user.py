@@ -25,7 +25,8 @@ class RegistryEditError(ValueError):
 
 
 def add(path: Path, *, name: str | None = None, family: str | None = None, default: bool = False,
-        base: Path | None = None, mmproj: Path | None = None, source: str | None = None) -> ModelSpec:
+        base: Path | None = None, mmproj: Path | None = None, source: str | None = None,
+        aliases: list[str] | None = None) -> ModelSpec:
     """Check that `path` is a readable GGUF file, then record it (replacing an entry of that name
     you added before). Returns the new entry."""
     path = absolute(path)
@@ -51,6 +52,8 @@ def add(path: Path, *, name: str | None = None, family: str | None = None, defau
         entry["mmproj"] = str(absolute(mmproj))
     if source:
         entry["source"] = source
+    if aliases:
+        entry["aliases"] = aliases
     doc.setdefault("models", {})[name] = entry
     if default:
         doc["default"] = name
