@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from .cli_common import ConfigOpt, fail, human_bytes, load_registry, out
-from .errors import LocalchatError
+from .errors import LocalchatError, ModelTooLarge
 from .models import ModelSpec, Settings, inspect
 from .models.gguf import ModelInfo, size_on_disk
 
@@ -34,7 +34,6 @@ def models(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
 
 def _describe(spec: ModelSpec, settings: Settings) -> tuple[str, str, str, str, str]:
     from .families import detect
-    from .errors import ModelTooLarge
     from .models.host import size_model
 
     where = spec.location()

@@ -113,6 +113,12 @@ def test_models_show_estimates_a_context_and_slots(tiny: Path, tmp_path: Path):
     assert "0.5 KB per token (f16, 2 layers)" in r.stdout and "32768 tokens trained" in r.stdout
     assert f"2 × 4096 tokens  {fit.human(n.total)} = weights" in r.stdout and "fits in the" in r.stdout
     assert re.search(r"sizes here +4 slots × 8192 tokens: the default", r.stdout)
+    small = subprocess.run([sys.executable, "-m", "localchat", "models", "show", "tiny-fit", "--config", str(config)],
+                           capture_output=True, text=True, env={**env, "LOCALCHAT_FAKE_FREE_MEMORY": "1M"}, timeout=120)
+    assert small.returncode == 0 and "tiny-fit does not fit in memory: the model needs" in small.stdout, small.stderr
+    listing = subprocess.run([sys.executable, "-m", "localchat", "models", "--config", str(config)],
+                             capture_output=True, text=True, env={**env, "LOCALCHAT_FAKE_FREE_MEMORY": "1M"}, timeout=120)
+    assert any("tiny-fit" in line and "too big" in line for line in listing.stdout.splitlines()), listing.stderr
 
 
 def test_a_server_on_a_small_machine_fits_what_it_loads(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
