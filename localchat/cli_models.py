@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .cli_common import ConfigOpt, fail, human_bytes, load_registry, out
@@ -198,7 +199,8 @@ def pull_model(source: str, name: Optional[str], config: Optional[Path]) -> None
 
 
 class _Bars:
-    """rich progress bars (size, speed, time left), one per file; pull.Progress."""
+    """rich progress bars (size, speed, time left), one per file, shown from the first file on;
+    pull.Progress."""
 
     def __init__(self) -> None:
         from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
@@ -207,22 +209,27 @@ class _Bars:
         self.bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                              TimeRemainingColumn(), console=out, transient=False)
         self.tasks: dict[str, int] = {}
+        self.shown = False
 
     def __enter__(self) -> "_Bars":
-        self.bars.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.stop()
 
     def stop(self) -> None:
-        self.bars.stop()
+        if self.shown:
+            self.bars.stop()
+            self.shown = False
 
     def status(self, text: str) -> None:
-        if text not in ("success", "pulling manifest", "writing manifest"):
-            self.bars.console.print(f"[dim]{text}[/dim]")
+        if text not in ("pulling manifest", "writing manifest"):
+            self.bars.console.print(f"[dim]{escape(text)}[/dim]")
 
     def start(self, file: str, total: int | None, done: int) -> None:
+        if not self.shown:
+            self.bars.start()
+            self.shown = True
         if file in self.tasks:
             self.bars.reset(self.tasks[file], total=total, completed=done)
         else:

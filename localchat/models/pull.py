@@ -129,7 +129,8 @@ def _retrying(fetch: Callable[[], Path], file: str, progress: Progress) -> Path:
         try:
             return fetch()
         except PullFailed as exc:
-            if attempt == RETRIES or not isinstance(exc.__cause__, httpx.TransportError):
+            lost = isinstance(exc.__cause__, httpx.TransportError) and not isinstance(exc.__cause__, httpx.ConnectError)
+            if attempt == RETRIES or not lost:  # a connection that broke mid-file, not one that never was
                 raise
             progress.status(f"connection lost ({exc.__cause__}); resuming {file}")
             time.sleep(1)
@@ -148,6 +149,7 @@ def _hub_errors(repo: str | None, file: str | None = None) -> Iterator[None]:
 
 
 def _translate(exc: Exception, repo: str | None, file: str | None) -> LocalchatError:
+    import httpx
     from huggingface_hub import constants, errors
 
     where = f"{constants.ENDPOINT}/{repo}"
@@ -163,9 +165,10 @@ def _translate(exc: Exception, repo: str | None, file: str | None) -> LocalchatE
         return PullNotFound(f"{repo} has no such revision")
     if isinstance(exc, errors.EntryNotFoundError):
         return PullNotFound(f"{repo} has no file {file}")
-    if isinstance(exc, errors.LocalEntryNotFoundError):
-        return PullFailed(f"cannot reach {constants.ENDPOINT} to get {file or repo} (is the network up? HF_ENDPOINT "
-                          "sets another hub)")
+    if isinstance(exc, (errors.LocalEntryNotFoundError, httpx.ConnectError, httpx.TimeoutException)):
+        where = f"{constants.ENDPOINT} (HF_ENDPOINT)" if repo else urlsplit(file or "").netloc
+        return PullFailed(f"cannot reach {where} to get {file or repo}: is the network up? A pull resumes where "
+                          "it stopped")
     if isinstance(exc, errors.HfHubHTTPError):
         return PullFailed(f"{constants.ENDPOINT} refused {file or repo}: {str(exc).splitlines()[0]}")
     return PullFailed(f"downloading {file or repo} failed: {exc}. Pull again to resume where it stopped")
