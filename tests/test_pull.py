@@ -222,3 +222,26 @@ def test_ollamas_pull_and_delete(env: dict[str, str], hub: FakeHub, registry_fil
         assert r.status_code == 400 and "shipped model" in r.json()["error"]
     finally:
         s.stop()
+
+
+def test_a_client_that_leaves_stops_the_pull_and_the_next_resumes(env: dict[str, str], hub: FakeHub,
+                                                                    registry_file: Path):
+    s = Server(registry_file)
+    try:
+        with httpx.stream("POST", s.url + "/api/pull", json={"model": "me/Stall-GGUF"}, timeout=60) as r:
+            for line in r.iter_lines():  # until 10 MiB are on the server's disk; then the hub stalls
+                if '"completed":' in line and int(line.split('"completed":')[1].split("}")[0]) >= CHUNK:
+                    break
+        hub.repos["me/Stall-GGUF"].files["Stall-Q4_K_M.gguf"].stall_after = None
+        hub.release.set()  # the stalled download breaks off; it resumes, finds its client gone, and stops
+        deadline = time.monotonic() + 30
+        while len(hub.gets("Stall-Q4_K_M.gguf")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2)  # were it not stopped, that download would be over and registered by now
+        assert hub.gets("Stall-Q4_K_M.gguf") == [None, f"bytes={CHUNK}-"] and "stall" not in registry(env)
+        done = httpx.post(s.url + "/api/pull", json={"model": "me/Stall-GGUF", "stream": False}, timeout=120)
+        assert done.status_code == 200 and done.json() == {"status": "success"}
+        assert hub.gets("Stall-Q4_K_M.gguf") == [None, f"bytes={CHUNK}-", f"bytes={CHUNK}-"]  # resumed again
+        assert "stall" in registry(env)
+    finally:
+        s.stop()

@@ -230,7 +230,7 @@ def _candidates(trained: int | None, context: int | None, slots: int | None) -> 
     trained = trained or PREFERRED_CONTEXT
     floor = min(trained, MIN_CONTEXT)
     counts = [slots] if slots else [SLOTS, 2, 1]
-    ctx = context or max(min(trained, CACHE_CAP // counts[0]), floor)
+    ctx = context or max(min(trained, CACHE_CAP // counts[0] // 256 * 256), floor)  # llama.cpp pads to 256
     out: list[tuple[int, int]] = []
     for n in counts:
         low = floor if n == counts[-1] else min(PREFERRED_CONTEXT, trained)
