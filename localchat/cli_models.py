@@ -56,7 +56,8 @@ def _describe(spec: ModelSpec, settings: Settings) -> tuple[str, str, str, str, 
 @models_app.command("show")
 def show(
     name: str,
-    ctx_size: Optional[int] = typer.Option(None, "--ctx-size", "-c", min=64, help="Estimate the memory for this context."),
+    ctx_size: Optional[int] = typer.Option(None, "--ctx-size", "-c", min=64,
+                                           help="Estimate the memory for this context."),
     parallel: Optional[int] = typer.Option(None, "--parallel", "-np", min=1, max=64, help="... and this many slots."),
     config: Optional[Path] = ConfigOpt,
 ) -> None:

@@ -1,7 +1,7 @@
 """Ollama's API on the same port, for the clients that speak it (VS Code Copilot's Ollama
 provider, Open WebUI, the `ollama` libraries): the models (`/api/tags`, `/api/show`, `/api/ps`:
-ollama_models.py; `/api/pull`, `/api/delete`: ollama_pull.py), chat and generate (ollama_chat.py), embeddings (`/api/embed`,
-`/api/embeddings`) and `/api/version` here. Errors are Ollama's `{"error": "message"}`."""
+ollama_models.py; `/api/pull`, `/api/delete`: ollama_pull.py), chat and generate (ollama_chat.py),
+embeddings (`/api/embed`, `/api/embeddings`) and `/api/version` here. Errors are Ollama's `{"error": "message"}`."""
 
 from __future__ import annotations
 

@@ -32,7 +32,8 @@ MIN_CONTEXT = 4096  # the least context chosen (llama-server's --fit-ctx); a mod
 PREFERRED_CONTEXT = 8192  # the context is halved down to this before slots are given up
 OVERHEAD = 128 * MiB  # the worker process, the server's copy of the vocabulary, allocator slack
 HEADROOM = 0.10  # share of the free memory left to the rest of the machine
-SWA_EVERY = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "exaone4": 4, "llama4": 4}  # every n-th layer is global
+# llama.cpp's sliding-window patterns: every n-th layer is global, the others see the window
+SWA_EVERY = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "exaone4": 4, "llama4": 4}
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,8 @@ def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = Non
     else the server's (`--ctx-size`, `--parallel`), else the largest that fit in free memory."""
     settings = settings or Settings()
     try:
-        return choose(Shape.of(info), free_memory(spec.gpu_layers), context=spec.context_length or settings.context_length,
-                      slots=spec.parallel or settings.parallel)
+        return choose(Shape.of(info), free_memory(spec.gpu_layers),
+                      context=spec.context_length or settings.context_length, slots=spec.parallel or settings.parallel)
     except ModelTooLarge as exc:
         raise ModelTooLarge(f"{spec.name} does not fit in memory: {exc.message}", param="model") from None
 
