@@ -59,6 +59,13 @@ class ModelUnavailable(LocalchatError):
     code = "model_unavailable"
 
 
+class ModelTooLarge(ModelUnavailable):
+    """The model does not fit in the free memory even with the smallest context and one slot
+    (models/fit.py): refused before llama.cpp tries."""
+
+    code = "model_too_large"
+
+
 class Unauthorized(LocalchatError):
     status = 401
     type = "authentication_error"
@@ -84,3 +91,35 @@ class QueueFull(LocalchatError):
     type = "rate_limit_error"
     code = "queue_full"
     retry_after = 1
+
+
+class PullFailed(LocalchatError):
+    """`localchat pull` (or POST /api/pull) could not get the model: the network or the hub
+    failed, or the file is not a usable GGUF. Nothing was registered."""
+
+    status = 502
+    type = "server_error"
+    code = "pull_failed"
+
+
+class PullNotFound(PullFailed):
+    """No such repository, file or quantization."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class PullDenied(PullFailed):
+    """The repository is gated or private and the token (HF_TOKEN) does not open it."""
+
+    status = 403
+    type = "permission_error"
+    code = "gated_repo"
+
+
+class PullCancelled(LocalchatError):
+    """The client of POST /api/pull left: the download stops (and resumes at the next pull)."""
+
+    status = 499
+    code = "cancelled"

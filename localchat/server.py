@@ -78,7 +78,7 @@ def serve(registry: Registry, *, host: str, port: int, model: str | None, api_ke
     if model:
         registry.default = registry.resolve(model).name
     check_port(host, port)
-    chat = Chat(ModelHost(registry))
+    chat = Chat(ModelHost(registry, report=lambda line: print(f"localchat: {line}", file=sys.stderr, flush=True)))
     print(f"localchat: loading {registry.default} …", file=sys.stderr, flush=True)
     loaded = chat.host.preload(registry.default)
     app = create_app(chat, api_key=api_key, loopback_only=is_loopback(host), origins=origins, webui=webui)

@@ -88,8 +88,10 @@ def test_errors_in_ollamas_shape(client: ollama.Client, http: httpx.Client):
     assert r.status_code == 400 and "keep_alive" in r.json()["error"]
     e = error(lambda: client.chat(model=DEFAULT, messages=[{**HELLO[0], "images": [b"\x89PNG"]}]))
     assert e.status_code == 400 and "messages[0].images" in e.error
-    r = http.post("/api/pull", json={"model": "llama3"})
-    assert r.status_code == 501 and "localchat models add" in r.json()["error"]
+    r = http.post("/api/pull", json={"model": "llama3"})  # Ollama's library is not a source: Hugging Face is
+    assert r.status_code == 400 and "hf.co/OWNER/REPO[:QUANT]" in r.json()["error"]
+    r = http.post("/api/push", json={"model": DEFAULT})
+    assert r.status_code == 501 and "/api/pull" in r.json()["error"]
     assert http.get("/api/nothing").json() == {"error": "no route GET /api/nothing"}
 
 

@@ -44,15 +44,18 @@ FIM = {"pre": "<|fim_prefix|>", "suf": "<|fim_suffix|>", "mid": "<|fim_middle|>"
 
 def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int = 0,
                      chat_template: str | None = "family", extra: tuple[str, ...] = (), fim: bool = False,
-                     pooling: int | None = None) -> Path:
+                     pooling: int | None = None, split_tensors: int = 0, padding: int = 0) -> Path:
     """fim: the vocabulary has fill-in-the-middle tokens, declared in the GGUF as llama.cpp reads
-    them; pooling: the GGUF declares this pooling type (1 mean, 2 cls, 3 last), as embedding models do."""
+    them; pooling: the GGUF declares this pooling type (1 mean, 2 cls, 3 last), as embedding models do;
+    split_tensors: write a split GGUF (`NAME-00001-of-0000N.gguf`, …) of this many tensors a part,
+    as gguf-split does; the first part's path is returned; padding: a metadata string of this many
+    bytes (llama.cpp ignores it) makes the file that much larger."""
     tokens, types = vocabulary(family, (*extra, *(FIM.values() if fim else ())))
     index = {t: i for i, t in enumerate(tokens)}
     eos = family.eos_token if family.eos_token in index else family.stop_tokens[0]
     rng = np.random.default_rng(seed)
 
-    w = GGUFWriter(str(path), "llama")
+    w = GGUFWriter(str(path), "llama", split_max_tensors=split_tensors)
     w.add_name(f"tiny-{family.name}")
     w.add_context_length(n_ctx)
     w.add_embedding_length(N_EMBD)
@@ -80,6 +83,8 @@ def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int 
             w.add_uint32(f"tokenizer.ggml.fim_{key}_token_id", index[text])
     if pooling is not None:
         w.add_uint32(f"{w.arch}.pooling_type", pooling)
+    if padding:
+        w.add_string("test.padding", "x" * padding)
 
     def tensor(name: str, *shape: int, scale: float = 0.1) -> None:
         w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
@@ -100,4 +105,6 @@ def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int 
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    if split_tensors:
+        return next(iter(sorted(path.parent.glob(f"{path.stem}-00001-of-*.gguf"))))
     return path

@@ -23,11 +23,13 @@ def health(chat: Chat, recent: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def _loaded_card(m: Any) -> dict[str, Any]:
     stats = m.engine.stats()
     worker = stats["worker"]
-    return {"name": m.spec.name, "family": m.family.name, "size_bytes": stats["bytes"], "context_length": stats["n_ctx"],
+    size = m.sizing.need.weights if m.sizing else stats["bytes"]  # every part of a split model
+    return {"name": m.spec.name, "family": m.family.name, "size_bytes": size, "context_length": stats["n_ctx"],
             "slots": stats["slots"], "busy_slots": stats["busy"], "queued": stats["queued"], "requests": m.active,
             "idle_seconds": round(m.idle_for(), 1),
             "keep_alive_seconds": m.keep_alive, "worker": worker,
-            "rss_bytes": rss_bytes(worker["pid"]) if worker else None}
+            "rss_bytes": rss_bytes(worker["pid"]) if worker else None,
+            "sizing": m.sizing.as_dict() if m.sizing else None}  # the context and slots it got, and why
 
 
 def memory() -> dict[str, int | None]:

@@ -95,8 +95,9 @@ def routes(chat: Chat) -> list[Route]:
         name = request.query_params.get("model") or None
         spec = registry.resolve(name)
         loaded = chat.host.loaded.get(spec.name)
-        n_ctx = loaded.engine.n_ctx if loaded else await asyncio.to_thread(chat.host.context_length, spec.name)
-        slots = loaded.engine.parallel if loaded else spec.parallel or chat.host.settings.parallel
+        sizing = loaded.sizing if loaded else await asyncio.to_thread(chat.host.sizing, spec.name)
+        n_ctx = loaded.engine.n_ctx if loaded else sizing.context if sizing else None
+        slots = loaded.engine.parallel if loaded else sizing.slots if sizing else None
         return JSONResponse({
             "default_generation_settings": {"n_ctx": n_ctx, "model": spec.name, "params": {
                 **spec.sampling.model_dump(), "n_predict": spec.sampling.max_tokens or -1}},

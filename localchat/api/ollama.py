@@ -1,7 +1,7 @@
 """Ollama's API on the same port, for the clients that speak it (VS Code Copilot's Ollama
 provider, Open WebUI, the `ollama` libraries): the models (`/api/tags`, `/api/show`, `/api/ps`:
-ollama_models.py), chat and generate (ollama_chat.py), embeddings (`/api/embed`,
-`/api/embeddings`) and `/api/version` here. Errors are Ollama's `{"error": "message"}`."""
+ollama_models.py; `/api/pull`, `/api/delete`: ollama_pull.py), chat and generate (ollama_chat.py),
+embeddings (`/api/embed`, `/api/embeddings`) and `/api/version` here. Errors are Ollama's `{"error": "message"}`."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from . import errors
 from .body import parse, read_json
 from .ollama_chat import KeepAlive, chat_route, generate_route, model_name
 from .ollama_models import Catalog, ps, show, tags
+from .ollama_pull import delete_route, pull_route
 from .ollama_stream import Clock, nanos
 
 VERSION = "0.9.0"  # the Ollama API this follows: `think` (0.9), structured outputs (0.5), tools
@@ -63,8 +64,9 @@ def routes(chat: Chat) -> list[Route]:
             Route("/api/generate", partial(generate_route, chat), methods=["POST"]),
             Route("/api/embed", partial(embed, chat), methods=["POST"]),
             Route("/api/embeddings", partial(embeddings, chat), methods=["POST"]),
-            *(Route(f"/api/{p}", unsupported, methods=["POST", "DELETE"])
-              for p in ("pull", "push", "create", "copy", "delete"))]
+            Route("/api/pull", partial(pull_route, chat), methods=["POST"]),
+            Route("/api/delete", partial(delete_route, chat), methods=["DELETE"]),
+            *(Route(f"/api/{p}", unsupported, methods=["POST", "DELETE"]) for p in ("push", "create", "copy"))]
 
 
 async def version(request: Request) -> Response:
@@ -92,8 +94,9 @@ async def embeddings(chat: Chat, request: Request) -> Response:
 
 
 async def unsupported(request: Request) -> Response:
-    return JSONResponse({"error": f"localchat does not manage models through {request.url.path}: add a GGUF file "
-                                  "with `localchat models add PATH` (or edit models.toml)"}, status_code=501)
+    return JSONResponse({"error": f"localchat does not manage models through {request.url.path}: pull a GGUF with "
+                                  "/api/pull (hf.co/OWNER/REPO:QUANT), or add one with `localchat models add PATH`"},
+                        status_code=501)
 
 
 async def _embed(chat: Chat, model: str, texts: list[str], truncate: bool, keep_alive: float | None,

@@ -19,6 +19,7 @@ from ..errors import LocalchatError
 from ..families import DEFAULT_FAMILY, Family, detect, get_family
 from ..generation import Chat, LoadedModel
 from ..models import ModelInfo, ModelSpec, inspect
+from ..models.fit import Sizing
 from ..models.gguf import read_metadata
 from .body import parse, read_json
 from .ollama_chat import model_name
@@ -97,12 +98,12 @@ async def show(chat: Chat, catalog: Catalog, request: Request) -> Response:
     spec = registry.resolve(model_name(registry, body.model or body.name))
     facts = await catalog.facts(spec)
     loaded = chat.host.loaded.get(spec.name)
-    n_ctx = await asyncio.to_thread(chat.host.context_length, spec.name)
+    sizing = loaded.sizing if loaded else await asyncio.to_thread(chat.host.sizing, spec.name)
     family, template = _family(spec, facts.info, loaded)
     parameters = _parameters(spec, family)
     return JSONResponse({
         "license": "", "modelfile": _modelfile(spec, template, parameters), "parameters": parameters,
-        "template": template, "details": _details(facts), "model_info": _model_info(spec, facts, n_ctx),
+        "template": template, "details": _details(facts), "model_info": _model_info(spec, facts, sizing),
         "capabilities": _capabilities(spec, facts, family, template, loaded), "modified_at": _iso(facts.modified)})
 
 
@@ -166,13 +167,15 @@ def _modelfile(spec: ModelSpec, template: str, parameters: str) -> str:
     return "\n".join(lines + [f"PARAMETER {p}" for p in parameters.splitlines()]) + "\n"
 
 
-def _model_info(spec: ModelSpec, facts: Facts, n_ctx: int | None) -> dict[str, Any]:
+def _model_info(spec: ModelSpec, facts: Facts, sizing: Sizing | None) -> dict[str, Any]:
     arch = facts.info.architecture if facts.info else "unknown"
     out: dict[str, Any] = {**facts.meta, "general.architecture": arch, "general.basename": spec.name}
     if facts.info:
         out["general.parameter_count"] = facts.info.parameters
-    if n_ctx:
-        out[f"{arch}.context_length"] = n_ctx  # the context this server gives it, not the GGUF's trained one
+    if sizing:  # the context this server gives it (or would, loaded now), not the GGUF's trained one; and why
+        out[f"{arch}.context_length"] = sizing.context
+        out.update({"localchat.slots": sizing.slots, "localchat.memory_needed": sizing.need.total,
+                    "localchat.sizing": sizing.reason})
     return out
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from .embed import Embedder
 from .model import Model
-from .params import Event, Generate, Started
+from .params import N_BATCH, Event, Generate, Started
 from .scheduler import Emit, Scheduler
 
 
@@ -58,7 +58,7 @@ class Engine:
     `n_ctx` tokens each. `WorkerEngine` (worker.py) is the same behind a process boundary."""
 
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
-                 n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
+                 n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = N_BATCH,
                  visible: Iterable[str] = (), pooling: int | None = None, rope: tuple[str, float] | None = None) -> None:
         self.model = Model(path, n_gpu_layers=n_gpu_layers)
         try:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+N_BATCH = 512  # tokens one llama.cpp batch holds: the prompt chunk of one step (and the compute buffer's size)
+SWA_FULL = True  # sliding-window layers keep the whole context, so a cached prefix stays reusable
+
 
 def _knob(default: Any, **bounds: float) -> Any:
     """A sampling field a request, models.toml and the REPL may set, with its bounds."""

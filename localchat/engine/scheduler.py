@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import EngineError, LocalchatError, ModelUnavailable, QueueFull
 from .model import Model
-from .params import Event, Generate, Started
+from .params import N_BATCH, SWA_FULL, Event, Generate, Started
 from .sampling import Sampler
 from .slot import Sequence, Slot
 
@@ -47,7 +47,7 @@ class Job:
 
 class Scheduler:
     def __init__(self, model: Model, *, n_ctx: int, parallel: int, max_queue: int,
-                 n_threads: int | None = None, n_batch: int = 512, rope: tuple[str, float] | None = None) -> None:
+                 n_threads: int | None = None, n_batch: int = N_BATCH, rope: tuple[str, float] | None = None) -> None:
         self.model, self.n_ctx, self.parallel, self.max_queue = model, n_ctx, parallel, max_queue
         self.n_batch = max(n_batch, parallel + 1)
         cparams = C.llama_context_default_params()
@@ -60,7 +60,7 @@ class Scheduler:
         cparams.kv_unified = False
         cparams.n_batch = cparams.n_ubatch = self.n_batch
         cparams.n_threads = cparams.n_threads_batch = n_threads or os.cpu_count() or 1
-        cparams.swa_full = True  # keep sliding-window layers whole, so a cached prefix stays reusable
+        cparams.swa_full = SWA_FULL  # keep sliding-window layers whole, so a cached prefix stays reusable
         if rope is not None:  # stretch the positions (llama-server's --rope-scaling / --rope-scale)
             cparams.rope_scaling_type = {"linear": C.LLAMA_ROPE_SCALING_TYPE_LINEAR,
                                          "yarn": C.LLAMA_ROPE_SCALING_TYPE_YARN}[rope[0]]

@@ -2,8 +2,8 @@
 GGUF metadata, paths, and the host that loads models and lends them to requests
 (`localchat.models.host`, kept out of this import: it loads llama.cpp)."""
 
-from .catalog import DEFAULT_CONTEXT_CAP, ModelSpec, Registry, SamplingDefaults, Settings, parse_duration, sampling_model, shipped_config
+from .catalog import ModelSpec, Registry, SamplingDefaults, Settings, parse_duration, sampling_model, shipped_config
 from .gguf import ModelInfo, inspect
 
-__all__ = ["DEFAULT_CONTEXT_CAP", "ModelInfo", "ModelSpec", "Registry", "SamplingDefaults", "Settings", "inspect",
+__all__ = ["ModelInfo", "ModelSpec", "Registry", "SamplingDefaults", "Settings", "inspect",
            "parse_duration", "sampling_model", "shipped_config"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import tomllib
 import typing
@@ -14,9 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from . import paths
 from ..engine.params import KNOBS, SamplingParams
 from ..errors import ModelNotFound, ModelUnavailable
-
-DEFAULT_CONTEXT_CAP = 8192
-
 
 def shipped_config() -> Path:
     """models.toml at the project root (editable install), else the copy inside the wheel."""
@@ -69,7 +67,8 @@ class Settings(BaseModel):
     """Server-wide settings: top-level keys of models.toml; `localchat serve` flags override them."""
 
     model_config = ConfigDict(extra="forbid")
-    parallel: int = Field(4, ge=1, le=64)  # slots per loaded model: requests decoded together
+    parallel: int | None = Field(None, ge=1, le=64)  # slots per loaded model (None: up to 4, as memory allows)
+    context_length: int | None = Field(None, ge=64)  # tokens per slot for models without their own (None: fitted)
     queue_limit: int = Field(64, ge=0)  # requests that may wait for a slot; past it a 429
     max_loaded_models: int = Field(2, ge=1)
     keep_alive: float = 600.0  # seconds an idle model stays loaded; negative: forever
@@ -101,6 +100,8 @@ class ModelSpec(BaseModel):
     name: str
     path: Path | None = None
     package: str | None = None
+    mmproj: Path | None = None  # a vision projector GGUF for this model (`localchat pull` finds one)
+    source: str | None = None  # where `localchat pull` got it: hf.co/OWNER/REPO:QUANT or a URL
     aliases: list[str] = []
     family: str | None = None
     template: str | None = None
@@ -175,6 +176,9 @@ class Registry:
         self.settings = settings or Settings()
         self.default = default
         self.user_models = user_models  # names that come from the user's own registry
+        self.sources: tuple[Path | None, Path | None] = (None, None)  # the files it was read from (load)
+        self._session: dict[str, ModelSpec] = {}  # served this run only (serve -m PATH)
+        self._aliases: list[tuple[str, str]] = []  # (model, alias) given this run only (serve --alias)
         self._names = {n: spec for spec in models.values() for n in (spec.name, *spec.aliases)}
         if default not in self._names:
             raise ValueError(f"the default model {default!r} is not in the registry")
@@ -189,7 +193,42 @@ class Registry:
         models.update(user_models)
         if not models:
             raise ValueError(f"{path} lists no models")
-        return cls(models, user_default or default or next(iter(models)), frozenset(user_models), settings)
+        registry = cls(models, user_default or default or next(iter(models)), frozenset(user_models), settings)
+        registry.sources = (path, user_path)
+        return registry
+
+    def reload(self) -> None:
+        """Read the registry files again (a model pulled or deleted while serving). The settings,
+        the default and what was given for this run only (-m, --alias) stay."""
+        fresh = Registry.load(*self.sources)
+        self.models = {**fresh.models, **self._session}
+        self.user_models = fresh.user_models
+        self._names = {n: spec for spec in self.models.values() for n in (spec.name, *spec.aliases)}
+        for name, alias in self._aliases:
+            if name in self._names and alias not in self._names:
+                self.add_alias(name, alias)
+        if self.default not in self._names:
+            self.default = fresh.default
+
+    def add(self, spec: ModelSpec) -> ModelSpec:
+        """Serve a model this run only (`localchat serve -m PATH`); nothing is written."""
+        for n in (spec.name, *spec.aliases):
+            if n in self._names:
+                raise ValueError(f"the name {n!r} is already a model of the registry; choose another with --alias")
+        self.models[spec.name] = self._session[spec.name] = spec
+        self._names.update({n: spec for n in (spec.name, *spec.aliases)})
+        return spec
+
+    def add_alias(self, name: str, alias: str) -> None:
+        """Another name for a model, this run only (`localchat serve --alias NAME`)."""
+        spec = self.resolve(name)
+        if self._names.get(alias, spec) is not spec:
+            raise ValueError(f"the alias {alias!r} already names the model {self._names[alias].name!r}")
+        if alias not in (spec.name, *spec.aliases):
+            spec.aliases.append(alias)
+        self._names[alias] = spec
+        if (spec.name, alias) not in self._aliases:
+            self._aliases.append((spec.name, alias))
 
     def resolve(self, name: str | None) -> ModelSpec:
         """A model by name or alias; an empty or missing name means the default model."""
@@ -212,8 +251,10 @@ def _read(path: Path) -> tuple[str | None, dict[str, ModelSpec], Settings]:
     models: dict[str, ModelSpec] = {}
     for name, table in (data.get("models") or {}).items():
         table = dict(table, name=name)
-        if "path" in table:
-            table["path"] = (path.parent / Path(table["path"]).expanduser()).resolve()
+        for key in ("path", "mmproj"):
+            if isinstance(table.get(key), str):  # absolute, but not through symlinks: a file in the Hugging
+                # Face cache is a link named like the file (a split model's parts are found by name)
+                table[key] = Path(os.path.abspath(path.parent / Path(table[key]).expanduser()))
         try:
             models[name] = ModelSpec.model_validate(table)
         except ValidationError as exc:

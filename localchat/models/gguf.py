@@ -7,9 +7,10 @@ package's own format constants.
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from gguf import GGUF_MAGIC, GGUFValueType, LlamaFileType
@@ -22,8 +23,12 @@ _SCALARS = {
     GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
     GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
 }
-# Large numeric arrays (scores, token types, merges' siblings) are skipped, not decoded.
+# Large numeric arrays (scores, token types, merges' siblings) are skipped, not decoded; kept:
+# token types, and the per-layer hyperparameters some models give as arrays (one value a layer).
 _KEEP_NUMERIC_ARRAYS = ("tokenizer.ggml.token_type",)
+_KEEP_PER_LAYER = (".attention.head_count_kv", ".attention.head_count", ".attention.sliding_window_pattern",
+                   ".feed_forward_length")
+SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
 
 class NotGGUF(ValueError):
@@ -96,7 +101,7 @@ def _value(f: BinaryIO, vtype: GGUFValueType, key: str) -> Any:
             return [_string(f) for _ in range(count)]
         fmt = _SCALARS[itype]
         size = struct.calcsize(fmt)
-        if key not in _KEEP_NUMERIC_ARRAYS:
+        if key not in _KEEP_NUMERIC_ARRAYS and not (key.endswith(_KEEP_PER_LAYER) and count <= 4096):
             f.seek(size * count, 1)
             return None
         return list(struct.unpack(f"<{count}{fmt[1]}", f.read(size * count)))
@@ -117,6 +122,9 @@ class ModelInfo:
     parameters: int = 0
     quantization: str = "unknown"
     pooling_type: int | None = None  # declared by embedding models (1 mean, 2 cls, 3 last)
+    n_vocab: int = 0
+    hparams: dict[str, Any] = field(default_factory=dict, compare=False)  # the `ARCH.*` keys, prefix removed
+    files: tuple[Path, ...] = ()  # the file and, for a split GGUF, every part (llama.cpp loads them from the first)
 
 
 def inspect(path: Path) -> ModelInfo:
@@ -132,6 +140,13 @@ def inspect(path: Path) -> ModelInfo:
         i = meta.get(key)
         return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else ""
 
+    files = split_parts(path, meta.get("split.count"))
+    parameters = meta.get("GGUF.parameter_count", 0)
+    for part in files[1:]:  # the other parts of a split model hold the rest of the tensors
+        try:
+            parameters += read_metadata(part).get("GGUF.parameter_count", 0)
+        except (OSError, NotGGUF):
+            pass
     return ModelInfo(
         architecture=arch,
         context_length=meta.get(f"{arch}.context_length"),
@@ -140,10 +155,27 @@ def inspect(path: Path) -> ModelInfo:
         eos_token=token("tokenizer.ggml.eos_token_id"),
         tokens=frozenset(t for t, kind in zip(tokens, types) if kind in (3, 4)),  # CONTROL, USER_DEFINED
         name=meta.get("general.name"),
-        parameters=meta.get("GGUF.parameter_count", 0),
+        parameters=parameters,
         quantization=_quantization(meta.get("general.file_type")),
         pooling_type=meta.get(f"{arch}.pooling_type") or None,
+        n_vocab=len(tokens),
+        hparams={k[len(arch) + 1:]: v for k, v in meta.items() if k.startswith(arch + ".")},
+        files=files,
     )
+
+
+def split_parts(path: Path, count: Any = None) -> tuple[Path, ...]:
+    """A GGUF's files: itself, or all N parts of a split model named `…-00001-of-0000N.gguf`."""
+    m = SPLIT.match(path.name)
+    if not m or int(m["count"]) <= 1:
+        return (path,)
+    n = int(m["count"]) if not isinstance(count, int) or count <= 1 else count
+    return tuple(path.with_name(f"{m['prefix']}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1))
+
+
+def size_on_disk(files: tuple[Path, ...]) -> int:
+    """Bytes of all the files that exist (a split model's weights are in all its parts)."""
+    return sum(f.stat().st_size for f in files if f.is_file())
 
 
 def _quantization(file_type: int | None) -> str:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..engine import Engine, WorkerEngine
-from ..errors import LocalchatError
+from ..errors import LocalchatError, ModelTooLarge
 from ..families import Family, detect, get_family
-from .catalog import DEFAULT_CONTEXT_CAP, ModelSpec, Registry, Settings
+from .catalog import ModelSpec, Registry, Settings
+from .fit import Shape, Sizing, choose, free_memory
 from .gguf import ModelInfo, inspect
 
 log = logging.getLogger("localchat.models")
@@ -29,6 +31,7 @@ class LoadedModel:
     active: int = 0  # leases held: running and queued requests
     last_used: float = field(default_factory=time.monotonic)
     keep_alive: float | None = None  # seconds idle before unloading; None: forever
+    sizing: Sizing | None = None  # the context and slots it got, and why
 
     @property
     def can_embed(self) -> bool:
@@ -50,15 +53,24 @@ class LoadedModel:
         return 0.0 if self.active else (now or time.monotonic()) - self.last_used
 
 
-def context_length(spec: ModelSpec, info: ModelInfo) -> int:
-    return spec.context_length or min(info.context_length or DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP)
+def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = None) -> Sizing:
+    """The context and slots the model gets on this machine now (fit.py): models.toml's values,
+    else the server's (`--ctx-size`, `--parallel`), else the largest that fit in free memory."""
+    settings = settings or Settings()
+    try:
+        return choose(Shape.of(info), free_memory(spec.gpu_layers),
+                      context=spec.context_length or settings.context_length, slots=spec.parallel or settings.parallel)
+    except ModelTooLarge as exc:
+        raise ModelTooLarge(f"{spec.name} does not fit in memory: {exc.message}", param="model") from None
 
 
 def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Settings | None = None) -> LoadedModel:
-    """Blocking: reads the GGUF header (unless given), picks the family and template, loads llama.cpp."""
+    """Blocking: reads the GGUF header (unless given), sizes the context and slots to the free
+    memory, picks the family and template, loads llama.cpp."""
     settings = settings or Settings()
     path = spec.file()
     info = info or inspect(path)
+    sizing = size_model(spec, info, settings)  # ModelTooLarge (a 503) before llama.cpp tries
     family = get_family(spec.family) if spec.family else detect(info.architecture, info.chat_template, info.tokens)
     if spec.template:
         template = spec.template
@@ -68,14 +80,15 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
         template = family.template
     kind = WorkerEngine if settings.worker else Engine
     pooling = None if info.pooling_type else 1 if spec.embedding else None  # 1: mean
-    engine = kind(path, n_ctx=context_length(spec, info), parallel=spec.parallel or settings.parallel,
+    engine = kind(path, n_ctx=sizing.context, parallel=sizing.slots,
                   max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
                   visible=family.tools.visible_tokens, pooling=pooling,
                   rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None,
                   **({"name": spec.name} if settings.worker else {}))
     stop_ids = frozenset(i for t in family.stop_tokens if (i := engine.token_id(t)) is not None)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
-    return LoadedModel(spec, info, family, template, engine, stop_ids, keep_alive=keep if keep >= 0 else None)
+    return LoadedModel(spec, info, family, template, engine, stop_ids, keep_alive=keep if keep >= 0 else None,
+                       sizing=sizing)
 
 
 class Lease:
@@ -92,14 +105,15 @@ class Lease:
 
 
 class ModelHost:
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, report: Callable[[str], None] = log.info) -> None:
         self.registry = registry
+        self.report = report  # told the sizes each model gets at load (the server prints them)
         self.settings = registry.settings
         self.loaded: dict[str, LoadedModel] = {}
         self._loading: set[str] = set()
         self._cond: asyncio.Condition | None = None
         self._reaper: asyncio.Task[None] | None = None
-        self._context_lengths: dict[str, int] = {}
+        self._infos: dict[str, ModelInfo] = {}
         self.loads = 0  # models loaded since start (a model loaded twice at once would count twice)
 
     @property
@@ -135,16 +149,43 @@ class ModelHost:
                 await self._unload(min(idle, key=lambda m: m.last_used))
             self._loading.add(spec.name)
         try:
-            model = await asyncio.to_thread(load_model, spec, info, self.settings)
+            try:
+                model = await asyncio.to_thread(load_model, spec, info, self.settings)
+            except ModelTooLarge:
+                if not await self._unload_idle():
+                    raise
+                model = await asyncio.to_thread(load_model, spec, info, self.settings)  # sized to what was freed
         finally:
             async with cond:
                 self._loading.discard(spec.name)
                 cond.notify_all()
+        self._loaded(model)
         async with cond:
             model.active += 1
             self.loaded[spec.name] = model
             self.loads += 1
         return Lease(self, model, keep_alive)
+
+    def _loaded(self, model: LoadedModel) -> None:
+        if model.sizing is not None:
+            self.report(f"{model.spec.name}: {model.sizing.describe()}")
+
+    async def drop(self, name: str) -> None:
+        """A model left the registry: unload it now if idle, else once its last request ends."""
+        async with self._condition():
+            model = self.loaded.get(name)
+            if model is not None and not model.active:
+                await self._unload(model)
+            elif model is not None:
+                model.keep_alive = 0
+
+    async def _unload_idle(self) -> bool:
+        """Unload every idle model (to make room for one that does not fit beside them)."""
+        async with self._condition():
+            idle = [m for m in self.loaded.values() if not m.active]
+            for model in idle:
+                await self._unload(model)
+        return bool(idle)
 
     def _release(self, model: LoadedModel, keep_alive: float | None) -> None:
         model.active -= 1
@@ -191,25 +232,37 @@ class ModelHost:
             self._cond = asyncio.Condition()
         return self._cond
 
+    def sizing(self, name: str) -> Sizing | None:
+        """The context and slots a model has, or would get if loaded now; None if its file cannot
+        be read or it does not fit. Blocking (reads the GGUF header once)."""
+        spec = self.registry.resolve(name)
+        if spec.name in self.loaded:
+            return self.loaded[spec.name].sizing
+        try:
+            if spec.name not in self._infos:
+                self._infos[spec.name] = inspect(spec.file())
+            return size_model(spec, self._infos[spec.name], self.settings)
+        except LocalchatError:
+            return None
+
     def context_length(self, name: str) -> int | None:
-        """The context a model gets (without loading it); None if its file cannot be read. Blocking."""
+        """The context a model has or would get (without loading it). Blocking."""
         spec = self.registry.resolve(name)
         if spec.name in self.loaded:
             return self.loaded[spec.name].engine.n_ctx
-        if spec.context_length:
-            return spec.context_length
-        if spec.name not in self._context_lengths:
-            try:
-                self._context_lengths[spec.name] = context_length(spec, inspect(spec.file()))
-            except LocalchatError:
-                return None
-        return self._context_lengths[spec.name]
+        sizing = self.sizing(spec.name)
+        return sizing.context if sizing else None
+
+    def forget(self) -> None:
+        """The registry changed (a model pulled or deleted): read model files afresh."""
+        self._infos.clear()
 
     def preload(self, name: str | None) -> LoadedModel:
         """Blocking load before the event loop runs (server start-up)."""
         spec = self.registry.resolve(name)
         model = self.loaded[spec.name] = load_model(spec, settings=self.settings)
         self.loads += 1
+        self._loaded(model)
         return model
 
     def close(self) -> None:

@@ -25,9 +25,11 @@ class RegistryEditError(ValueError):
 
 
 def add(path: Path, *, name: str | None = None, family: str | None = None, default: bool = False,
-        base: Path | None = None) -> ModelSpec:
-    """Check that `path` is a readable GGUF file, then record it. Returns the new entry."""
-    path = path.expanduser().resolve()
+        base: Path | None = None, mmproj: Path | None = None, source: str | None = None,
+        aliases: list[str] | None = None) -> ModelSpec:
+    """Check that `path` is a readable GGUF file, then record it (replacing an entry of that name
+    you added before). Returns the new entry."""
+    path = absolute(path)
     if not path.exists():
         raise RegistryEditError(f"no file at {path}")
     if not path.is_file():
@@ -35,7 +37,7 @@ def add(path: Path, *, name: str | None = None, family: str | None = None, defau
     inspect(path)  # raises ModelUnavailable (not a GGUF, truncated, unreadable)
     if family is not None and family not in FAMILIES:
         raise RegistryEditError(f"unknown family {family!r}; choose one of: {', '.join(FAMILIES)}")
-    name = name or _name_from(path)
+    name = name or name_from(path)
     if not NAME.match(name):
         raise RegistryEditError(f"{name!r} is not a usable model name: letters, digits and . _ : - only")
     current = Registry.load(base)
@@ -45,6 +47,13 @@ def add(path: Path, *, name: str | None = None, family: str | None = None, defau
     entry: dict[str, Any] = {"path": str(path)}
     if family:
         entry["family"] = family
+    if mmproj is not None:
+        inspect(absolute(mmproj))
+        entry["mmproj"] = str(absolute(mmproj))
+    if source:
+        entry["source"] = source
+    if aliases:
+        entry["aliases"] = aliases
     doc.setdefault("models", {})[name] = entry
     if default:
         doc["default"] = name
@@ -66,7 +75,17 @@ def remove(name: str, *, base: Path | None = None) -> None:
     _save(doc, base)
 
 
-def _name_from(path: Path) -> str:
+def absolute(path: Path) -> Path:
+    """Absolute, without following symlinks (the Hugging Face cache links each file by its name)."""
+    return Path(os.path.abspath(path.expanduser()))
+
+
+def entry(name: str) -> dict[str, Any] | None:
+    """Your registry's entry of that name, as written."""
+    return _load().get("models", {}).get(name)
+
+
+def name_from(path: Path) -> str:
     stem = re.sub(r"[^A-Za-z0-9._:-]+", "-", path.stem).strip("-.").lower()
     return stem or "model"
 

