@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..engine import Engine, WorkerEngine
 from ..errors import LocalchatError, ModelTooLarge
@@ -57,8 +57,11 @@ def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = Non
     """The context and slots the model gets on this machine now (fit.py): models.toml's values,
     else the server's (`--ctx-size`, `--parallel`), else the largest that fit in free memory."""
     settings = settings or Settings()
+    shape = Shape.of(info)
+    if spec.rope_scale and shape.trained:  # stretched positions: the model takes that much more context
+        shape = replace(shape, trained=int(shape.trained * spec.rope_scale))
     try:
-        return choose(Shape.of(info), free_memory(spec.gpu_layers),
+        return choose(shape, free_memory(spec.gpu_layers),
                       context=spec.context_length or settings.context_length, slots=spec.parallel or settings.parallel)
     except ModelTooLarge as exc:
         raise ModelTooLarge(f"{spec.name} does not fit in memory: {exc.message}", param="model") from None
