@@ -1,5 +1,10 @@
-"""One small exception tree. Each error knows its HTTP status and OpenAI error type;
-the API edge (api/app.py) turns them into OpenAI error JSON in one place."""
+"""One small exception tree, with no wire shape. Each error knows its HTTP status and a type;
+the API edge (api/errors.py) renders it in the protocol's own shape, in one place.
+
+An error about a field of a request names it one of two ways: `param`, a path in the protocol's
+own request (set where the protocol parses it), or `field`, a path in the neutral generation
+request (`tools.2.parameters`, `json_schema`, set in generation), which each protocol turns
+into its own parameter name with one table."""
 
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ class LocalchatError(Exception):
     code: str | None = None
     retry_after: int | None = None  # seconds, sent as a Retry-After header
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 field: str | None = None):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.field = field  # a path in the neutral request; the message does not repeat it
         if code is not None:
             self.code = code
 

@@ -357,20 +357,21 @@ def tools_bench(spec: ModelSpec, rounds: int) -> None:
     from agent_tools import agent_tools, size
 
     from localchat.generation.constraints import OutputRules, ToolSpec
-    from localchat.generation.service import ChatRequest, _prepare
+    from localchat.generation import GenerationRequest, Message
+    from localchat.generation.prepare import prepare
     from localchat.grammars.metaschema import schema_problem
 
     tools = agent_tools()
     rules = OutputRules(tools=tuple(ToolSpec(t["function"]["name"], t["function"]["description"],
                                              t["function"]["parameters"]) for t in tools), tool_choice="auto")
     loaded = load_model(spec, settings=Settings(parallel=1, worker=False))
-    messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the bug."}]
+    messages = (Message.of("system", "You are a coding agent."), Message.of("user", "Fix the bug."))
     times = []
     for r in range(rounds + 1):
         start = time.perf_counter()
         assert all(schema_problem(t["function"]["parameters"]) is None for t in tools)
-        prepared = _prepare(ChatRequest(messages=messages + [{"role": "user", "content": f"turn {r}"}],
-                                        output=rules), loaded, False)
+        prepared = prepare(GenerationRequest(messages=(*messages, Message.of("user", f"turn {r}")), output=rules),
+                           loaded, False)
         times.append(time.perf_counter() - start)
     loaded.engine.close()
     print(f"model {spec.name}: {len(tools)} tools, {size(tools) / 1000:.0f} KB of schemas, "
@@ -400,7 +401,7 @@ def main() -> None:
     # only to render and tokenize the prompt exactly as the server does (one slot: a small context)
     loaded = load_model(spec, settings=Settings(parallel=1, worker=False))
     prompt = render_prompt(loaded.template, PROMPT, bos_token=loaded.bos_token, eos_token=loaded.eos_token)
-    tokens = loaded.engine.tokenize(prompt.segments)
+    tokens = loaded.engine.tokenizer.tokenize(prompt.segments)
     n_ctx, threads = loaded.engine.n_ctx, spec.threads or __import__("os").cpu_count()
     loaded.engine.close()
 

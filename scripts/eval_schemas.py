@@ -87,7 +87,7 @@ async def generate(loaded, schema: dict, grammar: str, name: str, max_tokens: in
     messages = [{"role": "user", "content": f"Call the function {name}. Reply with its arguments as one JSON "
                                             f"object that follows this JSON schema:\n{json.dumps(schema)}"}]
     prompt = render_prompt(loaded.template, messages, bos_token=loaded.bos_token, eos_token=loaded.eos_token)
-    tokens = loaded.engine.tokenize(prompt.segments)
+    tokens = loaded.engine.tokenizer.tokenize(prompt.segments)
     params = SamplingParams(**{**loaded.spec.sampling.model_dump(), "max_tokens": max_tokens, "seed": seed})
     text, finish = "", "stop"
     async for event in loaded.engine.generate(tokens, params, loaded.stop_ids, Constraint(grammar)):

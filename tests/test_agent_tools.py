@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from agent_tools import agent_tools
-from localchat.engine import Done, Engine, Generate, SamplingParams, Text
+from localchat.engine import Done, LocalEngine, Generate, SamplingParams, Text
 from localchat.families import FAMILIES, render_prompt
 from localchat.generation.constraints import OutputRules, ToolSpec, build
 from localchat.generation.stream import OutputSplitter, ToolCallArguments, ToolCallStart
@@ -47,10 +47,10 @@ def generate(engine: Engine, prompt: list[int], constraint, seed: int) -> tuple[
 def test_forced_calls_from_an_agent_sized_tool_set_validate(tmp_path: Path, family: str):
     fam = FAMILIES[family]
     constraint = build(RULES, fam, thinking=False)
-    engine = Engine(write_tiny_model(tmp_path / "m.gguf", fam, n_ctx=1024), n_ctx=1024, parallel=1,
+    engine = LocalEngine(write_tiny_model(tmp_path / "m.gguf", fam, n_ctx=1024), n_ctx=1024, parallel=1,
                     visible=fam.tools.visible_tokens)
     try:
-        prompt = engine.tokenize(render_prompt(fam.template, [{"role": "user", "content": "go"}]).segments)
+        prompt = engine.tokenizer.tokenize(render_prompt(fam.template, [{"role": "user", "content": "go"}]).segments)
         complete = 0
         for seed in range(4):
             text, finish = generate(engine, prompt, constraint, seed)

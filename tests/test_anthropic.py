@@ -15,7 +15,7 @@ import httpx
 import jsonschema
 import pytest
 
-from localchat.api.anthropic_stream import Blocks, stream
+from localchat.api.anthropic.stream import Blocks, stream
 from localchat.errors import EngineError
 from localchat.families import FAMILIES
 from localchat.generation import Delta, ToolCallArguments, ToolCallStart
@@ -286,14 +286,14 @@ def test_missing_max_tokens_is_a_400_naming_it(http: httpx.Client):
     check_error(r, 400, "invalid_request_error", "max_tokens")
 
 
-def test_an_image_is_a_400_naming_the_block(claude: anthropic.Anthropic):
+def test_an_image_for_a_text_model_is_a_400_naming_the_block(claude: anthropic.Anthropic):
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
     with pytest.raises(anthropic.BadRequestError) as e:
         claude.messages.create(model="tiny-chatml", max_tokens=5, messages=[
             {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}])
     assert e.value.body["error"]["type"] == "invalid_request_error"
     message = e.value.body["error"]["message"]
-    assert "images are not supported by this server" in message and "messages.0.content.1" in message
+    assert message.startswith("messages.0.content.1: ") and "vision projector" in message
     with pytest.raises(anthropic.BadRequestError) as e:  # inside a tool result too
         claude.messages.count_tokens(model="tiny-chatml", messages=[
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [image]}]}])
@@ -349,8 +349,8 @@ def test_an_error_after_the_first_byte_is_an_error_event():
 
 def test_blocks_keep_text_and_tool_input_apart():
     blocks = Blocks()
-    events = [e for piece in (Delta("Let me check."), ToolCallStart(0, "call_ab", "add"), ToolCallArguments(0, '{"a": 1,'),
-                              ToolCallArguments(0, ' "b": 2}'), ToolCallStart(1, "call_cd", "add"),
+    events = [e for piece in (Delta("Let me check."), ToolCallStart(0, "ab", "add"), ToolCallArguments(0, '{"a": 1,'),
+                              ToolCallArguments(0, ' "b": 2}'), ToolCallStart(1, "cd", "add"),
                               ToolCallArguments(1, '{"a": 3, "b": 4}')) for e in blocks.push(piece)] + blocks.close()
     assert [n for n, _ in events].count("content_block_start") == 3
     assert blocks.content == [{"type": "text", "text": "Let me check."},

@@ -7,7 +7,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from localchat.engine import Engine
+from localchat.engine import LocalEngine
 from localchat.families import FAMILIES, render_prompt
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello world"},
@@ -17,10 +17,10 @@ MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "conten
 @pytest.mark.parametrize("name", FAMILIES)
 def test_family_round_trips_a_chat(name: str, client: openai.OpenAI, tiny_models: dict[str, Path]):
     family = FAMILIES[name]
-    engine = Engine(tiny_models[name], n_ctx=2048)
+    engine = LocalEngine(tiny_models[name], n_ctx=2048)
     try:
         prompt = render_prompt(family.template, MESSAGES, bos_token=family.bos_token, eos_token=family.eos_token)
-        expected_prompt_tokens = len(engine.tokenize(prompt.segments))
+        expected_prompt_tokens = len(engine.tokenizer.tokenize(prompt.segments))
     finally:
         engine.close()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from localchat.engine import Constraint, Engine, Generate, SamplingParams, Text
+from localchat.engine import Constraint, LocalEngine, Generate, SamplingParams, Text
 from localchat.errors import GrammarError
 from localchat.families import FAMILIES, render_prompt
 from localchat.grammars import schema_to_gbnf, validate
@@ -107,7 +107,7 @@ SCHEMAS = [
 @pytest.fixture(scope="module")
 def fuzz_engine(tmp_path_factory) -> Engine:
     path = write_tiny_model(tmp_path_factory.mktemp("fuzz") / "m.gguf", FAMILIES["chatml"], n_ctx=1024)
-    engine = Engine(path, n_ctx=1024)
+    engine = LocalEngine(path, n_ctx=1024)
     yield engine
     engine.close()
 
@@ -117,7 +117,7 @@ def test_random_model_under_a_schema_grammar_only_writes_valid_json(fuzz_engine:
     schema = SCHEMAS[index]
     grammar = schema_to_gbnf(schema)
     validate(grammar)
-    prompt = fuzz_engine.tokenize(render_prompt(FAMILIES["chatml"].template, [{"role": "user", "content": "go"}]).segments)
+    prompt = fuzz_engine.tokenizer.tokenize(render_prompt(FAMILIES["chatml"].template, [{"role": "user", "content": "go"}]).segments)
     checker = jsonschema.validators.validator_for(schema)
     finished = 0
     for seed in range(8):

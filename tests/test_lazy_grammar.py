@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jsonschema
 
-from localchat.engine import Constraint, Engine, Generate, SamplingParams, Text
+from localchat.engine import Constraint, LocalEngine, Generate, SamplingParams, Text
 from localchat.families import FAMILIES, render_prompt
 from localchat.grammars import validate
 from localchat.grammars.tools import tools_grammar
@@ -25,7 +25,7 @@ def generate(engine: Engine, family, bias: dict[int, float], constraint: Constra
     async def run() -> str:
         out = ""
         params = SamplingParams(max_tokens=300, seed=1, logit_bias=bias)
-        async for event in engine.generate(Generate(engine.tokenize(prompt.segments), params, frozenset(), constraint)):
+        async for event in engine.generate(Generate(engine.tokenizer.tokenize(prompt.segments), params, frozenset(), constraint)):
             out += event.text if isinstance(event, Text) else ""
         return out
 
@@ -34,7 +34,7 @@ def generate(engine: Engine, family, bias: dict[int, float], constraint: Constra
 
 def test_a_token_running_past_the_trigger_is_replaced_by_the_trigger(tmp_path: Path):
     family = FAMILIES["chatml"]
-    engine = Engine(write_tiny_model(tmp_path / "m.gguf", family, n_ctx=1024, extra=(STRADDLE,)), n_ctx=1024)
+    engine = LocalEngine(write_tiny_model(tmp_path / "m.gguf", family, n_ctx=1024, extra=(STRADDLE,)), n_ctx=1024)
     try:
         straddle = vocabulary(family, (STRADDLE,))[0].index(STRADDLE)
         grammar = tools_grammar([("add", ADD)], family.tools, parallel=False, trigger="<tool_call>")
@@ -54,7 +54,7 @@ def test_a_token_running_past_the_trigger_is_replaced_by_the_trigger(tmp_path: P
 
 def test_free_text_stays_free_until_the_trigger(tmp_path: Path):
     family = FAMILIES["chatml"]
-    engine = Engine(write_tiny_model(tmp_path / "m.gguf", family, n_ctx=1024), n_ctx=1024)
+    engine = LocalEngine(write_tiny_model(tmp_path / "m.gguf", family, n_ctx=1024), n_ctx=1024)
     try:
         grammar = tools_grammar([("add", ADD)], family.tools, parallel=False, trigger="<tool_call>")
         free = generate(engine, family, {}, None)

@@ -18,7 +18,8 @@ import pytest
 
 from conftest import Server
 from localchat.api.body import parse
-from localchat.api.ollama_chat import ChatBody, chat_request
+from localchat.api.ollama.chat import ChatBody, chat_request
+from localchat.generation import Sampling
 from localchat.models import ModelSpec, Registry
 from tinymodels import FIM
 
@@ -246,10 +247,10 @@ def test_the_translation_of_options_and_tool_history():
         {"role": "tool", "content": "18 C", "tool_name": "get_weather"},
         {"role": "tool", "content": "3", "tool_name": "add"}, {"role": "tool", "content": "7", "tool_name": "add"}]})
     request = chat_request(body, registry)
-    assert request.model == "alias" and request.sampling == {"penalty_last_n": 32, "stop": ("\n",)}
-    calls = request.messages[1]["tool_calls"]
-    assert calls[1]["function"]["arguments"] == {"city": "Paris", "days": 1}
+    assert request.model == "alias" and request.sampling == Sampling(penalty_last_n=32, stop=("\n",))
+    calls = request.messages[1].tool_calls
+    assert calls[1].arguments == {"city": "Paris", "days": 1}
     results = request.messages[2:]
-    assert [(r["tool_call_id"], r["name"]) for r in results] == [
-        (calls[1]["id"], "get_weather"), (calls[0]["id"], "add"), (calls[2]["id"], "add")]
-    assert len({c["id"] for c in calls}) == 3
+    assert [(r.tool_call_id, r.name) for r in results] == [
+        (calls[1].id, "get_weather"), (calls[0].id, "add"), (calls[2].id, "add")]
+    assert len({c.id for c in calls}) == 3

@@ -17,8 +17,8 @@ import pydantic
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 
-from localchat.api.responses import ResponsesRequest, Store
-from localchat.api.responses_stream import Shell, stream
+from localchat.api.responses.request import ResponsesRequest, Store
+from localchat.api.responses.stream import Shell, stream
 from localchat.errors import EngineError
 from localchat.families import FAMILIES
 from localchat.generation import Delta

@@ -13,7 +13,7 @@ import jsonschema
 import openai
 import pytest
 
-from localchat.engine import Constraint, Engine, Generate, SamplingParams, Text
+from localchat.engine import Constraint, LocalEngine, Generate, SamplingParams, Text
 from localchat.families import FAMILIES, render_prompt
 from localchat.grammars import validate
 from localchat.grammars.gbnf import MAX_BYTES
@@ -34,7 +34,7 @@ TREE = {"type": "object", "properties": {"v": {"type": "integer", "minimum": 0, 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory) -> Engine:
     path = write_tiny_model(tmp_path_factory.mktemp("deep") / "m.gguf", FAMILIES["chatml"], n_ctx=CTX)
-    engine = Engine(path, n_ctx=CTX)
+    engine = LocalEngine(path, n_ctx=CTX)
     yield engine
     engine.close()
 
@@ -46,7 +46,7 @@ def _no_blanks() -> dict[int, float]:
 
 
 def _generate(engine: Engine, grammar: str, seed: int, max_tokens: int) -> tuple[str, str]:
-    prompt = engine.tokenize(render_prompt(FAMILIES["chatml"].template, [{"role": "user", "content": "go"}]).segments)
+    prompt = engine.tokenizer.tokenize(render_prompt(FAMILIES["chatml"].template, [{"role": "user", "content": "go"}]).segments)
     params = SamplingParams(max_tokens=max_tokens, seed=seed, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
                             logit_bias=_no_blanks())
 

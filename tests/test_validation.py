@@ -234,13 +234,13 @@ def test_gemma_stops_by_itself():
     """The shipped base model rarely ends a turn: models.toml bounds its answers (and discourages
     loops). A request without max_tokens leaves it unset: generation applies the model's default
     (or, for a model without one, runs until the model ends its turn), under the cap."""
-    from localchat.api.schemas import ChatCompletionRequest
+    from localchat.api.openai.schemas import ChatCompletionRequest
 
     sampling = Registry.load().models["gemma-3-270m"].sampling
     assert sampling.max_tokens == 256 and sampling.repeat_penalty > 1 and sampling.penalty_last_n > 0
-    assert "max_tokens" not in ChatCompletionRequest.model_validate({"messages": HELLO}).to_chat(Settings()).sampling
+    assert ChatCompletionRequest.model_validate({"messages": HELLO}).to_request(Settings()).sampling.max_tokens is None
     asked = ChatCompletionRequest.model_validate({"messages": HELLO, "max_tokens": 1000})
-    assert asked.to_chat(Settings()).sampling["max_tokens"] == 1000
+    assert asked.to_request(Settings()).sampling.max_tokens == 1000
 
 
 def test_body_over_the_limit_is_413_with_or_without_a_length(limited: Server):

@@ -9,20 +9,18 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import InvalidRequest, LocalchatError
-from ..generation import Chat, ChatRequest, Delta, Finish, Turn
+from ..generation import Chat, Delta, Finish, GenerationRequest, Turn
 from ..models.host import Lease
 from .body import parse, read_json
-from .sse import EventStream, frame, json_answer
-
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+from .common import Lenient as _Lenient, respond, sampling, stream_error
+from .errors import render
+from .sse import frame
 
 
 class ExtraFile(_Lenient):
@@ -49,20 +47,13 @@ class InfillRequest(_Lenient):
     seed: int | None = None
     stop: list[str] = Field([], max_length=16)
 
-    def to_chat(self) -> ChatRequest:
-        sampling: dict[str, Any] = {k: v for k, v in self.model_dump(include={
-            "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
-            "seed"}).items() if v is not None}
-        if self.repeat_last_n is not None:
-            sampling["penalty_last_n"] = self.repeat_last_n
-        if self.n_predict > 0:
-            sampling["max_tokens"] = self.n_predict
-        elif self.n_predict == 0:
-            sampling["max_tokens"] = 1  # the prompt is decoded (and cached); the answer is dropped
-        if self.stop:
-            sampling["stop"] = tuple(self.stop)
-        return ChatRequest(model=self.model, prompt=self.input_prefix + self.prompt, suffix=self.input_suffix,
-                           extra=tuple((f.filename, f.text) for f in self.input_extra), sampling=sampling)
+    def to_request(self) -> GenerationRequest:
+        knobs = {**self.model_dump(), "penalty_last_n": self.repeat_last_n,
+                 # n_predict 0: the prompt is decoded (and cached); the answer is dropped
+                 "max_tokens": self.n_predict if self.n_predict > 0 else 1 if self.n_predict == 0 else None}
+        return GenerationRequest(model=self.model, prompt=self.input_prefix + self.prompt, suffix=self.input_suffix,
+                                 extra=tuple((f.filename, f.text) for f in self.input_extra),
+                                 sampling=sampling(knobs, stop=self.stop))
 
 
 class TokenizeRequest(_Lenient):
@@ -82,13 +73,12 @@ def routes(chat: Chat) -> list[Route]:
     async def infill(request: Request) -> Response:
         req = parse(InfillRequest, await read_json(request, chat.host.settings.max_body_bytes))
         started = time.perf_counter()
-        turn = await chat.start(req.to_chat())
+        turn = await chat.start(req.to_request())
         if req.n_predict == 0:  # warm the cache: answer now, let the prompt decode behind it
             asyncio.get_running_loop().create_task(_drain(turn))
             return JSONResponse(_final(turn.model, "", None, started, 0))
-        if req.stream:
-            return EventStream(_stream(turn, started), on_close=turn.close)
-        return await json_answer(request.receive, lambda: _collect(turn, started), turn.close)
+        return await respond(request, req.stream, lambda: _stream(turn, started), lambda: _collect(turn, started),
+                             turn.close)
 
     async def props(request: Request) -> Response:
         registry = chat.host.registry
@@ -108,7 +98,7 @@ def routes(chat: Chat) -> list[Route]:
     async def tokenize(request: Request) -> Response:
         req = parse(TokenizeRequest, await read_json(request, chat.host.settings.max_body_bytes))
         async with _leased(chat, req.model) as lease:
-            model = lease.model.engine.model
+            model = lease.model.engine.tokenizer
 
             def run() -> list[int]:
                 tokens = model.tokenize_bytes(req.content.encode("utf-8", "replace"), parse_special=req.parse_special)
@@ -123,7 +113,7 @@ def routes(chat: Chat) -> list[Route]:
     async def detokenize(request: Request) -> Response:
         req = parse(DetokenizeRequest, await read_json(request, chat.host.settings.max_body_bytes))
         async with _leased(chat, req.model) as lease:
-            model = lease.model.engine.model
+            model = lease.model.engine.tokenizer
             bad = next((t for t in req.tokens if not 0 <= t < model.n_vocab), None)
             if bad is not None:
                 raise InvalidRequest(f"tokens: {bad} is outside the vocabulary (0..{model.n_vocab - 1})",
@@ -186,5 +176,5 @@ async def _stream(turn: Turn, started: float) -> AsyncIterator[bytes]:
                 yield frame({"content": event.content, "stop": False})
             elif isinstance(event, Finish):
                 yield frame(_final(turn.model, "", event, started, event.usage.completion_tokens))
-    except LocalchatError as exc:
-        yield frame(exc.to_json())
+    except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
+        yield frame(render("/infill", stream_error(exc)))

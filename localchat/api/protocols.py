@@ -1,21 +1,10 @@
-"""The protocols served besides OpenAI chat completions: each module has `routes(chat)` (a list
-of Starlette routes onto the one generation step) and registers its error shape with
-`errors.register(prefix, render)` at import. One line each below."""
+"""The protocols, one package each: `routes(chat)` (Starlette routes onto the one generation
+step), and its error shape and field names registered with `errors.register` at import."""
 
 from __future__ import annotations
 
 from types import ModuleType
 
-PROTOCOLS: list[ModuleType] = []
-from . import openai_completions  # noqa: E402
-PROTOCOLS.append(openai_completions)
-from . import openai_embeddings  # noqa: E402
-PROTOCOLS.append(openai_embeddings)
-from . import llamacpp  # noqa: E402
-PROTOCOLS.append(llamacpp)
-from . import anthropic  # noqa: E402
-PROTOCOLS.append(anthropic)
-from . import responses  # noqa: E402
-PROTOCOLS.append(responses)
-from . import ollama  # noqa: E402
-PROTOCOLS.append(ollama)
+from . import anthropic, llamacpp, ollama, openai, responses
+
+PROTOCOLS: list[ModuleType] = [openai, llamacpp, anthropic, responses, ollama]

@@ -1,59 +1,22 @@
-"""The engine's async face: submit a `Generate`, iterate its events, cancel by closing.
-
-Plain data in and out, so the same interface sits in front of a worker process (worker.py)."""
+"""The in-process engine: a model and its scheduler in this process (base.py says what every
+engine offers; worker.py is the same behind a process boundary)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
+from .base import Stream
 from .embed import Embedder
 from .model import Model
-from .params import N_BATCH, Event, Generate, Started
-from .scheduler import Emit, Scheduler
+from .params import N_BATCH, Event, Generate
+from .scheduler import Scheduler
 
 
-class Stream:
-    """The events of one submitted request. Closing it (or abandoning it) cancels the request:
-    a queued one never starts, a running one stops within one step."""
-
-    def __init__(self, submit: Callable[[Generate, Emit], Any], cancel: Callable[[Any], None],
-                 request: Generate) -> None:
-        loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[Event | Started | BaseException | None] = asyncio.Queue()
-        self._cancel = cancel
-        self._ended = False
-
-        def emit(item: Event | Started | BaseException | None) -> None:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(self._queue.put_nowait, item)
-
-        self._handle = submit(request, emit)
-
-    def __aiter__(self) -> AsyncIterator[Event]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[Event]:
-        try:
-            while (item := await self._queue.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise item
-                if not isinstance(item, Started):
-                    yield item
-            self._ended = True
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if not self._ended:
-            self._ended = True
-            self._cancel(self._handle)
-
-
-class Engine:
+class LocalEngine:
     """A model and the scheduler that decodes with it, in this process: `parallel` slots of
     `n_ctx` tokens each. `WorkerEngine` (worker.py) is the same behind a process boundary."""
 
@@ -68,10 +31,9 @@ class Engine:
             self.model.close()
             raise
         self.model.show_tokens(visible)
-        self.n_ctx, self.parallel, self.n_vocab = n_ctx, parallel, self.model.n_vocab
+        self.n_ctx, self.parallel, self.tokenizer = n_ctx, parallel, self.model
         self._pooling, self._threads, self._embedder_ready = pooling, n_threads, threading.Lock()
         self._embedder: Embedder | None = None
-        self.tokenize, self.token_id = self.model.tokenize, self.model.token_id
 
     def check_fits(self, tokens: list[int]) -> None:
         self.model.check_fits(tokens, self.n_ctx)

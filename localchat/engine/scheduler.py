@@ -21,13 +21,13 @@ import llama_cpp as C
 import numpy as np
 
 from ..errors import EngineError, LocalchatError, ModelUnavailable, QueueFull
+from .base import Emit
 from .model import Model
 from .params import N_BATCH, SWA_FULL, Event, Generate, Started
 from .sampling import Sampler
 from .slot import Sequence, Slot
 
 _log = logging.getLogger("localchat.engine")
-Emit = Callable[[Event | Started | BaseException | None], None]  # None: the request has ended
 
 
 class Job:

@@ -28,10 +28,9 @@ from typing import Any
 
 from ..errors import EngineCrashed, ModelUnavailable, QueueFull
 from ..logs import escape_request_text
-from .engine import Stream
+from .base import Emit, Stream
 from .model import Model
 from .params import Generate, Started
-from .scheduler import Emit
 
 log = logging.getLogger("localchat.worker")
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # this many deaths within this many seconds: the model is failed
@@ -52,8 +51,7 @@ class WorkerEngine:
         self.name = name or path.stem
         self.model = Model(path, vocab_only=True)
         self.model.show_tokens(visible)
-        self.n_ctx, self.parallel, self.max_queue, self.n_vocab = n_ctx, parallel, max_queue, self.model.n_vocab
-        self.tokenize, self.token_id = self.model.tokenize, self.model.token_id
+        self.n_ctx, self.parallel, self.max_queue, self.tokenizer = n_ctx, parallel, max_queue, self.model
         self._config = {"path": str(path), "n_ctx": n_ctx, "parallel": parallel, "n_threads": n_threads,
                         "n_gpu_layers": n_gpu_layers, "n_batch": n_batch, "visible": list(visible), "pooling": pooling,
                         "rope": list(rope) if rope else None}
@@ -263,11 +261,11 @@ class WorkerEngine:
 
 def _worker_main(fd: int, config: dict[str, Any]) -> None:
     """The child: load the model, decode until told to stop or the server goes away."""
-    from .engine import Engine
+    from .engine import LocalEngine
 
     conn = Connection(fd)
     try:
-        engine = Engine(Path(config["path"]), n_ctx=config["n_ctx"], parallel=config["parallel"], max_queue=1 << 30,
+        engine = LocalEngine(Path(config["path"]), n_ctx=config["n_ctx"], parallel=config["parallel"], max_queue=1 << 30,
                         n_threads=config["n_threads"], n_gpu_layers=config["n_gpu_layers"], n_batch=config["n_batch"],
                         visible=config["visible"], pooling=config["pooling"],
                         rope=tuple(config["rope"]) if config["rope"] else None)

@@ -1,10 +1,13 @@
-"""The generation step, between the protocols (api/) and the engine: prepare a request (model,
-prompt, constraint, tokens), run it, split its output into content, reasoning and tool calls."""
+"""The generation step, between the protocols (api/) and the engine: a neutral request in
+(request.py), prepared (prepare.py: model, prompt, constraint, tokens), run, and its output split
+into neutral events: content, reasoning, tool calls, finishes (service.py, stream.py)."""
 
 from .constraints import OutputRules, ToolSpec
 from ..models.host import LoadedModel, ModelHost
-from .service import Chat, ChatRequest, Finish, Logprobs, Turn, Usage, total_usage
+from .request import GenerationRequest, Image, Message, Part, Sampling, Text, ToolCall
+from .service import Chat, Finish, Logprobs, Turn, Usage, total_usage
 from .stream import Delta, ReasoningDelta, ToolCallArguments, ToolCallStart
 
-__all__ = ["Chat", "ChatRequest", "Logprobs", "total_usage", "Delta", "Finish", "LoadedModel", "ModelHost", "OutputRules", "ReasoningDelta",
-           "ToolCallArguments", "ToolCallStart", "ToolSpec", "Turn", "Usage"]
+__all__ = ["Chat", "Delta", "Finish", "GenerationRequest", "Image", "LoadedModel", "Logprobs", "Message", "ModelHost",
+           "OutputRules", "Part", "ReasoningDelta", "Sampling", "Text", "ToolCall", "ToolCallArguments", "ToolCallStart",
+           "ToolSpec", "Turn", "Usage", "total_usage"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -58,30 +59,29 @@ def check(rules: OutputRules, limits: Settings | None = None) -> None:
     names = [t.name for t in rules.tools]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
-        raise InvalidRequest(f"tools: the name {dup!r} is used twice; tool names must be unique", param="tools")
+        raise InvalidRequest(f"the name {dup!r} is used twice; tool names must be unique", field="tools")
     if rules.tool_choice not in ("auto", "none", "required") and rules.tool_choice not in names:
-        raise InvalidRequest(f"tool_choice names {rules.tool_choice!r}, which is not among the tools"
-                             + (f" ({', '.join(names)})" if names else ""), param="tool_choice")
+        raise InvalidRequest(f"it names {rules.tool_choice!r}, which is not among the tools"
+                             + (f" ({', '.join(names)})" if names else ""), field="tool_choice")
     if rules.tool_choice == "required" and not rules.tools:
-        raise InvalidRequest("tool_choice is 'required' but the request has no tools", param="tool_choice")
+        raise InvalidRequest("a tool call is required but the request has no tools", field="tool_choice")
     if rules.grammar is not None and (rules.json_schema is not None or rules.json_object or rules.calls_tools):
-        raise InvalidRequest("`grammar` cannot be combined with `response_format` (json) or `tools`", param="grammar")
+        raise InvalidRequest("a grammar cannot be combined with a JSON output format or with tools", field="grammar")
 
 
 def _check_limits(rules: OutputRules, limits: Settings) -> None:
     if len(rules.tools) > limits.max_tools:
-        raise InvalidRequest(f"tools: {len(rules.tools)} tools; at most {limits.max_tools} per request (max_tools)",
-                             param="tools")
+        raise InvalidRequest(f"{len(rules.tools)} tools; at most {limits.max_tools} per request (max_tools)",
+                             field="tools")
     size = sum(len(json.dumps(t.parameters, separators=(",", ":"))) for t in rules.tools if t.parameters)
     if size > limits.max_tool_schema_bytes:
-        raise InvalidRequest(f"tools: the tools' schemas are {size} bytes together; at most "
-                             f"{limits.max_tool_schema_bytes} (max_tool_schema_bytes)", param="tools")
+        raise InvalidRequest(f"the tools' schemas are {size} bytes together; at most "
+                             f"{limits.max_tool_schema_bytes} (max_tool_schema_bytes)", field="tools")
     for i, tool in enumerate(rules.tools):
         if tool.parameters is not None and (problem := schema_problem(tool.parameters, limits.max_schema_depth)):
-            raise InvalidRequest(f"tools.{i}.function.parameters: {problem}", param=f"tools.{i}.function.parameters")
+            raise InvalidRequest(problem, field=f"tools.{i}.parameters")
     if rules.json_schema is not None and (problem := schema_problem(rules.json_schema, limits.max_schema_depth)):
-        raise InvalidRequest(f"response_format.json_schema.schema: {problem}",
-                             param="response_format.json_schema.schema")
+        raise InvalidRequest(problem, field="json_schema")
 
 
 def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | None:
@@ -96,8 +96,7 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
         def make_json() -> tuple[str, tuple[str, ...]]:
             grammar, loosened = (assemble("object", {}), ()) if rules.json_object else _schema(rules)
             grammar = after_reasoning(grammar) if after_think else grammar
-            _validate_made(grammar, rules, "response_format.json_schema.schema" if rules.json_schema is not None
-                           else "response_format")
+            _validate_made(grammar, rules, "json_schema" if rules.json_schema is not None else "json_object")
             return grammar, loosened
 
         key = ("json", rules.json_schema, rules.json_object, bool(after_think), rules.max_grammar_bytes)
@@ -105,17 +104,21 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
         return Constraint(grammar, after_think, loosened=loosened)
     if not rules.calls_tools:
         return None
-    chosen = [t for t in rules.tools if rules.tool_choice in ("auto", "required", t.name)]
-    tools = [(t.name, t.parameters) for t in chosen]
+    chosen = [i for i, t in enumerate(rules.tools) if rules.tool_choice in ("auto", "required", t.name)]
+    tools = [(rules.tools[i].name, rules.tools[i].parameters) for i in chosen]
     auto, syntax = rules.tool_choice == "auto", family.tools
     answer = answer if auto else None  # calls, or else the final answer in JSON: no free text, no trigger
     lazy = auto and answer is None
 
     def make_tools() -> tuple[str, tuple[str, ...]]:
         loosened: list[str] = []
-        grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, trigger=syntax.trigger if lazy else "",
-                                lead=bool(after_think) and not lazy, answer=answer, loosened=loosened,
-                                max_bytes=rules.max_grammar_bytes)
+        try:
+            grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls,
+                                    trigger=syntax.trigger if lazy else "", lead=bool(after_think) and not lazy,
+                                    answer=answer, loosened=loosened, max_bytes=rules.max_grammar_bytes)
+        except GrammarError as exc:  # the converter names the schema's field: tools.K.parameters or json_schema
+            field = re.sub(r"^tools\.(\d+)", lambda m: f"tools.{chosen[int(m[1])]}", exc.param or "tools")
+            raise neutral(exc, field) from None
         _validate_made(grammar, rules, "tools")
         return grammar, tuple(loosened)
 
@@ -135,14 +138,14 @@ def refuse_loosened(rules: OutputRules, loosened: tuple[str, ...], refuse_all: b
         where, _, keyword = rest.rpartition(":")
         if name:  # a tool's
             i = next(i for i, t in enumerate(rules.tools) if t.name == name)
-            strict, param, why = rules.tools[i].strict, f"tools.{i}.function.parameters", "the tool's strict"
+            strict, field, why = rules.tools[i].strict, f"tools.{i}.parameters", "the tool's strict"
         else:
-            strict, param, why = rules.strict, "response_format.json_schema.schema", "strict"
+            strict, field, why = rules.strict, "json_schema", "strict"
         if strict or refuse_all:
-            raise InvalidRequest(f"{param}: `{keyword}` at '#{where}' cannot be enforced by this server's grammar, and "
+            raise InvalidRequest(f"`{keyword}` at '#{where}' cannot be enforced by this server's grammar, and "
                                  f"{why if strict else 'the server setting schema_loosened'} asks for every keyword "
                                  "to be enforced (without that, the request is answered and the header "
-                                 "x-localchat-loosened lists it)", param=param)
+                                 "x-localchat-loosened lists it)", field=field)
 
 
 _GRAMMARS: OrderedDict[str, Any] = OrderedDict()  # a hash of what a grammar was made from → the checked grammar
@@ -166,27 +169,26 @@ def cached(key: Any, make: Callable[[], Any]) -> Any:
     return grammar
 
 
-def _validate_made(grammar: str, rules: OutputRules, param: str) -> None:
+def _validate_made(grammar: str, rules: OutputRules, field: str) -> None:
     """Check a grammar made from the request's schemas; an error names the field it came from."""
     try:
         validate(grammar, max_bytes=rules.max_grammar_bytes)
     except GrammarError as exc:
-        exc.message = f"{param}: the grammar made from it is not usable: {exc.message}"
-        exc.args = (exc.message,)
-        exc.param = param
-        raise
+        raise neutral(exc, field, "the grammar made from it is not usable: ") from None
+
+
+def neutral(exc: GrammarError, field: str, lead: str = "") -> GrammarError:
+    """A grammar error about a field of the neutral request (the converter names none)."""
+    exc.message = lead + exc.message
+    exc.args, exc.field, exc.param = (exc.message,), field, None
+    return exc
 
 
 def _schema(rules: OutputRules) -> tuple[str, tuple[str, ...]]:
     """The grammar for response_format's schema, and what it does not enforce."""
     assert rules.json_schema is not None
-    param = "response_format.json_schema.schema"
     try:
-        converter = convert(rules.json_schema, param=param, max_bytes=rules.max_grammar_bytes)
+        converter = convert(rules.json_schema, max_bytes=rules.max_grammar_bytes)
         return converter.grammar(converter.root_rule), tuple(converter.loosened)
     except GrammarError as exc:
-        exc.param = param
-        if not exc.message.startswith(param):
-            exc.message = f"{param}: {exc.message}"
-            exc.args = (exc.message,)
-        raise
+        raise neutral(exc, "json_schema") from None

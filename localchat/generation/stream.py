@@ -53,6 +53,7 @@ class OutputSplitter:
         self._args_start: int | None = None  # position of the current call's arguments in buf
         self._args_sent = 0
         self._started_content = False
+        self._after_think = False
 
     def push(self, text: str) -> list[Piece]:
         self.buf += text
@@ -77,11 +78,17 @@ class OutputSplitter:
     def _reasoning(self, final: bool) -> list[Piece]:
         at = self.buf.find(self.think_close)
         if at >= 0:
-            text, self.buf, self.state = self.buf[:at], self.buf[at + len(self.think_close):].lstrip("\n"), "content"
+            text, self.buf, self.state = self.buf[:at], self.buf[at + len(self.think_close):], "content"
+            self._after_think = True  # the blank lines a model writes after its reasoning are not content
             return [ReasoningDelta(text)] if text else []
         return self._release(ReasoningDelta, self.think_close, final)
 
     def _content(self, final: bool) -> list[Piece]:
+        if self._after_think:
+            self.buf = self.buf.lstrip("\n")
+            if not self.buf:
+                return []
+            self._after_think = False
         if not self._started_content and self.think_open:
             stripped = self.buf.lstrip()
             if stripped.startswith(self.think_open):
@@ -118,7 +125,7 @@ class OutputSplitter:
             if not m:
                 return out
             name = json.loads(f'"{m.group(1)}"')
-            out.append(ToolCallStart(self.calls, f"call_{secrets.token_hex(12)}", name))
+            out.append(ToolCallStart(self.calls, secrets.token_hex(12), name))
             self._args_start, self._args_sent = m.end(), m.end()
         end = _json_end(self.buf, self._args_start)
         stop = end if end is not None else len(self.buf)

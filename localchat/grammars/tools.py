@@ -27,7 +27,7 @@ def tools_grammar(tools: list[tuple[str, Any]], syntax: ToolSyntax, *, parallel:
     choices = []
     for i, (name, parameters) in enumerate(tools):
         converter = convert(parameters if parameters is not None else {"type": "object"}, prefix=f"t{i}-", rules=rules,
-                            param=f"tools.{i}.function.parameters", max_bytes=max_bytes)
+                            param=f"tools.{i}.parameters", max_bytes=max_bytes)
         args = converter.root_rule
         if loosened is not None:
             loosened += [name + entry for entry in converter.loosened]
@@ -45,7 +45,7 @@ def tools_grammar(tools: list[tuple[str, Any]], syntax: ToolSyntax, *, parallel:
         parts.append(literal(syntax.call_close + syntax.close))
     body = " ".join(parts)
     if answer is not None:
-        converter = convert(answer, prefix="answer-", rules=rules, param="response_format.json_schema.schema",
+        converter = convert(answer, prefix="answer-", rules=rules, param="json_schema",
                             max_bytes=max_bytes)
         if loosened is not None:
             loosened += converter.loosened

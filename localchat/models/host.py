@@ -9,8 +9,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
-from ..engine import Engine, WorkerEngine
+from ..engine import Engine, LocalEngine, WorkerEngine
 from ..errors import LocalchatError, ModelTooLarge
 from ..families import Family, detect, get_family
 from .catalog import ModelSpec, Registry, Settings
@@ -26,7 +28,7 @@ class LoadedModel:
     info: ModelInfo
     family: Family
     template: str
-    engine: Engine | WorkerEngine
+    engine: Engine
     stop_ids: frozenset[int]
     active: int = 0  # leases held: running and queued requests
     last_used: float = field(default_factory=time.monotonic)
@@ -39,7 +41,7 @@ class LoadedModel:
 
     @property
     def can_infill(self) -> bool:
-        return all(k in self.engine.model.fim for k in ("pre", "suf", "mid"))
+        return all(k in self.engine.tokenizer.fim for k in ("pre", "suf", "mid"))
 
     @property
     def bos_token(self) -> str:
@@ -67,9 +69,18 @@ def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = Non
         raise ModelTooLarge(f"{spec.name} does not fit in memory: {exc.message}", param="model") from None
 
 
-def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Settings | None = None) -> LoadedModel:
+def make_engine(path: Path, *, worker: bool, name: str, **options: Any) -> Engine:
+    """The default engine factory: llama.cpp in a supervised worker process, or in this one."""
+    return WorkerEngine(path, name=name, **options) if worker else LocalEngine(path, **options)
+
+
+EngineFactory = Callable[..., Engine]  # make_engine's signature: (path, *, worker, name, n_ctx, parallel, …)
+
+
+def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Settings | None = None,
+               engine: EngineFactory = make_engine) -> LoadedModel:
     """Blocking: reads the GGUF header (unless given), sizes the context and slots to the free
-    memory, picks the family and template, loads llama.cpp."""
+    memory, picks the family and template, and starts an engine for it."""
     settings = settings or Settings()
     path = spec.file()
     info = info or inspect(path)
@@ -81,16 +92,14 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
         template = info.chat_template
     else:
         template = family.template
-    kind = WorkerEngine if settings.worker else Engine
     pooling = None if info.pooling_type else 1 if spec.embedding else None  # 1: mean
-    engine = kind(path, n_ctx=sizing.context, parallel=sizing.slots,
-                  max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
-                  visible=family.tools.visible_tokens, pooling=pooling,
-                  rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None,
-                  **({"name": spec.name} if settings.worker else {}))
-    stop_ids = frozenset(i for t in family.stop_tokens if (i := engine.token_id(t)) is not None)
+    started = engine(path, worker=settings.worker, name=spec.name, n_ctx=sizing.context, parallel=sizing.slots,
+                     max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
+                     visible=family.tools.visible_tokens, pooling=pooling,
+                     rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None)
+    stop_ids = frozenset(i for t in family.stop_tokens if (i := started.tokenizer.token_id(t)) is not None)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
-    return LoadedModel(spec, info, family, template, engine, stop_ids, keep_alive=keep if keep >= 0 else None,
+    return LoadedModel(spec, info, family, template, started, stop_ids, keep_alive=keep if keep >= 0 else None,
                        sizing=sizing)
 
 
@@ -108,8 +117,12 @@ class Lease:
 
 
 class ModelHost:
-    def __init__(self, registry: Registry, report: Callable[[str], None] = log.info) -> None:
+    """`engine` makes each model's engine (make_engine; a test gives a FakeEngine factory)."""
+
+    def __init__(self, registry: Registry, report: Callable[[str], None] = log.info,
+                 engine: EngineFactory = make_engine) -> None:
         self.registry = registry
+        self.engine_factory = engine
         self.report = report  # told the sizes each model gets at load (the server prints them)
         self.settings = registry.settings
         self.loaded: dict[str, LoadedModel] = {}
@@ -153,11 +166,11 @@ class ModelHost:
             self._loading.add(spec.name)
         try:
             try:
-                model = await asyncio.to_thread(load_model, spec, info, self.settings)
+                model = await asyncio.to_thread(load_model, spec, info, self.settings, self.engine_factory)
             except ModelTooLarge:
                 if not await self._unload_idle():
                     raise
-                model = await asyncio.to_thread(load_model, spec, info, self.settings)  # sized to what was freed
+                model = await asyncio.to_thread(load_model, spec, info, self.settings, self.engine_factory)  # sized to what was freed
         finally:
             async with cond:
                 self._loading.discard(spec.name)
@@ -263,7 +276,7 @@ class ModelHost:
     def preload(self, name: str | None) -> LoadedModel:
         """Blocking load before the event loop runs (server start-up)."""
         spec = self.registry.resolve(name)
-        model = self.loaded[spec.name] = load_model(spec, settings=self.settings)
+        model = self.loaded[spec.name] = load_model(spec, settings=self.settings, engine=self.engine_factory)
         self.loads += 1
         self._loaded(model)
         return model

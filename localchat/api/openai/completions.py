@@ -17,12 +17,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import InvalidRequest, LocalchatError
-from ..generation import Chat, ChatRequest, Delta, Finish, Logprobs, Turn, total_usage
-from ..models import Settings
-from .body import KeepAlive, parse, read_json
+from ...errors import InvalidRequest
+from ...generation import Chat, Delta, Finish, GenerationRequest, Logprobs, Turn, total_usage
+from ...models import Settings
+from ..body import KeepAlive, parse, read_json
 from .schemas import SamplingFields, StreamOptions
-from .sse import DONE, EventStream, frame, json_answer
+from ..common import respond, sampling, stream_error
+from ..errors import render
+from ..sse import DONE, frame
 
 
 class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
@@ -50,17 +52,12 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             raise ValueError(f"a stop string may be at most {limits.max_stop_chars} characters (max_stop_chars)")
         return v
 
-    def requests(self) -> list[ChatRequest]:
-        sampling: dict[str, Any] = {k: v for k, v in self.model_dump(include=set(SamplingFields.model_fields)).items()
-                                    if v is not None}
-        if self.stop:
-            sampling["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-        if self.ignore_eos:
-            sampling["ignore_eos"] = True
-        keep = self.keep_alive
+    def requests(self) -> list[GenerationRequest]:
+        knobs = self.model_dump()
         prompts = [self.prompt] if isinstance(self.prompt, str) else self.prompt
-        return [ChatRequest(model=self.model, prompt=p, suffix=self.suffix, sampling=sampling,
-                            logit_bias=self.logit_bias or {}, n=self.n, logprobs=self.logprobs, keep_alive=keep)
+        overrides = sampling(knobs, stop=self.stop, logit_bias=self.logit_bias, ignore_eos=self.ignore_eos)
+        return [GenerationRequest(model=self.model, prompt=p, suffix=self.suffix, sampling=overrides, n=self.n,
+                                  logprobs=self.logprobs, keep_alive=self.keep_alive)  # type: ignore[arg-type]
                 for p in prompts]
 
 
@@ -82,11 +79,9 @@ def routes(chat: Chat) -> list[Route]:
         meta = {"id": f"cmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turns[0].model}
         echo = [a.prompt or "" for a in asks] if req.echo else None
         close = lambda: [t.close() for t in turns]  # noqa: E731
-        if req.stream:
-            usage = bool(req.stream_options and req.stream_options.include_usage)
-            return EventStream(_stream(turns, req.n, meta, echo, req.logprobs is not None, usage), on_close=close)
-        return await json_answer(request.receive, lambda: _collect(turns, req.n, meta, echo, req.logprobs is not None),
-                            close)
+        usage, logprobs = bool(req.stream_options and req.stream_options.include_usage), req.logprobs is not None
+        return await respond(request, req.stream, lambda: _stream(turns, req.n, meta, echo, logprobs, usage),
+                             lambda: _collect(turns, req.n, meta, echo, logprobs), close)
 
     return [Route("/v1/completions", completions, methods=["POST"]),
             Route("/completions", completions, methods=["POST"])]
@@ -143,7 +138,7 @@ async def _collect(turns: list[Turn], n: int, meta: dict[str, Any], echo: list[s
     usage = total_usage(finishes) if finishes else None
     prompt_tokens = sum(ch.finish.usage.prompt_tokens for k, ch in enumerate(choices) if k % n == 0 and ch.finish)
     return {**meta, "object": "text_completion", "choices": [
-        {"text": "".join(ch.text), "index": c, "finish_reason": ch.finish.reason if ch.finish else None,
+        {"text": "".join(ch.text), "index": c, "finish_reason": _reason(ch.finish) if ch.finish else None,
          "logprobs": legacy_logprobs(ch.tokens) if logprobs else None} for c, ch in enumerate(choices)],
         "usage": _usage(prompt_tokens, sum(f.usage.completion_tokens for f in finishes),
                         usage.cached_tokens if usage else 0)}
@@ -168,14 +163,14 @@ async def _stream(turns: list[Turn], n: int, meta: dict[str, Any], echo: list[st
                 yield chunk(c, event.content, None, pending.pop(c, None))
             elif isinstance(event, Finish):
                 finishes[c] = event
-                yield chunk(c, "", event.reason, pending.pop(c, None))
+                yield chunk(c, "", _reason(event), pending.pop(c, None))
         if include_usage and finishes:
             prompt = sum(f.usage.prompt_tokens for c, f in finishes.items() if c % n == 0)
             done = list(finishes.values())
             yield frame({**meta, "object": "text_completion", "choices": [], "usage": _usage(
                 prompt, sum(f.usage.completion_tokens for f in done), total_usage(done).cached_tokens)})
-    except LocalchatError as exc:
-        yield frame(exc.to_json())
+    except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
+        yield frame(render("/v1/completions", stream_error(exc)))
     yield DONE
 
 
@@ -193,3 +188,7 @@ def legacy_logprobs(tokens: list) -> dict[str, Any]:
 def _usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def _reason(finish: Finish) -> str:
+    return "length" if finish.reason == "length" else "stop"

@@ -12,14 +12,14 @@ from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import InvalidRequest, LocalchatError, PullCancelled
-from ..generation import Chat
-from ..models import user
-from ..models.hub import parse_source
-from ..models.pull import pull
-from .body import parse, read_json
-from .ollama_chat import model_name
-from .sse import EventStream, json_answer, ndjson
+from ...errors import InvalidRequest, LocalchatError, PullCancelled
+from ...generation import Chat
+from ...models import user
+from ...models.hub import parse_source
+from ...models.pull import pull
+from ..body import parse, read_json
+from .chat import model_name
+from ..sse import EventStream, json_answer, ndjson
 
 
 class PullBody(BaseModel):

@@ -1,18 +1,19 @@
-"""The OpenAI request body, validated at the edge. Unknown fields are ignored."""
+"""The OpenAI chat completions request, validated at the edge (unknown fields are ignored), and
+its translation into the neutral generation request."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from ..generation import ChatRequest, OutputRules, ToolSpec
-from ..errors import InvalidRequest
-from ..engine.params import KNOBS
-from ..grammars.metaschema import schema_problem
-from .body import KeepAlive
-from ..models import Settings, sampling_model
+from ...errors import InvalidRequest
+from ...generation import GenerationRequest, Message as Said, OutputRules, Part, Text, ToolCall as Called, ToolSpec
+from ...grammars.metaschema import schema_problem
+from ...models import Settings, sampling_model
+from ..body import KeepAlive
+from ..common import Lenient as _Lenient, data_image, sampling
 
 _DEFAULT_LIMITS = Settings()
 
@@ -30,13 +31,14 @@ def _checked_schema(schema: Any, info: ValidationInfo) -> Any:
     return schema
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class ImageUrl(_Lenient):
+    url: str
 
 
 class ContentPart(_Lenient):
     type: str
     text: str | None = None
+    image_url: ImageUrl | None = None
 
 
 class FunctionCall(_Lenient):
@@ -126,6 +128,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     grammar: str | None = None  # extension: raw GBNF
+    reasoning_effort: str | None = None  # "none" / "minimal": no thinking, where the template has the switch
 
     @field_validator("stop")
     @classmethod
@@ -184,27 +187,22 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
                 raise ValueError(f"the bias {value} for token {key!r} is outside -100..100")
         return v
 
-    def to_chat(self, limits: Settings | None = None) -> ChatRequest:
-        """The request for the generation layer. Without max_tokens a choice gets the model's
-        default (models.toml) if it has one, else it runs until the model ends its turn, never
-        past the server's cap or the context (generation applies both)."""
+    def to_request(self, limits: Settings | None = None) -> GenerationRequest:
+        """The neutral request. Without max_tokens a choice gets the model's default
+        (models.toml) if it has one, else it runs until the model ends its turn, never past the
+        server's cap or the context (generation applies both)."""
         limits = limits or _DEFAULT_LIMITS
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
-        sampling: dict[str, Any] = {k: v for k, v in self.model_dump(include=set(KNOBS)).items() if v is not None}
-        max_tokens = self.max_completion_tokens or self.max_tokens  # type: ignore[attr-defined]
-        if max_tokens:
-            sampling["max_tokens"] = max_tokens
-        if self.stop:
-            sampling["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-        if self.ignore_eos:
-            sampling["ignore_eos"] = True
-        return ChatRequest(
-            messages=[_flatten(i, m) for i, m in enumerate(self.messages)],
+        knobs = self.model_dump()
+        knobs["max_tokens"] = self.max_completion_tokens or self.max_tokens  # type: ignore[attr-defined]
+        effort = self.reasoning_effort
+        return GenerationRequest(
+            messages=tuple(_said(i, m) for i, m in enumerate(self.messages)),
             model=self.model,
-            sampling=sampling,
-            logit_bias=self.logit_bias or {},
+            sampling=sampling(knobs, stop=self.stop, logit_bias=self.logit_bias, ignore_eos=self.ignore_eos),
             output=self._output_rules(limits),
+            reasoning=None if effort is None else effort not in ("none", "minimal"),
             n=self.n,
             logprobs=(self.top_logprobs or 0) if self.logprobs else None,
             keep_alive=self.keep_alive,  # type: ignore[arg-type]  # a duration in seconds after validation
@@ -229,35 +227,27 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
         )
 
 
-def _flatten(i: int, m: Message) -> dict[str, Any]:
-    """One message as a template expects it: string content, `developer` as `system`,
-    tool-call arguments as objects."""
+def _said(i: int, m: Message) -> Said:
+    """One message, neutral: `developer` is `system`, text and image parts, tool calls' arguments
+    as objects."""
+    where = f"messages.{i}.content"
+    parts: list[Part] = []
     if isinstance(m.content, list):
-        parts = []
-        for part in m.content:
-            if part.type != "text" or part.text is None:
-                raise InvalidRequest(f"messages[{i}].content: part type {part.type!r} is not supported; "
-                                     "this server takes text parts only", param=f"messages.{i}.content")
-            parts.append(part.text)
-        content = "\n".join(parts)
-    else:
-        content = m.content
-    if content is None and not (m.role == "assistant" and m.tool_calls):
-        raise InvalidRequest(f"messages[{i}].content is required for a {m.role} message",
-                             param=f"messages.{i}.content")
-    out: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": content or ""}
-    if m.name:
-        out["name"] = m.name
-    if m.tool_call_id:
-        out["tool_call_id"] = m.tool_call_id
-    if m.reasoning_content:
-        out["reasoning_content"] = m.reasoning_content
-    if m.tool_calls:
-        out["tool_calls"] = [
-            {"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": call_arguments(c.function.arguments)}}
-            for c in m.tool_calls
-        ]
-    return out
+        for j, part in enumerate(m.content):
+            if part.type == "text" and part.text is not None:
+                parts.append(Text(part.text))
+            elif part.type == "image_url" and part.image_url is not None:
+                parts.append(data_image(part.image_url.url, f"{where}.{j}"))
+            else:
+                raise InvalidRequest(f"{where}.{j}: part type {part.type!r} is not supported here; send text and "
+                                     "image_url parts", param=f"{where}.{j}")
+    elif m.content is not None:
+        parts.append(Text(m.content))
+    if m.content is None and not (m.role == "assistant" and m.tool_calls):
+        raise InvalidRequest(f"{where} is required for a {m.role} message", param=where)
+    calls = tuple(Called(c.function.name, call_arguments(c.function.arguments), c.id) for c in m.tool_calls or [])
+    return Said("system" if m.role == "developer" else m.role, tuple(parts), calls, m.tool_call_id, m.name,
+                m.reasoning_content)
 
 
 def call_arguments(arguments: str | dict[str, Any]) -> Any:

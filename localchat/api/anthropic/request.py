@@ -15,23 +15,19 @@ import asyncio
 import secrets
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..engine.params import KNOBS
-from ..errors import InvalidRequest
-from ..generation import Chat, ChatRequest, OutputRules, ToolSpec
-from ..models import Settings, sampling_model
-from . import errors, hosted
-from .anthropic_stream import collect, error_body, stream
-from .body import KeepAlive, parse, read_json
-from .sse import EventStream, frame, json_answer, loosened_headers
-
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+from ...errors import InvalidRequest
+from ...generation import Chat, GenerationRequest, Message as Said, OutputRules, Part, Text, ToolCall, ToolSpec
+from ...models import Settings, sampling_model
+from .. import hosted
+from ..body import KeepAlive, parse, read_json
+from ..common import Lenient as _Lenient, base64_image, respond, sampling
+from ..sse import frame, loosened_headers
+from .stream import collect, stream
 
 
 class Block(_Lenient):
@@ -45,6 +41,7 @@ class Block(_Lenient):
     content: str | list[Block] | None = None
     is_error: bool = False
     tool_name: str | None = None  # a tool_reference block: the deferred tool it loads
+    source: dict[str, Any] | None = None  # an image block's: {type: base64, media_type, data}
 
 
 class Message(_Lenient):
@@ -81,10 +78,10 @@ class OutputConfig(_Lenient):
     format: JsonFormat | None = None  # structured output: the answer's text is JSON for this schema
 
 
-Sampling = sampling_model("AnthropicSampling", optional=True, base=_Lenient)
+SamplingFields = sampling_model("AnthropicSampling", optional=True, base=_Lenient)
 
 
-class CountRequest(Sampling):  # type: ignore[misc, valid-type]
+class CountRequest(SamplingFields):  # type: ignore[misc, valid-type]
     """What count_tokens reads: the prompt's parts (sampling fields are accepted and unused)."""
 
     model: str | None = None
@@ -115,22 +112,25 @@ class MessagesRequest(CountRequest):
         return v
 
 
-def to_chat(req: CountRequest, settings: Settings, dropped: list[str] | None = None) -> ChatRequest:
-    """The generation request. max_tokens is a ceiling in Anthropic's API: past the server's
-    cap it is lowered to the cap (Claude Code asks for 32000). Hosted tools left out are
-    appended to `dropped`."""
-    sampling = {k: v for k, v in req.model_dump(include=set(KNOBS)).items() if v is not None}
-    sampling.pop("max_tokens", None)
+def to_request(req: CountRequest, settings: Settings, dropped: list[str] | None = None) -> GenerationRequest:
+    """The neutral request. max_tokens is a ceiling in Anthropic's API: past the server's cap it
+    is lowered to the cap (Claude Code asks for 32000). Hosted tools left out are appended to
+    `dropped`. `thinking` turns reasoning on or off where the template has the switch."""
+    knobs = req.model_dump()
     extra: dict[str, Any] = {}
     if isinstance(req, MessagesRequest):
-        sampling["max_tokens"] = min(req.max_tokens, settings.max_tokens_cap)
-        if req.stop_sequences:
-            sampling["stop"] = tuple(req.stop_sequences)
-        extra = {"logit_bias": req.logit_bias or {}, "keep_alive": req.keep_alive}
+        knobs["max_tokens"] = min(req.max_tokens, settings.max_tokens_cap)
+        extra = {"keep_alive": req.keep_alive}
+    else:
+        knobs["max_tokens"] = None
     loaded: set[str] = set()  # deferred tools that a tool_reference block has loaded
     messages = conversation(req, loaded)
-    return ChatRequest(messages=messages, model=req.model or None, sampling=sampling,
-                       output=output_rules(req, settings, loaded, [] if dropped is None else dropped), **extra)
+    thinking = req.thinking.type if req.thinking else None
+    return GenerationRequest(
+        messages=messages, model=req.model or None,
+        sampling=sampling(knobs, stop=getattr(req, "stop_sequences", None), logit_bias=getattr(req, "logit_bias", None)),
+        output=output_rules(req, settings, loaded, [] if dropped is None else dropped),
+        reasoning={"enabled": True, "disabled": False}.get(thinking or ""), **extra)
 
 
 def output_rules(req: CountRequest, settings: Settings, loaded: set[str] = frozenset(),  # type: ignore[assignment]
@@ -166,26 +166,27 @@ def _tools(req: CountRequest, settings: Settings, loaded: set[str], dropped: lis
     return out
 
 
-def conversation(req: CountRequest, loaded: set[str] | None = None) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def conversation(req: CountRequest, loaded: set[str] | None = None) -> tuple[Said, ...]:
+    out: list[Said] = []
     system = req.system if isinstance(req.system, str) else _texts(req.system or [], "system")
     if system:
-        out.append({"role": "system", "content": system})
+        out.append(Said.of("system", system))
     names: dict[str, str] = {}  # tool_use id → tool name, for the tool messages answering them
     loaded = set() if loaded is None else loaded
     for i, m in enumerate(req.messages):
+        where = f"messages.{i}.content"
         if isinstance(m.content, str):
-            out.append({"role": m.role, "content": m.content})
+            out.append(Said.of(m.role, m.content))
         elif m.role == "system":
-            out.append({"role": "system", "content": _texts(m.content, f"messages.{i}.content")})
+            out.append(Said.of("system", _texts(m.content, where)))
         elif m.role == "assistant":
-            out.append(_assistant(m.content, f"messages.{i}.content", names))
+            out.append(_assistant(m.content, where, names))
         else:
-            out += _user(m.content, f"messages.{i}.content", names, loaded)
-    return out
+            out += _user(m.content, where, names, loaded)
+    return tuple(out)
 
 
-def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> dict[str, Any]:
+def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> Said:
     texts, thoughts, calls = [], [], []
     for j, b in enumerate(blocks):
         if b.type == "text":
@@ -196,40 +197,41 @@ def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> dict[s
             if not b.id or not b.name:
                 raise InvalidRequest(f"{where}.{j}: a tool_use block needs `id` and `name`", param=f"{where}.{j}")
             names[b.id] = b.name
-            calls.append({"id": b.id, "type": "function", "function": {"name": b.name, "arguments": b.input or {}}})
+            calls.append(ToolCall(b.name, b.input or {}, b.id))
         elif b.type != "redacted_thinking":  # encrypted by Anthropic: nothing a local model can read
             raise _unsupported(b, f"{where}.{j}")
-    message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
-    if calls:
-        message["tool_calls"] = calls
-    if thoughts:
-        message["reasoning_content"] = "\n".join(thoughts)
-    return message
+    return Said("assistant", (Text("\n".join(texts)),), tuple(calls), reasoning="\n".join(thoughts) or None)
 
 
-def _user(blocks: list[Block], where: str, names: dict[str, str], loaded: set[str]) -> list[dict[str, Any]]:
-    """Tool results become `tool` messages; runs of text blocks become user messages."""
-    out: list[dict[str, Any]] = []
-    texts: list[str] = []
+def _user(blocks: list[Block], where: str, names: dict[str, str], loaded: set[str]) -> list[Said]:
+    """Tool results become `tool` messages; runs of text and image blocks become user messages."""
+    out: list[Said] = []
+    parts: list[Part] = []
     for j, b in enumerate(blocks):
-        if b.type == "text":
-            texts.append(b.text or "")
+        if b.type in ("text", "image"):
+            parts.append(Text(b.text or "") if b.type == "text" else _image(b, f"{where}.{j}"))
             continue
         if b.type != "tool_result":
             raise _unsupported(b, f"{where}.{j}")
         if not b.tool_use_id:
             raise InvalidRequest(f"{where}.{j}.tool_use_id is required", param=f"{where}.{j}.tool_use_id")
-        if texts:
-            out.append({"role": "user", "content": "\n".join(texts)})
-            texts = []
+        if parts:
+            out.append(Said("user", tuple(parts)))
+            parts = []
         content = b.content if isinstance(b.content, str) else _texts(b.content or [], f"{where}.{j}.content", loaded)
-        result = {"role": "tool", "content": ("Error: " if b.is_error else "") + content, "tool_call_id": b.tool_use_id}
-        if b.tool_use_id in names:
-            result["name"] = names[b.tool_use_id]
-        out.append(result)
-    if texts or not out:
-        out.append({"role": "user", "content": "\n".join(texts)})
+        out.append(Said.of("tool", ("Error: " if b.is_error else "") + content, tool_call_id=b.tool_use_id,
+                           name=names.get(b.tool_use_id)))
+    if parts or not out:
+        out.append(Said("user", tuple(parts) or (Text(""),)))
     return out
+
+
+def _image(block: Block, where: str) -> Part:
+    source = block.source or {}
+    if source.get("type") != "base64" or not isinstance(source.get("data"), str):
+        raise InvalidRequest(f"{where}.source: an image block's source must be {{type: base64, media_type, data}} "
+                             "(this server fetches no URLs)", param=f"{where}.source")
+    return base64_image(source["data"], source.get("media_type"), where)
 
 
 def _texts(blocks: list[Block], where: str, loaded: set[str] | None = None) -> str:
@@ -248,7 +250,8 @@ def _texts(blocks: list[Block], where: str, loaded: set[str] | None = None) -> s
 
 def _unsupported(block: Block, where: str) -> InvalidRequest:
     if block.type in ("image", "document"):
-        return InvalidRequest(f"{where}: {block.type}s are not supported by this server (text only)", param=where)
+        return InvalidRequest(f"{where}: {block.type} blocks are not read here (text, and images in user turns)",
+                              param=where)
     return InvalidRequest(f"{where}: content blocks of type {block.type!r} are not supported here", param=where)
 
 
@@ -256,13 +259,13 @@ PING = frame({"type": "ping"}, event="ping")  # Anthropic's keepalive while the 
 
 
 def routes(chat: Chat) -> list[Route]:
-    async def read(request: Request, model: type[CountRequest]) -> tuple[CountRequest, ChatRequest, list[str]]:
+    async def read(request: Request, model: type[CountRequest]) -> tuple[CountRequest, GenerationRequest, list[str]]:
         settings = chat.host.settings
         body = await read_json(request, settings.max_body_bytes)
 
-        def translate() -> tuple[CountRequest, ChatRequest, list[str]]:  # a long conversation: off the event loop
+        def translate() -> tuple[CountRequest, GenerationRequest, list[str]]:  # a long conversation: off the loop
             req, dropped = parse(model, body, limits=settings), []
-            return req, to_chat(req, settings, dropped), dropped
+            return req, to_request(req, settings, dropped), dropped
 
         return await asyncio.to_thread(translate)
 
@@ -271,10 +274,8 @@ def routes(chat: Chat) -> list[Route]:
         assert isinstance(req, MessagesRequest)
         turn = await chat.start(ask)
         meta = {"id": f"msg_{secrets.token_hex(12)}", "type": "message", "role": "assistant", "model": turn.model}
-        headers = {**hosted.headers(dropped), **loosened_headers(turn)}
-        if req.stream:
-            return EventStream(stream(turn, meta), on_close=turn.close, keepalive=PING, headers=headers)
-        return await json_answer(request.receive, lambda: collect(turn, meta), turn.close, headers)
+        return await respond(request, req.stream, lambda: stream(turn, meta), lambda: collect(turn, meta), turn.close,
+                             {**hosted.headers(dropped), **loosened_headers(turn)}, keepalive=PING)
 
     async def tokens(request: Request) -> Response:
         _, ask, dropped = await read(request, CountRequest)
@@ -282,6 +283,3 @@ def routes(chat: Chat) -> list[Route]:
 
     return [Route("/v1/messages", messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", tokens, methods=["POST"])]
-
-
-errors.register("/v1/messages", lambda status, kind, message, param, code: error_body(status, message))

@@ -4,18 +4,18 @@ arguments as objects, and the last line's counts and durations (nanoseconds)."""
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import LocalchatError
-from ..generation import Delta, Finish, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn
-from .sse import ndjson
+from ...errors import LocalchatError
+from ...generation import Delta, Finish, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn
+from ..common import stream_error
+from ..errors import param_of
+from ..sse import ndjson
 
-log = logging.getLogger("localchat.api")
 
 
 def now_iso() -> str:
@@ -82,7 +82,8 @@ class Answer:
             return {"thinking": event.text} if event.text and self.think is not False else None
         if isinstance(event, ToolCallStart):
             done = self._close()
-            self.open = {"id": event.id, "function": {"index": event.index, "name": event.name, "arguments": ""}}
+            self.open = {"id": f"call_{event.id}", "function": {"index": event.index, "name": event.name,
+                                                                  "arguments": ""}}
             return done
         if isinstance(event, ToolCallArguments) and self.open is not None:
             self.open["function"]["arguments"] += event.fragment
@@ -110,11 +111,8 @@ async def stream(turn: Turn, shape: Shape, answer: Answer, clock: Clock) -> Asyn
                 yield ndjson(shape.line(parts))
         if answer.finish is not None:
             yield ndjson(shape.line({}, clock.done(answer.finish)))
-    except LocalchatError as exc:
-        yield ndjson({"error": exc.message})
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
-        log.exception("ollama stream failed")
-        yield ndjson({"error": f"internal error: {exc}"})
+        yield ndjson({"error": param_of("/api/", stream_error(exc))[0]})
 
 
 async def collect(turn: Turn, shape: Shape, answer: Answer, clock: Clock) -> dict[str, Any]:

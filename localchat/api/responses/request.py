@@ -15,35 +15,32 @@ dropped and reported (hosted.py)."""
 from __future__ import annotations
 
 import json
-import re
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..engine.params import KNOBS
-from ..errors import InvalidRequest, LocalchatError
-from ..generation import Chat, ChatRequest, OutputRules, ToolSpec, Turn
-from ..models import Settings
-from . import hosted
-from .body import KeepAlive, parse, read_json
-from .responses_stream import Output, Shell, collect, stream
-from .schemas import SamplingFields
-from .sse import EventStream, json_answer, loosened_headers
+from ...errors import InvalidRequest, LocalchatError
+from ...generation import Chat, GenerationRequest, Image, Message as Said, OutputRules, Text, ToolCall, ToolSpec
+from ...models import Settings
+from .. import hosted
+from ..body import KeepAlive, parse, read_json
+from ..common import Lenient as _Lenient, data_image, respond, sampling
+from ..openai.schemas import SamplingFields
+from ..sse import loosened_headers
+from .stream import Output, Shell, collect, stream
 
 STORED = 100  # responses kept for previous_response_id
-
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
 
 
 class Part(_Lenient):
     type: str
     text: str | None = None
+    image_url: str | None = None  # an input_image's (a data: URI)
 
 
 class InputItem(_Lenient):
@@ -143,17 +140,15 @@ def routes(chat: Chat) -> list[Route]:
         req = parse(ResponsesRequest, await read_json(request, settings.max_body_bytes))
         history = store.history(req.previous_response_id) if req.previous_response_id else []
         dropped: list[str] = []
-        turn = await _start(chat, to_chat(req, history, settings, dropped))
+        turn = await chat.start(to_request(req, history, settings, dropped))
         shell = Shell(req, turn.model)
 
         def keep(response: dict[str, Any], out: Output) -> None:
             if req.store:
                 store.put(response, history + req.items() + _kept(out.items))
 
-        headers = {**hosted.headers(dropped), **loosened_headers(turn)}
-        if req.stream:
-            return EventStream(stream(turn, shell, keep), on_close=turn.close, headers=headers)
-        return await json_answer(request.receive, lambda: collect(turn, shell, keep), turn.close, headers)
+        return await respond(request, req.stream, lambda: stream(turn, shell, keep), lambda: collect(turn, shell, keep),
+                             turn.close, {**hosted.headers(dropped), **loosened_headers(turn)})
 
     async def retrieve(request: Request) -> Response:
         entry = store.get(request.path_params["response_id"])
@@ -169,52 +164,52 @@ def routes(chat: Chat) -> list[Route]:
 
 # -- request → generation --------------------------------------------------------------------
 
-def to_chat(req: ResponsesRequest, history: list[InputItem], settings: Settings,
-            dropped: list[str] | None = None) -> ChatRequest:
+def to_request(req: ResponsesRequest, history: list[InputItem], settings: Settings,
+               dropped: list[str] | None = None) -> GenerationRequest:
     calls: dict[str, str] = {}  # call_id → function name, for the outputs that answer them
-    messages = _messages(history, calls) + _messages(req.items(), calls)
+    messages = _messages(history, calls, "input") + _messages(req.items(), calls, "input")
     if not messages:
         raise InvalidRequest("input: say something: a string or a list of input items", param="input")
     if req.instructions:
-        messages.insert(0, {"role": "system", "content": req.instructions})
-    sampling = {k: v for k, v in req.model_dump(include=set(KNOBS)).items() if v is not None}
-    if req.max_output_tokens is not None:
-        sampling["max_tokens"] = req.max_output_tokens
-    keep_alive = req.keep_alive
-    return ChatRequest(messages=_one_system(messages), model=req.model or None, sampling=sampling,
-                       logit_bias=req.logit_bias or {}, output=_rules(req, settings, [] if dropped is None else dropped),
-                       keep_alive=keep_alive)
+        messages.insert(0, Said.of("system", req.instructions))
+    knobs = {**req.model_dump(), "max_tokens": req.max_output_tokens}
+    effort = req.reasoning.effort if req.reasoning else None
+    return GenerationRequest(messages=_one_system(messages), model=req.model or None,
+                             sampling=sampling(knobs, logit_bias=req.logit_bias),
+                             output=_rules(req, settings, [] if dropped is None else dropped),
+                             reasoning=None if effort is None else effort not in ("none", "minimal"),
+                             keep_alive=req.keep_alive)
 
 
-def _messages(items: list[InputItem], calls: dict[str, str]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _messages(items: list[InputItem], calls: dict[str, str], where: str) -> list[Said]:
+    out: list[Said] = []
     for i, item in enumerate(items):
         if item.type == "message":
             if item.role is None or item.content is None:
                 missing = "role" if item.role is None else "content"
-                raise InvalidRequest(f"input.{i}.{missing} is required for a message", param=f"input.{i}.{missing}")
-            out.append({"role": "system" if item.role == "developer" else item.role,
-                        "content": _text(item.content, f"input.{i}.content")})
+                raise InvalidRequest(f"{where}.{i}.{missing} is required for a message", param=f"{where}.{i}.{missing}")
+            out.append(Said("system" if item.role == "developer" else item.role,
+                            _parts(item.content, f"{where}.{i}.content")))
         elif item.type == "function_call":
             call = _call(i, item)
-            calls[call["id"]] = call["function"]["name"]
-            if not out or out[-1]["role"] != "assistant":
-                out.append({"role": "assistant", "content": ""})
-            out[-1].setdefault("tool_calls", []).append(call)
+            calls[call.id or ""] = call.name
+            if not out or out[-1].role != "assistant":
+                out.append(Said("assistant", (Text(""),)))
+            out[-1] = replace(out[-1], tool_calls=(*out[-1].tool_calls, call))
         elif item.type == "function_call_output":
             if item.call_id not in calls:
-                raise InvalidRequest(f"input.{i}.call_id: no function_call with call_id {item.call_id!r} comes before "
-                                     "this output", param=f"input.{i}.call_id")
-            out.append({"role": "tool", "content": _text(item.output or "", f"input.{i}.output"),
-                        "tool_call_id": item.call_id, "name": calls[item.call_id]})
+                raise InvalidRequest(f"{where}.{i}.call_id: no function_call with call_id {item.call_id!r} comes "
+                                     "before this output", param=f"{where}.{i}.call_id")
+            text = "".join(p.text for p in _parts(item.output or "", f"{where}.{i}.output") if isinstance(p, Text))
+            out.append(Said.of("tool", text, tool_call_id=item.call_id, name=calls[item.call_id]))
         elif item.type != "reasoning":  # a reasoning item from an earlier turn: the prompt leaves it out
-            raise InvalidRequest(f"input.{i}.type: {item.type!r} items are not supported; this server reads "
+            raise InvalidRequest(f"{where}.{i}.type: {item.type!r} items are not supported; this server reads "
                                  "message, function_call, function_call_output and reasoning items",
-                                 param=f"input.{i}.type")
+                                 param=f"{where}.{i}.type")
     return out
 
 
-def _call(i: int, item: InputItem) -> dict[str, Any]:
+def _call(i: int, item: InputItem) -> ToolCall:
     for field in ("call_id", "name", "arguments"):
         if getattr(item, field) is None:
             raise InvalidRequest(f"input.{i}.{field} is required for a function_call", param=f"input.{i}.{field}")
@@ -225,29 +220,31 @@ def _call(i: int, item: InputItem) -> dict[str, Any]:
     if not isinstance(arguments, dict):
         raise InvalidRequest(f"input.{i}.arguments must be a JSON object, as a string", param=f"input.{i}.arguments")
     name = f"{item.namespace}.{item.name}" if item.namespace else item.name
-    return {"id": item.call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return ToolCall(name or "", arguments, item.call_id)
 
 
-def _text(content: str | list[Part], where: str) -> str:
+def _parts(content: str | list[Part], where: str) -> tuple[Text | Image, ...]:
     if isinstance(content, str):
-        return content
-    texts = []
+        return (Text(content),)
+    out: list[Text | Image] = []
     for j, part in enumerate(content):
         if part.type in ("input_text", "output_text", "text") and part.text is not None:
-            texts.append(part.text)
+            out.append(Text(part.text))
+        elif part.type == "input_image" and part.image_url:
+            out.append(data_image(part.image_url, f"{where}.{j}"))
         elif part.type != "refusal":
             raise InvalidRequest(f"{where}.{j}.type: {part.type!r} parts are not supported; this server reads "
-                                 "text (input_text, output_text) only", param=f"{where}.{j}.type")
-    return "\n".join(texts)
+                                 "text (input_text, output_text) and input_image parts", param=f"{where}.{j}.type")
+    return tuple(out)
 
 
-def _one_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _one_system(messages: list[Said]) -> tuple[Said, ...]:
     """Instructions and the system/developer messages right after them, as one system message
     (many templates take a single one)."""
-    lead = next((k for k, m in enumerate(messages) if m["role"] != "system"), len(messages))
+    lead = next((k for k, m in enumerate(messages) if m.role != "system"), len(messages))
     if lead < 2:
-        return messages
-    return [{"role": "system", "content": "\n\n".join(m["content"] for m in messages[:lead])}, *messages[lead:]]
+        return tuple(messages)
+    return (Said.of("system", "\n\n".join(m.text for m in messages[:lead])), *messages[lead:])
 
 
 def _rules(req: ResponsesRequest, settings: Settings, dropped: list[str]) -> OutputRules:
@@ -286,24 +283,6 @@ def _tools(tools: list[Tool], settings: Settings, dropped: list[str], namespace:
             out.append(ToolSpec(f"{namespace}.{t.name}" if namespace else t.name, t.description, t.parameters,
                                 bool(t.strict)))
     return out
-
-
-async def _start(chat: Chat, request: ChatRequest) -> Turn:
-    """chat.start, with the fields its errors name said the way this protocol says them."""
-    try:
-        return await chat.start(request)
-    except InvalidRequest as exc:
-        def said(text: str) -> str:
-            for chat_name, ours in (("response_format.json_schema.schema", "text.format.schema"),
-                                    ("response_format.json_schema", "text.format"), ("response_format", "text.format")):
-                text = text.replace(chat_name, ours)
-            return re.sub(r"(tools\.\d+)\.function\.", r"\1.", text)
-
-        exc.message, exc.param = said(exc.message), exc.param and said(exc.param)
-        if exc.param and exc.param not in exc.message:
-            exc.message = f"{exc.param}: {exc.message}"
-        exc.args = (exc.message,)
-        raise
 
 
 # -- generation → response ------------------------------------------------------------------

@@ -9,20 +9,17 @@ collected one always hold the same blocks. Tool-call arguments only ever go into
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..errors import LocalchatError
-from ..generation import Delta, Finish, Logprobs, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn, Usage
-from .sse import frame
-
-log = logging.getLogger("localchat.api")
+from ...generation import Delta, Finish, Logprobs, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn, Usage
+from ..common import stream_error
+from ..errors import param_of
+from ..sse import frame
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
                 500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
-_STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}
 
 Event = tuple[str, dict[str, Any]]  # (SSE event name, data)
 
@@ -35,8 +32,8 @@ def error_body(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_type(status), "message": message}}
 
 
-def tool_use_id(call_id: str) -> str:
-    return "toolu_" + call_id.removeprefix("call_")
+def tool_use_id(neutral: str) -> str:
+    return "toolu_" + neutral
 
 
 class Blocks:
@@ -102,8 +99,9 @@ def usage(u: Usage) -> dict[str, int]:
 
 
 def _ending(finish: Finish) -> dict[str, Any]:
-    """The engine says which stop string ended the text, if one did."""
-    reason = "stop_sequence" if finish.stop is not None else _STOP_REASONS.get(finish.reason, "end_turn")
+    """Anthropic's words for how the answer ended (and the stop sequence that ended it)."""
+    reason = {"stop": "stop_sequence", "length": "max_tokens"}.get(finish.reason) or (
+        "tool_use" if finish.calls else "end_turn")
     return {"stop_reason": reason, "stop_sequence": finish.stop}
 
 
@@ -141,8 +139,6 @@ async def stream(turn: Turn, meta: dict[str, Any]) -> AsyncIterator[bytes]:
         yield frame({"type": "message_delta", "delta": _ending(finish), "usage": usage(finish.usage)},
                     event="message_delta")
         yield frame({"type": "message_stop"}, event="message_stop")
-    except LocalchatError as exc:
-        yield frame(error_body(exc.status, exc.message), event="error")
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
-        log.exception("stream failed")
-        yield frame(error_body(500, f"internal error: {exc}"), event="error")
+        error = stream_error(exc)
+        yield frame(error_body(error.status, param_of("/v1/messages", error)[0]), event="error")

@@ -1,23 +1,24 @@
 """Ollama's `POST /api/chat` and `POST /api/generate`: the request parsed and turned into one
-ChatRequest for the generation step; the answer framed by ollama_stream."""
+neutral GenerationRequest; the answer framed by stream.py."""
 
 from __future__ import annotations
 
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..engine.params import KNOBS
-from ..errors import InvalidRequest, ModelNotFound
-from ..generation import Chat, ChatRequest, OutputRules, ToolSpec, Turn
-from ..models import Registry, Settings
-from .body import KeepAlive, parse, read_json
-from .schemas import call_arguments
-from .ollama_stream import Answer, Clock, Shape, collect, stream
-from .sse import EventStream, json_answer, loosened_headers
+from ...engine.params import KNOBS
+from ...errors import InvalidRequest, ModelNotFound
+from ...generation import Chat, GenerationRequest, Message as Said, OutputRules, Part, Text, ToolCall, ToolSpec, Turn
+from ...models import Registry, Settings
+from ..body import KeepAlive, parse, read_json
+from ..common import Lenient as _Lenient, base64_image, respond, sampling
+from ..openai.schemas import call_arguments
+from ..sse import loosened_headers
+from .stream import Answer, Clock, Shape, collect, stream
 
 
 def model_name(registry: Registry, name: str) -> str | None:
@@ -30,10 +31,6 @@ def model_name(registry: Registry, name: str) -> str | None:
         return bare
     except ModelNotFound:
         return name
-
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
 
 
 class Options(_Lenient):
@@ -62,18 +59,11 @@ class Options(_Lenient):
                              "characters each (max_stop_strings, max_stop_chars)")
         return v
 
-    def sampling(self) -> dict[str, Any]:
-        knobs = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"}
-        out: dict[str, Any] = {k: v for k, v in self.model_dump(include=knobs).items() if v is not None}
-        if self.repeat_last_n is not None:
-            out["penalty_last_n"] = self.repeat_last_n
-        if self.seed is not None and self.seed >= 0:
-            out["seed"] = self.seed
-        if self.num_predict is not None and self.num_predict > 0:
-            out["max_tokens"] = self.num_predict
-        if self.stop:
-            out["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-        return out
+    def sampling(self) -> Any:
+        knobs = {**self.model_dump(), "penalty_last_n": self.repeat_last_n,
+                 "seed": self.seed if self.seed is not None and self.seed >= 0 else None,
+                 "max_tokens": self.num_predict if self.num_predict is not None and self.num_predict > 0 else None}
+        return sampling(knobs, stop=self.stop)
 
 
 class CallFunction(_Lenient):
@@ -121,7 +111,7 @@ class _Generation(_Lenient):
                                         for t in tools or []),
                             json_schema=fmt if isinstance(fmt, dict) else None, json_object=fmt == "json")
         return {"model": model_name(registry, self.model), "sampling": (self.options or Options()).sampling(),
-                "output": rules, "keep_alive": self.keep_alive}
+                "output": rules, "keep_alive": self.keep_alive, "reasoning": self.thinks}
 
     @property
     def thinks(self) -> bool | None:
@@ -143,70 +133,59 @@ class GenerateBody(_Generation):
     context: list[int] | None = None  # ignored: send the conversation as messages to /api/chat
 
 
-def chat_request(body: ChatBody, registry: Registry) -> ChatRequest:
-    return ChatRequest(messages=_messages(body.messages), **body.common(registry, body.tools))
+def chat_request(body: ChatBody, registry: Registry) -> GenerationRequest:
+    return GenerationRequest(messages=_messages(body.messages), **body.common(registry, body.tools))
 
 
-def generate_request(body: GenerateBody, registry: Registry) -> ChatRequest:
-    if body.images:
-        raise InvalidRequest("images: this server runs text models only", param="images")
+def generate_request(body: GenerateBody, registry: Registry) -> GenerationRequest:
     common = body.common(registry)
+    images = tuple(_images(body.images, "images"))
     if body.suffix:
-        return ChatRequest(prompt=body.prompt, suffix=body.suffix, **common)
+        return GenerationRequest(prompt=body.prompt, suffix=body.suffix, **common)
     if body.raw:
-        return ChatRequest(prompt=body.prompt, **common)
-    system = [{"role": "system", "content": body.system}] if body.system else []
-    return ChatRequest(messages=[*system, {"role": "user", "content": body.prompt}], **common)
+        return GenerationRequest(prompt=body.prompt, **common)
+    system = (Said.of("system", body.system),) if body.system else ()
+    return GenerationRequest(messages=(*system, Said("user", (Text(body.prompt), *images))), **common)
 
 
-def _messages(messages: list[Message]) -> list[dict[str, Any]]:
-    """OpenAI-shaped messages. Ollama's calls have no ids and its tool results name the tool:
-    each result answers the first unanswered call of that name from the assistant before it."""
-    out: list[dict[str, Any]] = []
+def _images(images: list[Any] | None, where: str) -> list[Part]:
+    """Ollama's images: base64 strings."""
+    for k, image in enumerate(images or []):
+        if not isinstance(image, str):
+            raise InvalidRequest(f"{where}.{k}: an image is a base64 string", param=f"{where}.{k}")
+    return [base64_image(image, None, f"{where}.{k}") for k, image in enumerate(images or [])]
+
+
+def _messages(messages: list[Message]) -> tuple[Said, ...]:
+    """Neutral messages. Ollama's calls have no ids and its tool results name the tool: each
+    result answers the first unanswered call of that name from the assistant before it."""
+    out: list[Said] = []
     unanswered: list[tuple[str, str]] = []  # (id, name)
     for i, m in enumerate(messages):
-        if m.images:
-            raise InvalidRequest(f"messages[{i}].images: this server runs text models only",
-                                 param=f"messages.{i}.images")
-        item: dict[str, Any] = {"role": m.role, "content": m.content or ""}
-        if m.role == "assistant" and m.thinking:
-            item["reasoning_content"] = m.thinking
+        parts = (Text(m.content or ""), *_images(m.images, f"messages.{i}.images"))
         if m.role == "assistant" and m.tool_calls:
-            item["tool_calls"] = [{"id": c.id or f"call_{i}_{j}", "type": "function",
-                                   "function": {"name": c.function.name, "arguments": call_arguments(c.function.arguments)}}
-                                  for j, c in enumerate(m.tool_calls)]
-            unanswered = [(c["id"], c["function"]["name"]) for c in item["tool_calls"]]
+            calls = tuple(ToolCall(c.function.name, call_arguments(c.function.arguments), c.id or f"call_{i}_{j}")
+                          for j, c in enumerate(m.tool_calls))
+            unanswered = [(c.id or "", c.name) for c in calls]
+            out.append(Said("assistant", parts, calls, reasoning=m.thinking or None))
         elif m.role == "tool":
             match = next((c for c in unanswered
                           if m.tool_call_id in (None, c[0]) and m.tool_name in (None, c[1])), None)
             if match:
                 unanswered.remove(match)
             call_id, name = match or (m.tool_call_id or f"call_{i}", m.tool_name or "")
-            item.update(tool_call_id=call_id, name=name)
-        out.append(item)
-    return out
-
-
-async def _start(chat: Chat, request: ChatRequest) -> Turn:
-    """chat.start, with OpenAI's field names in its errors put into Ollama's."""
-    try:
-        return await chat.start(request)
-    except InvalidRequest as exc:
-        for theirs in ("response_format.json_schema.schema", "response_format"):
-            exc.message = exc.message.replace(theirs, "format")
-            exc.param = "format" if exc.param and exc.param.startswith(theirs) else exc.param
-        exc.args = (exc.message,)
-        raise
+            out.append(Said("tool", parts, tool_call_id=call_id, name=name))
+        else:
+            out.append(Said(m.role, parts, reasoning=m.thinking if m.role == "assistant" else None))
+    return tuple(out)
 
 
 async def _answer(request: Request, turn: Turn, shape: Shape, body: _Generation, clock: Clock) -> Response:
     clock.ready = time.perf_counter()  # the model is loaded and the prompt prepared
     answer = Answer(body.thinks)
-    if body.stream:
-        return EventStream(stream(turn, shape, answer, clock), on_close=turn.close, media_type="application/x-ndjson",
-                           headers=loosened_headers(turn))
-    return await json_answer(request.receive, lambda: collect(turn, shape, answer, clock), turn.close,
-                             loosened_headers(turn))
+    return await respond(request, body.stream, lambda: stream(turn, shape, answer, clock),
+                         lambda: collect(turn, shape, answer, clock), turn.close, loosened_headers(turn),
+                         keepalive=None, media_type="application/x-ndjson")
 
 
 async def _load(chat: Chat, body: _Generation, shape: Shape) -> Response:
@@ -224,7 +203,7 @@ async def chat_route(chat: Chat, request: Request) -> Response:
     body = parse(ChatBody, await read_json(request, limits.max_body_bytes), limits=limits)
     if not body.messages:
         return await _load(chat, body, Shape(True, body.model))
-    turn = await _start(chat, chat_request(body, chat.host.registry))
+    turn = await chat.start(chat_request(body, chat.host.registry))
     return await _answer(request, turn, Shape(True, body.model or turn.model), body, clock)
 
 
@@ -233,5 +212,5 @@ async def generate_route(chat: Chat, request: Request) -> Response:
     body = parse(GenerateBody, await read_json(request, limits.max_body_bytes), limits=limits)
     if not body.prompt and not body.suffix:
         return await _load(chat, body, Shape(False, body.model))
-    turn = await _start(chat, generate_request(body, chat.host.registry))
+    turn = await chat.start(generate_request(body, chat.host.registry))
     return await _answer(request, turn, Shape(False, body.model or turn.model), body, clock)

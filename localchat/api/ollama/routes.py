@@ -16,15 +16,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..engine.embed import Embedder
-from ..errors import InvalidRequest
-from ..generation import Chat
-from . import errors
-from .body import parse, read_json
-from .ollama_chat import KeepAlive, chat_route, generate_route, model_name
-from .ollama_models import Catalog, ps, show, tags
-from .ollama_pull import delete_route, pull_route
-from .ollama_stream import Clock, nanos
+from ...engine.embed import Embedder
+from ...errors import InvalidRequest
+from ...generation import Chat
+from .. import errors
+from ..body import parse, read_json
+from .chat import KeepAlive, chat_route, generate_route, model_name
+from .models import Catalog, ps, show, tags
+from .pull import delete_route, pull_route
+from .stream import Clock, nanos
 
 VERSION = "0.9.0"  # the Ollama API this follows: `think` (0.9), structured outputs (0.5), tools
 EMBED_MAX_TOKENS = Embedder.__init__.__kwdefaults__["n_batch"]  # the longest input one embedding takes
@@ -34,7 +34,8 @@ def render(status: int, kind: str, message: str, param: str | None, code: str | 
     return {"error": message}
 
 
-errors.register("/api/", render)
+errors.register("/api/", render, fields=[(r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
+                                         (r"json_schema", "format"), (r"json_object", "format")])
 
 
 class _Body(BaseModel):
@@ -112,7 +113,7 @@ async def _embed(chat: Chat, model: str, texts: list[str], truncate: bool, keep_
         clock.ready = time.perf_counter()
 
         def tokenize() -> list[list[int]]:
-            tokens = [loaded.engine.tokenize([(text, True)]) for text in texts]
+            tokens = [loaded.engine.tokenizer.tokenize([(text, True)]) for text in texts]
             return [t[:EMBED_MAX_TOKENS] for t in tokens] if truncate else tokens
 
         tokens = await asyncio.to_thread(tokenize)

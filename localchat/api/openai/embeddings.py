@@ -9,18 +9,18 @@ import base64
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import InvalidRequest
-from ..generation import Chat
-from .body import parse, read_json
+from ...errors import InvalidRequest
+from ...generation import Chat
+from ..body import parse, read_json
+from ..common import Lenient
 
 
-class EmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class EmbeddingRequest(Lenient):
     model: str | None = None
     input: str | list[str] | list[int] | list[list[int]] = Field(min_length=1)
     encoding_format: str = Field("float", pattern="^(float|base64)$")
@@ -65,11 +65,11 @@ def _tokens(req: EmbeddingRequest, engine: Any) -> list[list[int]]:
     out = []
     for i, item in enumerate(items):
         if isinstance(item, str):
-            out.append(engine.tokenize([(item, True)]))
+            out.append(engine.tokenizer.tokenize([(item, True)]))
             continue
-        bad = next((t for t in item if not 0 <= t < engine.n_vocab), None)
+        bad = next((t for t in item if not 0 <= t < engine.tokenizer.n_vocab), None)
         if bad is not None:
-            raise InvalidRequest(f"input[{i}]: token {bad} is outside the vocabulary (0..{engine.n_vocab - 1})",
+            raise InvalidRequest(f"input[{i}]: token {bad} is outside the vocabulary (0..{engine.tokenizer.n_vocab - 1})",
                                  param=f"input.{i}")
         out.append(list(item))
     return out

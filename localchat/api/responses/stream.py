@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import copy
 import itertools
-import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import LocalchatError
-from ..generation import Delta, Finish, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn
-from .sse import frame
+from ...generation import Delta, Finish, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn
+from ..common import stream_error
+from ..errors import param_of
+from ..sse import frame
 
 if TYPE_CHECKING:
-    from .responses import ResponsesRequest
-
-log = logging.getLogger("localchat.api")
+    from .request import ResponsesRequest
 
 Event = dict[str, Any]
 
@@ -48,7 +46,7 @@ class Output:
         if isinstance(event, ToolCallStart):
             space, _, name = event.name.rpartition(".")
             named = {"name": name, "namespace": space} if space in self.namespaces else {"name": event.name}
-            return self._begin({"type": "function_call", "id": item_id("fc"), "call_id": event.id,
+            return self._begin({"type": "function_call", "id": item_id("fc"), "call_id": f"call_{event.id}",
                                 **named, "arguments": "", "status": "in_progress"})
         if isinstance(event, ToolCallArguments) and self._open is not None:
             self._open["arguments"] += event.fragment
@@ -149,11 +147,9 @@ async def stream(turn: Turn, shell: Shell, keep: Keep) -> AsyncIterator[bytes]:
             for e in out.add(event):
                 yield emit(e)
     except Exception as exc:  # noqa: BLE001 - the stream has begun: report in-band, never crash
-        if not isinstance(exc, LocalchatError):
-            log.exception("responses stream failed")
-        message = exc.message if isinstance(exc, LocalchatError) else f"internal error: {exc}"
-        code = (exc.code or exc.type) if isinstance(exc, LocalchatError) else "server_error"
-        param = exc.param if isinstance(exc, LocalchatError) else None
+        error = stream_error(exc)
+        message, param = param_of("/v1/responses", error)
+        code = error.code or error.type
         yield emit({"type": "error", "code": code, "message": message, "param": param})
         out.close("incomplete")
         yield emit({"type": "response.failed",  # the response's error codes are OpenAI's few: this is a server error

@@ -15,14 +15,14 @@ from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import LocalchatError
-from ..families import DEFAULT_FAMILY, Family, detect, get_family
-from ..generation import Chat, LoadedModel
-from ..models import ModelInfo, ModelSpec, inspect
-from ..models.fit import Sizing
-from ..models.gguf import read_metadata
-from .body import parse, read_json
-from .ollama_chat import model_name
+from ...errors import LocalchatError
+from ...families import DEFAULT_FAMILY, Family, detect, get_family
+from ...generation import Chat, LoadedModel
+from ...models import ModelInfo, ModelSpec, inspect
+from ...models.fit import Sizing
+from ...models.gguf import read_metadata
+from ..body import parse, read_json
+from .chat import model_name
 
 FIM_TEXTS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"), ("<fim-prefix>", "<fim-suffix>", "<fim-middle>"),
              ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"), ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),

@@ -1,0 +1,78 @@
+"""What every protocol does the same way: lenient request models, answering a turn streamed
+or at once, and an error that happens once the stream has begun."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..engine.params import KNOBS
+from ..errors import EngineError, InvalidRequest, LocalchatError
+from ..generation import Image, Sampling
+from .sse import COMMENT, EventStream, json_answer
+
+log = logging.getLogger("localchat.api")
+SSE = "text/event-stream; charset=utf-8"
+
+
+class Lenient(BaseModel):
+    """A request model that ignores fields it does not know (clients send many)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+async def respond(request: Request, stream: bool, chunks: Callable[[], AsyncIterator[bytes]],
+                  collect: Callable[[], Awaitable[dict[str, Any]]], close: Callable[[], None],
+                  headers: dict[str, str] | None = None, keepalive: bytes | None = COMMENT,
+                  media_type: str = SSE) -> Response:
+    """The answer, streamed (`chunks`, with keepalives while nothing comes) or at once
+    (`collect`); `close` ends the turn(s) whatever happens."""
+    if stream:
+        return EventStream(chunks(), on_close=close, keepalive=keepalive, headers=headers, media_type=media_type)
+    return await json_answer(request.receive, collect, close, headers)
+
+
+def stream_error(exc: Exception) -> LocalchatError:
+    """An error after the first byte, to report in-band: a localchat error as it is, anything
+    else logged and reported as an internal error (the stream must never crash the server)."""
+    if isinstance(exc, LocalchatError):
+        return exc
+    log.exception("stream failed")
+    return EngineError(f"internal error: {exc}")
+
+
+def sampling(fields: dict[str, Any], *, stop: str | list[str] | tuple[str, ...] | None = None,
+             logit_bias: dict[str, float] | None = None, ignore_eos: bool = False) -> Any:
+    """The neutral sampling overrides: the knobs the client set (None: not set), its stop
+    strings, logit bias (token ids as the client wrote them) and ignore_eos."""
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    return Sampling(**{k: v for k, v in fields.items() if k in KNOBS and v is not None}, stop=stops or None,
+                    logit_bias=dict(logit_bias or {}), ignore_eos=ignore_eos or None)
+
+
+def data_image(url: str, where: str) -> Image:
+    """An image sent as a data URI (`data:image/png;base64,…`)."""
+    match = re.fullmatch(r"data:([\w.+/-]*)(?:;[\w=.-]+)*;base64,(.*)", url.strip(), re.DOTALL)
+    if not match:
+        raise InvalidRequest(f"{where}: only data: URIs (base64) are read here; this server fetches no image URLs",
+                             param=where)
+    return Image(_base64(match[2], where), match[1] or None, where)
+
+
+def base64_image(data: str, media_type: str | None, where: str) -> Image:
+    return Image(_base64(data, where), media_type, where)
+
+
+def _base64(data: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{where}: the image is not valid base64", param=where) from None

@@ -1,0 +1,8 @@
+"""Ollama's API on the same port: models (models.py, pull.py), chat and generate (chat.py,
+stream.py), embeddings and the version (routes.py). Errors are Ollama's `{"error": "message"}`."""
+
+from __future__ import annotations
+
+from .routes import routes
+
+__all__ = ["routes"]

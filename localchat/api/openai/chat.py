@@ -1,0 +1,160 @@
+"""OpenAI chat completions, `POST /v1/chat/completions`: the request (schemas.py) in, the
+generation's events out as `chat.completion.chunk` SSE or one `chat.completion`; and
+`GET /v1/models`. Finish reasons and call ids are said here, in OpenAI's words."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ...generation import (Chat, Delta, Finish, Logprobs, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn,
+                           Usage, total_usage)
+from ...models import Registry
+from ..body import parse, read_json
+from ..common import respond, stream_error
+from ..errors import render
+from ..sse import DONE, frame, loosened_headers
+from .schemas import ChatCompletionRequest
+
+
+def finish_reason(finish: Finish) -> str:
+    """OpenAI's words for how a choice ended."""
+    return "length" if finish.reason == "length" else "tool_calls" if finish.calls else "stop"
+
+
+def call_id(neutral: str) -> str:
+    return f"call_{neutral}"
+
+
+def routes(chat: Chat) -> list[Route]:
+    async def completions(request: Request) -> Response:
+        limits = chat.host.settings
+        body = await read_json(request, limits.max_body_bytes)
+        # schema checks may take a while: off the event loop
+        req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body, limits=limits))
+        turn = await chat.start(req.to_request(limits))
+        meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return await respond(request, req.stream, lambda: _stream(turn, meta, include_usage, req.logprobs, request.url.path),
+                             lambda: _collect(turn, meta, req.logprobs), turn.close, loosened_headers(turn))
+
+    async def models(request: Request) -> Response:
+        registry = chat.host.registry
+
+        def cards() -> list[dict[str, Any]]:  # reading GGUF headers: off the event loop
+            return [_model_card(registry, name, chat.host.context_length(name), name in chat.host.loaded)
+                    for name in registry.models]
+
+        return JSONResponse({"object": "list", "data": await asyncio.to_thread(cards)})
+
+    return [Route("/v1/chat/completions", completions, methods=["POST"]),
+            Route("/chat/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]), Route("/models", models, methods=["GET"])]
+
+
+def _delta(piece: Delta | ReasoningDelta | ToolCallStart | ToolCallArguments) -> dict[str, Any]:
+    if isinstance(piece, Delta):
+        return {"content": piece.content}
+    if isinstance(piece, ReasoningDelta):
+        return {"reasoning_content": piece.text}
+    if isinstance(piece, ToolCallStart):
+        return {"tool_calls": [{"index": piece.index, "id": call_id(piece.id), "type": "function",
+                                "function": {"name": piece.name, "arguments": ""}}]}
+    return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.fragment}}]}
+
+
+async def _stream(turn: Turn, meta: dict[str, Any], include_usage: bool, logprobs: bool,
+                  path: str) -> AsyncIterator[bytes]:
+    def chunk(i: int, delta: dict[str, Any], finish: str | None = None, lp: list | None = None) -> bytes:
+        choice: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": finish}
+        if logprobs:
+            choice["logprobs"] = {"content": lp, "refusal": None} if lp else None
+        return frame({**meta, "object": "chat.completion.chunk", "choices": [choice]})
+
+    pending: list[list[dict[str, Any]]] = [[] for _ in range(turn.n)]  # logprobs not yet sent, per choice
+    finishes: list[Finish] = []
+    for i in range(turn.n):
+        yield chunk(i, {"role": "assistant", "content": ""})
+    try:
+        async for i, event in turn.events():
+            if isinstance(event, Logprobs):
+                pending[i] += [logprob(t) for t in event.tokens]
+            elif isinstance(event, Finish):
+                finishes.append(event)
+                yield chunk(i, {}, finish_reason(event), pending[i])
+            else:
+                lp, pending[i] = (pending[i], []) if isinstance(event, Delta) else (None, pending[i])
+                yield chunk(i, _delta(event), None, lp)
+        if include_usage and finishes:
+            yield frame({**meta, "object": "chat.completion.chunk", "choices": [], "usage": usage(total_usage(finishes))})
+    except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
+        yield frame(render(path, stream_error(exc)))
+    yield DONE
+
+
+class _Choice:
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[dict[str, Any]] = []
+        self.logprobs: list[dict[str, Any]] = []
+        self.finish: Finish | None = None
+
+    def add(self, event: Any) -> None:
+        if isinstance(event, Delta):
+            self.content.append(event.content)
+        elif isinstance(event, ReasoningDelta):
+            self.reasoning.append(event.text)
+        elif isinstance(event, ToolCallStart):
+            self.calls.append({"id": call_id(event.id), "type": "function",
+                               "function": {"name": event.name, "arguments": ""}})
+        elif isinstance(event, ToolCallArguments):
+            self.calls[event.index]["function"]["arguments"] += event.fragment
+        elif isinstance(event, Logprobs):
+            self.logprobs += [logprob(t) for t in event.tokens]
+        else:
+            self.finish = event
+
+    def message(self, index: int, logprobs: bool) -> dict[str, Any]:
+        text = "".join(self.content)
+        message: dict[str, Any] = {"role": "assistant", "content": text if text or not self.calls else None}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = self.calls
+        assert self.finish is not None
+        return {"index": index, "message": message, "finish_reason": finish_reason(self.finish),
+                "logprobs": {"content": self.logprobs, "refusal": None} if logprobs else None}
+
+
+async def _collect(turn: Turn, meta: dict[str, Any], logprobs: bool) -> dict[str, Any]:
+    choices = [_Choice() for _ in range(turn.n)]
+    async for i, event in turn.events():
+        choices[i].add(event)
+    total = total_usage([c.finish for c in choices if c.finish is not None])
+    return {**meta, "object": "chat.completion", "choices": [c.message(i, logprobs) for i, c in enumerate(choices)],
+            "usage": usage(total)}
+
+
+def logprob(t: Any) -> dict[str, Any]:
+    return {"token": t.token, "logprob": t.logprob, "bytes": t.bytes,
+            "top_logprobs": [{"token": x.token, "logprob": x.logprob, "bytes": x.bytes} for x in t.top]}
+
+
+def usage(u: Usage) -> dict[str, Any]:
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+
+
+def _model_card(registry: Registry, name: str, context_length: int | None, loaded: bool) -> dict[str, Any]:
+    spec = registry.models[name]
+    return {"id": name, "object": "model", "created": 0, "owned_by": "localchat",
+            "aliases": spec.aliases, "default": name == registry.default,
+            "context_length": context_length, "family": spec.family, "loaded": loaded}

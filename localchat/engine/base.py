@@ -1,0 +1,84 @@
+"""What every engine offers — the in-process one (engine.py), the worker client (worker.py), the
+scripted fake for tests (fake.py) and, later, remote ones: plain, picklable data in (`Generate`),
+token and text events out (`Stream`), cancel by closing the stream; a tokenizer to build prompts.
+
+Nothing above this interface holds a llama pointer or calls llama.cpp synchronously."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, Protocol
+
+from .params import Event, Generate, Started
+
+Emit = Callable[[Event | Started | BaseException | None], None]  # None: the request has ended
+
+
+class Tokenizer(Protocol):
+    """The model's vocabulary, in the server process (the worker's model holds the weights)."""
+
+    n_vocab: int
+    bos: int | None  # the token a prompt starts with, if the model adds one
+    fim: dict[str, int]  # fill-in-the-middle tokens: pre, suf, mid, rep, sep
+
+    def tokenize(self, segments: Iterable[tuple[str, bool]]) -> list[int]: ...  # (text, is_plain)
+
+    def tokenize_bytes(self, data: bytes, parse_special: bool) -> list[int]: ...
+
+    def token_id(self, text: str) -> int | None: ...
+
+    def piece(self, token: int) -> bytes: ...
+
+
+class Engine(Protocol):
+    tokenizer: Tokenizer
+    n_ctx: int  # tokens of context per slot
+    parallel: int  # slots: sequences decoded together
+
+    def check_fits(self, tokens: list[int]) -> None: ...  # ContextOverflow
+
+    def submit(self, request: Generate) -> Stream: ...  # QueueFull; must run on the event loop
+
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]: ...
+
+    def stats(self) -> dict[str, Any]: ...  # slots, busy, queued, n_ctx, bytes, worker
+
+    def close(self) -> None: ...
+
+
+class Stream:
+    """The events of one submitted request. Closing it (or abandoning it) cancels the request:
+    a queued one never starts, a running one stops within one step."""
+
+    def __init__(self, submit: Callable[[Generate, Emit], Any], cancel: Callable[[Any], None],
+                 request: Generate) -> None:
+        loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[Event | Started | BaseException | None] = asyncio.Queue()
+        self._cancel = cancel
+        self._ended = False
+
+        def emit(item: Event | Started | BaseException | None) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+        self._handle = submit(request, emit)
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        try:
+            while (item := await self._queue.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                if not isinstance(item, Started):
+                    yield item
+            self._ended = True
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._cancel(self._handle)

@@ -1,0 +1,154 @@
+"""Preparing one generation (blocking, off the event loop): the prompt rendered with the
+model's family, the output's constraint, the tokens, the sampling parameters with the model's
+defaults and the server's limits applied once, and a splitter per choice for the output."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..engine import Generate, SamplingParams
+from ..errors import InvalidRequest
+from ..families import Family, Prompt, render_prompt, system_first
+from ..models.host import LoadedModel
+from . import constraints
+from .constraints import OutputRules
+from .fim import fim_tokens
+from .request import GenerationRequest, Image, Message
+from .stream import OutputSplitter
+
+
+@dataclass(frozen=True)
+class Prepared:
+    generate: Generate
+    splitters: list[OutputSplitter]
+
+
+def prepare(request: GenerationRequest, loaded: LoadedModel, check: bool = True, cap: int | None = None) -> Prepared:
+    """Render the prompt, build and check the grammar, tokenize; `cap` is the server's max_tokens_cap."""
+    rules, family = request.output, loaded.family
+    if request.prompt is not None:
+        tokens, thinking = _raw_tokens(request, loaded), False
+    else:
+        messages, extra = _with_tools(_template_messages(request.messages, loaded.spec.system_prompt_strip), rules,
+                                      family, loaded)
+        if request.reasoning is not None:
+            extra["enable_thinking"] = request.reasoning  # the switch Qwen 3's templates read
+        prompt = _render(loaded, messages, extra)
+        thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
+        tokens = loaded.engine.tokenizer.tokenize(list(prompt.segments))
+    constraint = constraints.build(rules, family, thinking)
+    params = request.sampling.over(SamplingParams(**loaded.spec.sampling.model_dump()))
+    params = replace(params, logit_bias=_logit_bias(request.sampling.logit_bias, loaded.engine.tokenizer.n_vocab),
+                     stop=tuple(params.stop or ()), ignore_eos=bool(params.ignore_eos))
+    if cap is not None and (params.max_tokens is None or params.max_tokens > cap):
+        params = replace(params, max_tokens=cap)
+    if check:
+        loaded.engine.check_fits(tokens)
+    raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
+    splitters = [OutputSplitter(None if raw or not rules.calls_tools else family.tools,
+                                None if raw else family.reasoning, thinking) for _ in range(request.n)]
+    return Prepared(Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs),
+                    splitters)
+
+
+def _template_messages(messages: tuple[Message, ...], strip: str | None) -> list[dict[str, Any]]:
+    """The conversation as chat templates read it (the Hugging Face convention): `content` a
+    string, `tool_calls` with `function.arguments` objects, `reasoning_content`. System
+    messages lose what `system_prompt_strip` (models.toml) matches."""
+    out = []
+    for i, m in enumerate(messages):
+        for j, part in enumerate(m.content):
+            if isinstance(part, Image):
+                where = part.where or f"messages.{i}.content.{j}"
+                raise InvalidRequest(f"{where}: this model reads text only: images need a model with a vision "
+                                     "projector (`mmproj` in models.toml)", param=where)
+        text = re.sub(strip, "", m.text) if strip and m.role == "system" else m.text
+        item: dict[str, Any] = {"role": m.role, "content": text}
+        if m.tool_calls:
+            item["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                                  for c in m.tool_calls]
+        if m.tool_call_id is not None:
+            item["tool_call_id"] = m.tool_call_id
+        if m.name is not None:
+            item["name"] = m.name
+        if m.reasoning:
+            item["reasoning_content"] = m.reasoning
+        out.append(item)
+    return out
+
+
+def _render(loaded: LoadedModel, messages: list[dict[str, Any]], extra: dict[str, Any]) -> Prompt:
+    """The prompt. A system message after the first turn is rendered where it stands when the
+    template places it there; when the template refuses it or leaves it out, every system
+    message is merged, in order, into one system prompt at the start."""
+    def render(conversation: list[dict[str, Any]]) -> Prompt:
+        return render_prompt(loaded.template, conversation, bos_token=loaded.bos_token, eos_token=loaded.eos_token,
+                             **extra)
+
+    late = [k for k, m in enumerate(messages) if m["role"] == "system" and k > 0]
+    if not late:
+        return render(messages)
+    try:
+        prompt = render(messages)
+        if not any(messages[k]["role"] == "system" for k in prompt.dropped):
+            return prompt
+    except InvalidRequest:
+        pass
+    return render(system_first(messages))
+
+
+def _raw_tokens(request: GenerationRequest, loaded: LoadedModel) -> list[int]:
+    """A raw prompt, no template: as written (special tokens parsed), or fill-in-the-middle."""
+    assert request.prompt is not None
+    engine, vocab = loaded.engine, loaded.engine.tokenizer
+    if request.suffix is None:
+        return vocab.tokenize([(request.prompt, False)])
+    room = engine.n_ctx - min(request.sampling.max_tokens or 256, engine.n_ctx // 2)
+
+    def plain(text: str) -> list[int]:
+        return vocab.tokenize_bytes(text.encode("utf-8", "replace"), parse_special=False)
+
+    return fim_tokens(vocab.fim, plain, request.prompt, request.suffix, bos=vocab.bos, extra=request.extra, budget=room)
+
+
+def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Family,
+                loaded: LoadedModel) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Tools and tool history the way the template understands them: a GGUF template that
+    takes `tools` gets them as they are; a family template gets the family's wording."""
+    tools = [{"type": "function", "function": {k: v for k, v in (("name", t.name), ("description", t.description),
+                                                                  ("parameters", t.parameters)) if v is not None}}
+             for t in rules.tools]
+    if "tools" in loaded.template and loaded.template != family.template:
+        return messages, ({"tools": tools} if tools else {})
+    syntax, out = family.tools, []
+    for m in messages:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            said = [(m["content"], True), ("\n", False)] if m["content"] else []
+            m = {"role": "assistant", "content": said + syntax.format_calls(m["tool_calls"])}
+        elif m["role"] == "tool":
+            m = {**m, "content": syntax.format_result(m["content"])}
+        out.append(m)
+    if tools:
+        described = syntax.describe(tools)
+        if out and out[0]["role"] == "system":
+            out[0] = {**out[0], "content": [(out[0]["content"], True), ("\n\n", False), *described]}
+        else:
+            out.insert(0, {"role": "system", "content": described})
+    return out, {}
+
+
+def _logit_bias(bias: dict[Any, float], n_vocab: int) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise InvalidRequest(f"keys are token ids; {key!r} is not an integer", field="logit_bias") from None
+        if not 0 <= token < n_vocab:
+            raise InvalidRequest(f"token {token} is outside the vocabulary (0..{n_vocab - 1})", field="logit_bias")
+        if not -100 <= value <= 100:
+            raise InvalidRequest(f"{value} for token {token} is outside -100..100", field="logit_bias")
+        out[token] = float(value)
+    return out

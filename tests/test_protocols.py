@@ -1,0 +1,180 @@
+"""The layers above the engine, in milliseconds: every protocol's translation, framing and
+names over a scripted engine (engine/fake.py) that plays back a given text, in-process.
+
+What the model writes is scripted here, so these tests check the splitting (content,
+reasoning, tool calls), each protocol's own stop reasons and call ids, its error names for the
+neutral request's fields, and the keepalives of a slow stream. The real engine is tested on
+a real server by the other modules."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import TINY_CTX
+from localchat.api import create_app, sse
+from localchat.engine.fake import fake_factory
+from localchat.generation import Chat, ModelHost
+from localchat.models import ModelSpec, Registry, Settings
+from tool_schemas import ADD
+
+CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+HI = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.fixture(scope="module")
+def registry(tiny_models: dict[str, Path]) -> Registry:
+    specs = {"chatml": ModelSpec(name="chatml", path=tiny_models["chatml"], context_length=TINY_CTX, parallel=2),
+             "qwen3": ModelSpec(name="qwen3", path=tiny_models["qwen3"], context_length=TINY_CTX, parallel=2)}
+    return Registry(specs, "chatml", settings=Settings(worker=False))
+
+
+def post(registry: Registry, script: Iterable[str] | Callable, path: str, body: dict, delay: float = 0.0) -> httpx.Response:
+    """One request to an app whose every model plays `script` (pieces of text)."""
+    pieces = list(script) if not callable(script) else None
+    chat = Chat(ModelHost(registry, engine=fake_factory(script if callable(script) else lambda r, i: pieces,
+                                                        delay=delay)))
+
+    async def run() -> httpx.Response:
+        transport = httpx.ASGITransport(app=create_app(chat, webui=False))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            try:
+                return await client.post(path, json=body, timeout=30)
+            finally:
+                chat.host.close()
+
+    return asyncio.run(run())
+
+
+def sse_events(r: httpx.Response) -> list[tuple[str | None, object]]:
+    out = []
+    for block in r.text.split("\n\n"):
+        name = next((line[7:] for line in block.splitlines() if line.startswith("event: ")), None)
+        data = next((line[6:] for line in block.splitlines() if line.startswith("data: ")), None)
+        if data is not None:
+            out.append((name, data if data == "[DONE]" else json.loads(data)))
+    return out
+
+
+# -- reasoning and content ---------------------------------------------------------------------------
+
+THOUGHT = ["Let me", " think.", "</think>", "\n\nIt is", " 4."]
+
+
+def test_reasoning_is_split_from_the_answer_on_every_protocol(registry: Registry):
+    chat = post(registry, THOUGHT, "/v1/chat/completions", {"model": "qwen3", "messages": HI}).json()
+    message = chat["choices"][0]["message"]
+    assert message["reasoning_content"] == "Let me think." and message["content"] == "It is 4."
+    anthropic = post(registry, THOUGHT, "/v1/messages", {"model": "qwen3", "max_tokens": 50, "messages": HI}).json()
+    assert [b["type"] for b in anthropic["content"]] == ["thinking", "text"]
+    assert anthropic["content"][0]["thinking"] == "Let me think." and anthropic["content"][1]["text"] == "It is 4."
+    responses = post(registry, THOUGHT, "/v1/responses", {"model": "qwen3", "input": "Hi"}).json()
+    assert [item["type"] for item in responses["output"]] == ["reasoning", "message"]
+    assert responses["output_text"] == "It is 4."
+    ollama = post(registry, THOUGHT, "/api/chat", {"model": "qwen3", "messages": HI, "stream": False}).json()
+    assert ollama["message"]["thinking"] == "Let me think." and ollama["message"]["content"] == "It is 4."
+
+
+# -- tool calls: each protocol's ids and stop reasons ------------------------------------------------
+
+TOOLS_OPENAI = [{"type": "function", "function": {"name": "add", "parameters": ADD}}]
+
+
+def test_a_tool_call_in_each_protocols_words(registry: Registry):
+    script = ["Sure.", CALL[:20], CALL[20:]]
+    chat = post(registry, script, "/v1/chat/completions", {"messages": HI, "tools": TOOLS_OPENAI}).json()["choices"][0]
+    assert chat["finish_reason"] == "tool_calls" and chat["message"]["content"] == "Sure."
+    call = chat["message"]["tool_calls"][0]
+    assert call["id"].startswith("call_") and json.loads(call["function"]["arguments"]) == {"a": 1, "b": 2}
+    anthropic = post(registry, script, "/v1/messages", {"max_tokens": 99, "messages": HI,
+                                                         "tools": [{"name": "add", "input_schema": ADD}]}).json()
+    assert anthropic["stop_reason"] == "tool_use"
+    use = anthropic["content"][1]
+    assert use["type"] == "tool_use" and use["id"].startswith("toolu_") and use["input"] == {"a": 1, "b": 2}
+    responses = post(registry, script, "/v1/responses", {"input": "Hi", "tools": [
+        {"type": "function", "name": "add", "parameters": ADD}]}).json()
+    item = next(i for i in responses["output"] if i["type"] == "function_call")
+    assert item["call_id"].startswith("call_") and item["id"].startswith("fc_") and item["name"] == "add"
+    ollama = post(registry, script, "/api/chat", {"messages": HI, "tools": TOOLS_OPENAI, "stream": False}).json()
+    assert ollama["message"]["tool_calls"][0]["function"] == {"index": 0, "name": "add", "arguments": {"a": 1, "b": 2}}
+
+
+def test_streamed_call_deltas_name_first_then_arguments(registry: Registry):
+    script = [CALL[:25], CALL[25:40], CALL[40:]]
+    events = sse_events(post(registry, script, "/v1/chat/completions",
+                             {"messages": HI, "tools": TOOLS_OPENAI, "stream": True}))
+    assert events[-1] == (None, "[DONE]")
+    deltas = [e["choices"][0]["delta"] for _, e in events[:-1] if e["choices"]]  # type: ignore[index]
+    calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+    assert calls[0]["function"]["name"] == "add" and calls[0]["id"].startswith("call_")
+    assert json.loads("".join(c["function"]["arguments"] for c in calls)) == {"a": 1, "b": 2}
+    assert all("id" not in c for c in calls[1:])
+
+
+# -- how an answer ends --------------------------------------------------------------------------------
+
+def test_out_of_tokens_in_each_protocols_words(registry: Registry):
+    long = ["a"] * 10
+    assert post(registry, long, "/v1/chat/completions", {"messages": HI, "max_tokens": 3}).json()[
+        "choices"][0]["finish_reason"] == "length"
+    assert post(registry, long, "/v1/messages", {"max_tokens": 3, "messages": HI}).json()["stop_reason"] == "max_tokens"
+    responses = post(registry, long, "/v1/responses", {"input": "Hi", "max_output_tokens": 3}).json()
+    assert responses["status"] == "incomplete" and responses["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert post(registry, long, "/api/chat", {"messages": HI, "stream": False, "options": {"num_predict": 3}}).json()[
+        "done_reason"] == "length"
+    assert post(registry, long, "/v1/completions", {"prompt": "x", "max_tokens": 3}).json()[
+        "choices"][0]["finish_reason"] == "length"
+
+
+# -- errors: the neutral request's fields in each protocol's names -------------------------------------
+
+UNSATISFIABLE = {"type": "object", "properties": {"a": False}, "required": ["a"]}
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/v1/chat/completions", {"messages": HI, "tool_choice": "required",
+                              "tools": [{"type": "function", "function": {"name": "f", "parameters": UNSATISFIABLE}}]},
+     "tools.0.function.parameters"),
+    ("/v1/chat/completions", {"messages": HI, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": UNSATISFIABLE}}}, "response_format.json_schema.schema"),
+    ("/v1/messages", {"max_tokens": 5, "messages": HI, "tool_choice": {"type": "any"},
+                      "tools": [{"name": "f", "input_schema": UNSATISFIABLE}]}, "tools.0.input_schema"),
+    ("/v1/messages", {"max_tokens": 5, "messages": HI, "output_config": {"format": {
+        "type": "json_schema", "schema": UNSATISFIABLE}}}, "output_config.format.schema"),
+    ("/v1/responses", {"input": "Hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": UNSATISFIABLE}}},
+     "text.format.schema"),
+    ("/api/chat", {"messages": HI, "format": UNSATISFIABLE}, "format"),
+    ("/v1/chat/completions", {"messages": HI, "n": 3}, "n"),
+    ("/v1/messages", {"max_tokens": 5, "messages": HI, "logit_bias": {"999999": 1}}, "logit_bias"),
+])
+def test_an_error_names_the_protocols_own_field(registry: Registry, path: str, body: dict, param: str):
+    r = post(registry, ["x"], path, body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    message = error if isinstance(error, str) else error["message"]
+    assert message.startswith(f"{param}: ")
+    if isinstance(error, dict) and "param" in error:
+        assert error["param"] == param
+
+
+# -- keepalives while nothing comes ------------------------------------------------------------------
+
+@pytest.mark.parametrize("path, body, keepalive", [
+    ("/v1/chat/completions", {"messages": HI, "stream": True}, ": keepalive"),
+    ("/v1/messages", {"max_tokens": 5, "messages": HI, "stream": True}, "event: ping"),
+    ("/v1/responses", {"input": "Hi", "stream": True}, ": keepalive"),
+    ("/v1/completions", {"prompt": "x", "stream": True}, ": keepalive"),
+])
+def test_a_slow_stream_sends_keepalives(registry: Registry, monkeypatch: pytest.MonkeyPatch, path: str, body: dict,
+                                        keepalive: str):
+    monkeypatch.setattr(sse, "KEEPALIVE", 0.02)
+    text = post(registry, ["slow", " answer"], path, body, delay=0.15).text
+    first = text.index("slow")
+    assert keepalive in text[:first] and keepalive in text[first:]  # while waiting, and between tokens
+    ollama = post(registry, ["slow"], "/api/chat", {"messages": HI}, delay=0.1).text
+    assert "keepalive" not in ollama and json.loads(ollama.splitlines()[0])["message"]["content"] == "slow"
