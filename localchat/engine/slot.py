@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import llama_cpp as C
 import numpy as np
 
+from ..errors import GrammarDeadEnd
 from .model import Model
 from .params import Done, Event, TokenLogprob, TopLogprob, Text
 from .sampling import Sampler
@@ -41,7 +42,13 @@ class Sequence:
 
     def sample(self, ctx, idx: int) -> None:
         """Sample from the logits at batch index `idx`; emit its text; finish or queue the token."""
-        token = self.sampler.sample(ctx, idx)
+        try:
+            token = self.sampler.sample(ctx, idx)
+        except GrammarDeadEnd:
+            if not self.sampler.params.ignore_eos:
+                raise
+            # the grammar is complete: only the end of generation could follow, which ignore_eos bans
+            return self._end("stop", flush=True)
         if token in self.stop_tokens or token in self.model.eog:
             return self._end("stop", flush=True)  # text held back as a possible stop string was text
         if self.logprobs is not None:  # content tokens only, as OpenAI does: not the end-of-turn token
