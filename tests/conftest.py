@@ -41,6 +41,9 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     # a code model (fill-in-the-middle tokens) and an embedding model (declares mean pooling)
     models["coder"] = write_tiny_model(folder / "tiny-coder.gguf", FAMILIES["chatml"], n_ctx=TINY_CTX, fim=True)
     models["embed"] = write_tiny_model(folder / "tiny-embed.gguf", FAMILIES["llama3"], n_ctx=TINY_CTX, pooling=1)
+    # a reranker (Qwen3-Reranker's shape: rank pooling, a yes/no classifier head)
+    models["reranker"] = write_tiny_model(folder / "tiny-reranker.gguf", FAMILIES["chatml"], n_ctx=TINY_CTX,
+                                          reranker=True)
     return models
 
 
@@ -52,6 +55,8 @@ def registry_file(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPat
     for name, model in tiny_models.items():
         lines.append(f'\n[models.tiny-{name}]\npath = "{model}"\ncontext_length = {TINY_CTX}\n')
     lines.append('\n[models.ghost]\npath = "/nonexistent/ghost.gguf"\n')  # listed, but its file is gone
+    # a chat model that reranks by answering yes or no
+    lines.append(f'\n[models.tiny-judge]\npath = "{tiny_models["chatml"]}"\ncontext_length = {TINY_CTX}\nrerank = true\n')
     path.write_text("".join(lines))
     return path
 

@@ -42,17 +42,25 @@ FIM = {"pre": "<|fim_prefix|>", "suf": "<|fim_suffix|>", "mid": "<|fim_middle|>"
        "sep": "<|file_sep|>"}  # Qwen2.5-Coder's
 
 
+RERANK_TEMPLATE = ("<|im_start|>system\nJudge whether the Document meets the Query.<|im_end|>\n<|im_start|>user\n"
+                   "<Query>: {query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n")
+
+
 def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int = 0,
                      chat_template: str | None = "family", extra: tuple[str, ...] = (), fim: bool = False,
-                     pooling: int | None = None) -> Path:
+                     pooling: int | None = None, arch: str = "llama", reranker: bool = False) -> Path:
     """fim: the vocabulary has fill-in-the-middle tokens, declared in the GGUF as llama.cpp reads
-    them; pooling: the GGUF declares this pooling type (1 mean, 2 cls, 3 last), as embedding models do."""
+    them; pooling: the GGUF declares this pooling type (1 mean, 2 cls, 3 last), as embedding models do;
+    arch: llama or qwen3 (per-head Q/K norms); reranker: a Qwen3-Reranker-shaped model (qwen3,
+    rank pooling, a yes/no classifier head `cls.output`, a `rerank` prompt template)."""
+    if reranker:
+        arch, pooling = "qwen3", 4
     tokens, types = vocabulary(family, (*extra, *(FIM.values() if fim else ())))
     index = {t: i for i, t in enumerate(tokens)}
     eos = family.eos_token if family.eos_token in index else family.stop_tokens[0]
     rng = np.random.default_rng(seed)
 
-    w = GGUFWriter(str(path), "llama")
+    w = GGUFWriter(str(path), arch)
     w.add_name(f"tiny-{family.name}")
     w.add_context_length(n_ctx)
     w.add_embedding_length(N_EMBD)
@@ -80,6 +88,9 @@ def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int 
             w.add_uint32(f"tokenizer.ggml.fim_{key}_token_id", index[text])
     if pooling is not None:
         w.add_uint32(f"{w.arch}.pooling_type", pooling)
+    if reranker:
+        w.add_array(f"{w.arch}.classifier.output_labels", ["yes", "no"])
+        w.add_string("tokenizer.chat_template.rerank", RERANK_TEMPLATE)
 
     def tensor(name: str, *shape: int, scale: float = 0.1) -> None:
         w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
@@ -88,11 +99,16 @@ def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int 
     tensor("token_embd.weight", n_vocab, N_EMBD, scale=1.0)
     w.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
     tensor("output.weight", n_vocab, N_EMBD, scale=1.0)
+    if reranker:
+        tensor("cls.output.weight", 2, N_EMBD, scale=0.2)
     for i in range(N_LAYER):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
             tensor(f"blk.{i}.{name}.weight", N_EMBD, N_EMBD)
+        if arch == "qwen3":
+            for name in ("attn_q_norm", "attn_k_norm"):
+                w.add_tensor(f"blk.{i}.{name}.weight", np.ones(N_EMBD // N_HEAD, dtype=np.float32))
         tensor(f"blk.{i}.ffn_gate.weight", N_FF, N_EMBD)
         tensor(f"blk.{i}.ffn_up.weight", N_FF, N_EMBD)
         tensor(f"blk.{i}.ffn_down.weight", N_EMBD, N_FF)

@@ -20,6 +20,7 @@ from ..families import DEFAULT_FAMILY, Family, detect, get_family
 from ..generation import Chat, LoadedModel
 from ..models import ModelInfo, ModelSpec, inspect
 from ..models.gguf import read_metadata
+from ..models.host import RANK_POOLING
 from .body import parse, read_json
 from .ollama_chat import model_name
 
@@ -179,8 +180,8 @@ def _model_info(spec: ModelSpec, facts: Facts, n_ctx: int | None) -> dict[str, A
 def _capabilities(spec: ModelSpec, facts: Facts, family: Family, template: str,
                   loaded: LoadedModel | None) -> list[str]:
     info = facts.info
-    if info and info.pooling_type:  # an embedding model
-        return ["embedding"]
+    if info and info.pooling_type:  # an embedding model, or a reranker (no Ollama capability)
+        return ["embedding"] if info.pooling_type != RANK_POOLING else []
     caps = ["completion", "tools"]  # every family's template gets tools, under the tool-call grammar
     if loaded.can_infill if loaded else _has_fim(facts):
         caps.append("insert")

@@ -19,3 +19,5 @@ from . import responses  # noqa: E402
 PROTOCOLS.append(responses)
 from . import ollama  # noqa: E402
 PROTOCOLS.append(ollama)
+from . import rerank  # noqa: E402
+PROTOCOLS.append(rerank)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .embed import Embedder
+from .rerank import Ranker
 from .model import Model
 from .params import Event, Generate, Started
 from .scheduler import Emit, Scheduler
@@ -71,6 +72,7 @@ class Engine:
         self.n_ctx, self.parallel, self.n_vocab = n_ctx, parallel, self.model.n_vocab
         self._pooling, self._threads, self._embedder_ready = pooling, n_threads, threading.Lock()
         self._embedder: Embedder | None = None
+        self._rankers: dict[tuple[int, int] | None, Ranker] = {}
         self.tokenize, self.token_id = self.model.tokenize, self.model.token_id
 
     def check_fits(self, tokens: list[int]) -> None:
@@ -95,6 +97,18 @@ class Engine:
                 self._embedder = Embedder(self.model, pooling=self._pooling, n_threads=self._threads)
         return self._embedder.embed(inputs)
 
+    async def rerank(self, inputs: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]:
+        """One relevance score per prompt: the GGUF's rank pooling, or with `judge` (the yes and no
+        token ids) P(yes) for the next token (a context of its own, made on first use)."""
+        return await asyncio.to_thread(self.rerank_blocking, inputs, judge)
+
+    def rerank_blocking(self, inputs: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]:
+        with self._embedder_ready:
+            if judge not in self._rankers:
+                self._rankers[judge] = Ranker(self.model, judge=judge, n_threads=self._threads)
+            ranker = self._rankers[judge]
+        return ranker.rank(inputs)
+
     def stats(self) -> dict[str, Any]:
         return {**self.scheduler.stats(), "n_ctx": self.n_ctx, "bytes": self.model.size_bytes, "worker": None}
 
@@ -102,4 +116,6 @@ class Engine:
         self.scheduler.close()
         if self._embedder is not None:
             self._embedder.close()
+        for ranker in self._rankers.values():
+            ranker.close()
         self.model.close()

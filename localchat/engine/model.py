@@ -108,6 +108,16 @@ class Model:
             n = C.llama_tokenize(self.vocab, data, len(data), buf, cap, False, parse_special)
         return list(buf[:n])
 
+    def pair(self, query: list[int], document: list[int]) -> list[int]:
+        """A (query, document) pair for a reranker without a prompt template, framed as
+        llama-server does: BOS, query, EOS, SEP, document, EOS, each where the vocabulary adds it."""
+        v = self.vocab
+        eos = C.llama_vocab_eos(v)
+        eos = eos if eos >= 0 else C.llama_vocab_sep(v)
+        end = [eos] if C.llama_vocab_get_add_eos(v) and eos >= 0 else []
+        sep = [C.llama_vocab_sep(v)] if C.llama_vocab_get_add_sep(v) and C.llama_vocab_sep(v) >= 0 else []
+        return [*([self.bos] if self.bos is not None else []), *query, *end, *sep, *document, *end]
+
     def token_id(self, text: str) -> int | None:
         """The id of a control token given by its text, or None if the vocabulary lacks it."""
         ids = self.tokenize_bytes(text.encode(), parse_special=True)

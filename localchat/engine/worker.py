@@ -81,6 +81,13 @@ class WorkerEngine:
         return Stream(self._submit_job, self._cancel_job, request)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        return await self._call("embed", inputs)
+
+    async def rerank(self, inputs: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]:
+        return await self._call("rerank", inputs, judge)
+
+    async def _call(self, kind: str, *args: Any) -> Any:
+        """A blocking call in the worker (embed, rerank), answered by an `embedded` message."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._lock:
@@ -89,7 +96,7 @@ class WorkerEngine:
             job_id = next(self._ids)
             self._embeds[job_id] = (loop, future)
             if self.state == "ready":
-                self._send(("embed", job_id, inputs))
+                self._send((kind, job_id, *args))
             else:  # restarting: no embedding is in flight in a new worker
                 self._embeds.pop(job_id)
                 raise ModelUnavailable(f"the model {self.name} is restarting; try again shortly", param="model")
@@ -291,9 +298,9 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
                 jobs.pop(job_id, None)
         return emit
 
-    def embed(job_id: int, inputs: list[list[int]]) -> None:
+    def call(kind: str, job_id: int, *args: Any) -> None:
         try:
-            result: Any = engine.embed_blocking(inputs)
+            result: Any = (engine.embed_blocking if kind == "embed" else engine.rerank_blocking)(*args)
         except Exception as exc:  # noqa: BLE001 - the server raises it for that request
             result = exc
         with send_lock:
@@ -311,8 +318,8 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
             jobs[message[1]] = scheduler.submit(message[2], emitter(message[1]))
         elif message[0] == "cancel" and message[1] in jobs:
             scheduler.cancel(jobs.pop(message[1]))
-        elif message[0] == "embed":
-            threading.Thread(target=embed, args=message[1:], daemon=True).start()
+        elif message[0] in ("embed", "rerank"):
+            threading.Thread(target=call, args=message, daemon=True).start()
         elif message[0] == "stop":
             break
         if len(jobs) > 1024:  # a handle stored just after its request ended (a race with emit)

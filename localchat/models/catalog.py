@@ -105,6 +105,7 @@ class ModelSpec(BaseModel):
     parallel: int | None = Field(None, ge=1, le=64)
     keep_alive: float | None = None
     embedding: bool = False  # serve /v1/embeddings with mean pooling even if the GGUF declares no pooling
+    rerank: bool = False  # serve /v1/rerank by asking the model yes or no, if the GGUF has no rank pooling
     # A regex removed from system messages before tokenizing: a value a client changes on every
     # request (a request id, a timestamp) early in its system prompt defeats the prefix cache.
     system_prompt_strip: str | None = None

@@ -116,7 +116,8 @@ class ModelInfo:
     name: str | None = None
     parameters: int = 0
     quantization: str = "unknown"
-    pooling_type: int | None = None  # declared by embedding models (1 mean, 2 cls, 3 last)
+    pooling_type: int | None = None  # declared by embedding models (1 mean, 2 cls, 3 last) and rerankers (4 rank)
+    rerank_template: str | None = None  # a reranker's prompt, with {query} and {document}
 
 
 def inspect(path: Path) -> ModelInfo:
@@ -143,6 +144,7 @@ def inspect(path: Path) -> ModelInfo:
         parameters=meta.get("GGUF.parameter_count", 0),
         quantization=_quantization(meta.get("general.file_type")),
         pooling_type=meta.get(f"{arch}.pooling_type") or None,
+        rerank_template=meta.get("tokenizer.chat_template.rerank"),
     )
 
 

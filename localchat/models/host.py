@@ -16,6 +16,7 @@ from .catalog import DEFAULT_CONTEXT_CAP, ModelSpec, Registry, Settings
 from .gguf import ModelInfo, inspect
 
 log = logging.getLogger("localchat.models")
+RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK: a reranker's classifier head
 
 
 @dataclass
@@ -32,7 +33,12 @@ class LoadedModel:
 
     @property
     def can_embed(self) -> bool:
-        return bool(self.info.pooling_type) or self.spec.embedding
+        return self.info.pooling_type not in (None, RANK_POOLING) or self.spec.embedding
+
+    @property
+    def can_rerank(self) -> bool:
+        """By the GGUF's rank pooling (a classifier head), or by asking the model (`rerank = true`)."""
+        return self.info.pooling_type == RANK_POOLING or self.spec.rerank
 
     @property
     def can_infill(self) -> bool:
@@ -67,7 +73,8 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
     else:
         template = family.template
     kind = WorkerEngine if settings.worker else Engine
-    pooling = None if info.pooling_type else 1 if spec.embedding else None  # 1: mean
+    embeds = info.pooling_type not in (None, RANK_POOLING)  # a reranker's rank pooling makes no embeddings
+    pooling = None if embeds else 1 if spec.embedding else None  # 1: mean
     engine = kind(path, n_ctx=context_length(spec, info), parallel=spec.parallel or settings.parallel,
                   max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
                   visible=family.tools.visible_tokens, pooling=pooling,
