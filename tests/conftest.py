@@ -18,7 +18,7 @@ import pytest
 
 from localchat.families import FAMILIES
 from localchat.models import shipped_config
-from tinymodels import write_tiny_model
+from tinymodels import write_tiny_lora, write_tiny_model
 
 TINY_CTX = 2048
 # A Qwen3-style template: the generation prompt opens a think block.
@@ -55,6 +55,10 @@ def registry_file(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPat
     for name, model in tiny_models.items():
         lines.append(f'\n[models.tiny-{name}]\npath = "{model}"\ncontext_length = {TINY_CTX}\n')
     lines.append('\n[models.ghost]\npath = "/nonexistent/ghost.gguf"\n')  # listed, but its file is gone
+    # a chat model with two LoRA adapters, both off by default
+    one, two = (write_tiny_lora(path.parent / f"lora-{name}.gguf", seed=seed) for name, seed in (("one", 1), ("two", 2)))
+    lines.append(f'\n[models.tiny-lora]\npath = "{tiny_models["chatml"]}"\ncontext_length = {TINY_CTX}\n'
+                 f'loras = [{{name = "one", path = "{one}", scale = 0}}, {{name = "two", path = "{two}", scale = 0}}]\n')
     # a chat model that reranks by answering yes or no
     lines.append(f'\n[models.tiny-judge]\npath = "{tiny_models["chatml"]}"\ncontext_length = {TINY_CTX}\nrerank = true\n')
     path.write_text("".join(lines))

@@ -117,3 +117,78 @@ def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int 
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_tiny_lora(path: Path, *, seed: int = 1, rank: int = 4, alpha: float = 4.0) -> Path:
+    """A LoRA adapter for the tiny llama models (`general.type = adapter`): low-rank deltas to
+    every block's attention and feed-forward input, large enough to move the logits visibly."""
+    rng = np.random.default_rng(seed)
+    w = GGUFWriter(str(path), "llama")
+    w.add_string("general.type", "adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", alpha)
+    for i in range(N_LAYER):
+        for name, n_in, n_out in (("attn_q", N_EMBD, N_EMBD), ("attn_v", N_EMBD, N_EMBD),
+                                  ("attn_output", N_EMBD, N_EMBD), ("ffn_up", N_EMBD, N_FF)):
+            # llama.cpp's layout: lora_a is [n_in, rank] and lora_b [rank, n_out] (numpy: reversed)
+            w.add_tensor(f"blk.{i}.{name}.weight.lora_a", (rng.standard_normal((rank, n_in)) * 0.3).astype(np.float32))
+            w.add_tensor(f"blk.{i}.{name}.weight.lora_b", (rng.standard_normal((n_out, rank)) * 0.3).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+V_EMBD, V_FF, V_HEAD, V_LAYER, V_IMAGE, V_PATCH, V_MERGE = 32, 64, 2, 1, 112, 14, 2
+
+
+def write_tiny_mmproj(path: Path, *, n_embd_text: int = N_EMBD, seed: int = 3) -> Path:
+    """A vision projector llama.cpp's mtmd loads for the tiny models: Gemma 3's (a SigLIP encoder,
+    average pooling, an RMS norm and a projection to the text model's width), 112-pixel images,
+    14-pixel patches, pooled 2x2: 16 tokens an image. Its images are decoded non-causally."""
+    rng = np.random.default_rng(seed)
+    n_patches = (V_IMAGE // V_PATCH) ** 2
+    w = GGUFWriter(str(path), "clip")
+    w.add_string("general.type", "mmproj")
+    w.add_string("clip.projector_type", "gemma3")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_bool("clip.use_gelu", True)
+    w.add_uint32("clip.vision.image_size", V_IMAGE)
+    w.add_uint32("clip.vision.patch_size", V_PATCH)
+    w.add_uint32("clip.vision.embedding_length", V_EMBD)
+    w.add_uint32("clip.vision.feed_forward_length", V_FF)
+    w.add_uint32("clip.vision.block_count", V_LAYER)
+    w.add_uint32("clip.vision.attention.head_count", V_HEAD)
+    w.add_uint32("clip.vision.projection_dim", n_embd_text)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    w.add_uint32("clip.vision.projector.scale_factor", V_MERGE)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+
+    def tensor(name: str, *shape: int, scale: float = 0.2) -> None:
+        w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+
+    tensor("v.patch_embd.weight", V_EMBD, 3, V_PATCH, V_PATCH, scale=0.05)
+    tensor("v.patch_embd.bias", V_EMBD)
+    tensor("v.position_embd.weight", n_patches, V_EMBD)
+    for i in range(V_LAYER):
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            tensor(f"v.blk.{i}.{name}.weight", V_EMBD, V_EMBD)
+            tensor(f"v.blk.{i}.{name}.bias", V_EMBD)
+        for name in ("ln1", "ln2"):
+            w.add_tensor(f"v.blk.{i}.{name}.weight", np.ones(V_EMBD, dtype=np.float32))
+            w.add_tensor(f"v.blk.{i}.{name}.bias", np.zeros(V_EMBD, dtype=np.float32))
+        tensor(f"v.blk.{i}.ffn_up.weight", V_FF, V_EMBD)
+        tensor(f"v.blk.{i}.ffn_up.bias", V_FF)
+        tensor(f"v.blk.{i}.ffn_down.weight", V_EMBD, V_FF)
+        tensor(f"v.blk.{i}.ffn_down.bias", V_EMBD)
+    w.add_tensor("v.post_ln.weight", np.ones(V_EMBD, dtype=np.float32))
+    w.add_tensor("v.post_ln.bias", np.zeros(V_EMBD, dtype=np.float32))
+    w.add_tensor("mm.soft_emb_norm.weight", np.ones(V_EMBD, dtype=np.float32))
+    tensor("mm.input_projection.weight", V_EMBD, n_embd_text, scale=1.0)  # llama.cpp: [text width, vision width]
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

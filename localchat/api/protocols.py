@@ -21,3 +21,5 @@ from . import ollama  # noqa: E402
 PROTOCOLS.append(ollama)
 from . import rerank  # noqa: E402
 PROTOCOLS.append(rerank)
+from . import lora  # noqa: E402
+PROTOCOLS.append(lora)

@@ -12,6 +12,7 @@ from ..errors import InvalidRequest
 from ..engine.params import KNOBS
 from ..grammars.metaschema import schema_problem
 from .body import KeepAlive
+from .lora import LoraField, lora_choice
 from ..models import Settings, sampling_model
 
 _DEFAULT_LIMITS = Settings()
@@ -125,6 +126,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     grammar: str | None = None  # extension: raw GBNF
+    lora: LoraField = None  # extension (llama-server's, oxillama's): LoRA adapters for this request
 
     @field_validator("stop")
     @classmethod
@@ -205,6 +207,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             n=self.n,
             logprobs=(self.top_logprobs or 0) if self.logprobs else None,
             keep_alive=self.keep_alive,  # type: ignore[arg-type]  # a duration in seconds after validation
+            lora=lora_choice(self.lora),
         )
 
     def _output_rules(self, limits: Settings) -> OutputRules:

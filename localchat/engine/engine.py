@@ -10,11 +10,19 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidRequest
 from .embed import Embedder
 from .rerank import Ranker
 from .model import Model
 from .params import Event, Generate, Started
 from .scheduler import Emit, Scheduler
+
+
+def check_adapters(request: Generate, n_adapters: int) -> None:
+    """The request's LoRA adapters are the model's (the layer above resolves names to indices)."""
+    bad = next((i for i, _ in request.adapters if not 0 <= i < n_adapters), None)
+    if bad is not None:
+        raise InvalidRequest(f"lora: no adapter {bad}; this model has {n_adapters}", param="lora")
 
 
 class Stream:
@@ -60,9 +68,10 @@ class Engine:
 
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
-                 visible: Iterable[str] = (), pooling: int | None = None) -> None:
+                 visible: Iterable[str] = (), pooling: int | None = None, loras: Iterable[str] = ()) -> None:
         self.model = Model(path, n_gpu_layers=n_gpu_layers)
         try:
+            self.model.load_adapters(loras)
             self.scheduler = Scheduler(self.model, n_ctx=n_ctx, parallel=parallel, max_queue=max_queue,
                                        n_threads=n_threads, n_batch=n_batch)
         except BaseException:
@@ -70,6 +79,7 @@ class Engine:
             raise
         self.model.show_tokens(visible)
         self.n_ctx, self.parallel, self.n_vocab = n_ctx, parallel, self.model.n_vocab
+        self.n_adapters = len(self.model.adapters)
         self._pooling, self._threads, self._embedder_ready = pooling, n_threads, threading.Lock()
         self._embedder: Embedder | None = None
         self._rankers: dict[tuple[int, int] | None, Ranker] = {}
@@ -81,6 +91,7 @@ class Engine:
     def submit(self, request: Generate) -> Stream:
         """Queue a request (raises QueueFull past the queue's limit); must run on the event loop."""
         self.check_fits(request.tokens)
+        check_adapters(request, self.n_adapters)
         return Stream(self.scheduler.submit, self.scheduler.cancel, request)
 
     async def generate(self, request: Generate) -> AsyncIterator[Event]:

@@ -68,6 +68,15 @@ class Model:
                "rep": C.llama_vocab_fim_rep, "sep": C.llama_vocab_fim_sep, "pad": C.llama_vocab_fim_pad}
         self.fim = {k: t for k, f in fim.items() if (t := f(self.vocab)) >= 0}  # fill-in-the-middle tokens
         self.bos = self._bos if self._add_bos and self._bos >= 0 else None  # the BOS a prompt starts with
+        self.adapters: list[int] = []  # LoRA adapters (llama.cpp pointers), freed with the model
+
+    def load_adapters(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            adapter = C.llama_adapter_lora_init(self.ptr, str(path).encode())
+            if not adapter:
+                raise ModelUnavailable(f"llama.cpp could not load the LoRA adapter {path}: is it a LoRA GGUF made "
+                                       f"for {self.path.name}? (see the server log)")
+            self.adapters.append(adapter)
 
     # -- text <-> tokens -------------------------------------------------------------------
 

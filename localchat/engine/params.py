@@ -55,6 +55,9 @@ class Generate:
     constraint: Constraint | None = None
     n: int = 1  # completions of the same prompt; completion i samples with seed + i
     logprobs: int | None = None  # None: no log-probabilities; k: the chosen token's and the k most likely
+    # LoRA adapters for this request, (index in the model's `loras`, scale), sorted, no zero scales:
+    # requests with the same set share a decode; a slot's cached prompt serves only its own set.
+    adapters: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)

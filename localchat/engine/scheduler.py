@@ -9,6 +9,7 @@ slot). With n > 1 the prompt is decoded once and its cells are shared with the o
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
@@ -28,6 +29,7 @@ from .slot import Sequence, Slot
 
 _log = logging.getLogger("localchat.engine")
 Emit = Callable[[Event | Started | BaseException | None], None]  # None: the request has ended
+Adapters = tuple[tuple[int, float], ...]  # LoRA adapters applied: (index in the model's list, scale)
 
 
 class Job:
@@ -72,6 +74,7 @@ class Scheduler:
         np.ctypeslib.as_array(self.batch.n_seq_id, shape=(self.n_batch,))[:] = 1
         self._seq = [self.batch.seq_id[i] for i in range(self.n_batch)]
         self.slots = [Slot(i) for i in range(parallel)]
+        self._adapters: Adapters = ()  # the LoRA adapters applied to the context now
         self.queue: deque[Job] = deque()
         self.running: list[Job] = []
         self._cond = threading.Condition()
@@ -145,7 +148,7 @@ class Scheduler:
             if len(free) < job.request.n:
                 break
             self.queue.popleft()
-            lead = max(free, key=lambda s: (_reuse(s, job.request.tokens), _vacancy(s)))
+            lead = max(free, key=lambda s: (_reuse(s, job.request), _vacancy(s)))
             others = sorted((s for s in free if s is not lead), key=_vacancy, reverse=True)[: job.request.n - 1]
             for s in (lead, *others):
                 s.busy = True
@@ -170,6 +173,8 @@ class Scheduler:
             return
         lead = slots[0]
         n = min(_common(lead.cached, req.tokens), len(req.tokens) - 1)  # the last prompt token makes the logits
+        if lead.adapters != req.adapters:  # its cache was computed with other LoRA adapters
+            n, lead.adapters = 0, req.adapters
         if n < len(lead.cached) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, n, -1):
             C.llama_memory_seq_rm(self.mem, lead.seq_id, -1, -1)
             n = 0
@@ -201,16 +206,32 @@ class Scheduler:
             self._finish(job)
 
     def _step(self) -> None:
+        """One llama_decode per set of LoRA adapters among the running requests (llama.cpp applies
+        adapters to a whole context, not per sequence): most often one. Every set with work gets
+        its decode in every step, so none waits more than a step; the set decoded last comes first
+        in the next step, so two sets switch adapters once a step, not twice."""
+        groups: dict[Adapters, list[Job]] = {}
+        for job in self.running:
+            groups.setdefault(job.request.adapters, []).append(job)
+        order = sorted(groups, key=lambda a: a != self._adapters)
+        for i, adapters in enumerate(order):
+            if i and self.after_step is not None:
+                self.after_step()  # the events of the sets decoded so far go out now
+            self._decode(adapters, groups[adapters])
+        for job in [j for j in self.running if all(s.finish for s in j.seqs)]:
+            self._finish(job)
+
+    def _decode(self, adapters: Adapters, jobs: list[Job]) -> None:
         """One llama_decode: the next token of every generating sequence, then prompt chunks
         within the batch's room; then every sequence whose logits came out samples."""
         rows: list[tuple[Slot, list[int], Sequence | Job | None]] = []  # tokens for a slot; who samples
         room = self.n_batch
-        for job in self.running:
+        for job in jobs:
             for seq in job.seqs:
                 if seq.next_token is not None:
                     rows.append((seq.slot, [seq.next_token], seq))
                     room -= 1
-        for job in self.running:
+        for job in jobs:
             if job.pending and room > 0:
                 chunk = job.pending[:room]
                 del job.pending[: len(chunk)]
@@ -228,9 +249,12 @@ class Scheduler:
                 self._logits[n - 1] = True
                 outputs.append((who, n - 1))
         self.batch.n_tokens = n
+        self._use(adapters)
         rc = C.llama_decode(self.ctx, self.batch)
         if rc != 0:
-            return self._fail_all(EngineError(f"llama_decode returned {rc}"))
+            for job in jobs:
+                self._fail(job, EngineError(f"llama_decode returned {rc}"))
+            return
         for item, idx in outputs:
             try:
                 if isinstance(item, Job):
@@ -238,11 +262,18 @@ class Scheduler:
                 else:
                     item.sample(self.ctx, idx)
             except Exception as exc:  # noqa: BLE001 - one request's failure (a grammar dead end) is its own
-                job = item if isinstance(item, Job) else next(j for j in self.running if item in j.seqs)
+                job = item if isinstance(item, Job) else next(j for j in jobs if item in j.seqs)
                 self._fail(job, exc)
-        for job in [j for j in self.running if all(s.finish for s in j.seqs)]:
-            self._finish(job)
 
+    def _use(self, adapters: Adapters) -> None:
+        """Apply a set of LoRA adapters to the context (a no-op when it is already applied)."""
+        if adapters == self._adapters:
+            return
+        n = len(adapters)
+        ptrs = (C.llama_adapter_lora_p_ctypes * n)(*(self.model.adapters[i] for i, _ in adapters)) if n else None
+        scales = (ctypes.c_float * n)(*(scale for _, scale in adapters)) if n else None
+        C.llama_set_adapters_lora(self.ctx, ptrs, n, scales)
+        self._adapters = adapters
 
     def _add(self, i: int, slot: Slot, token: int, logits: bool) -> None:
         self._token[i] = token
@@ -258,7 +289,7 @@ class Scheduler:
         for seq in job.seqs[1:]:
             C.llama_memory_seq_rm(self.mem, seq.slot.seq_id, -1, -1)
             C.llama_memory_seq_cp(self.mem, lead.seq_id, seq.slot.seq_id, -1, -1)
-            seq.slot.cached = list(lead.cached)
+            seq.slot.cached, seq.slot.adapters = list(lead.cached), lead.adapters
         for seq in job.seqs:
             seq.sample(self.ctx, idx)
 
@@ -286,9 +317,6 @@ class Scheduler:
         job.cancelled = True  # no Done events after an error
         self._finish(job)
 
-    def _fail_all(self, exc: EngineError) -> None:
-        for job in list(self.running):
-            self._fail(job, exc)
 
 
 def _vacancy(slot: Slot) -> tuple[bool, float, int]:
@@ -297,11 +325,15 @@ def _vacancy(slot: Slot) -> tuple[bool, float, int]:
     return (not slot.cached, -slot.used_at, -slot.seq_id)
 
 
-def _reuse(slot: Slot, tokens: list[int]) -> int:
+def _reuse(slot: Slot, request: Generate) -> int:
     """How much of a prompt a slot would serve from its cache, counted only when that is more
     than half of the prompt (llama-server's slot_prompt_similarity) or keeps at least half of
     what the slot holds (a chat's next turn with a long new message): prompts that share only
-    a chat template's first tokens go to other slots, so each keeps its own cache."""
+    a chat template's first tokens go to other slots, so each keeps its own cache. A cache made
+    with other LoRA adapters serves nothing."""
+    tokens = request.tokens
+    if slot.adapters != request.adapters:
+        return 0
     common = _common(slot.cached, tokens)
     return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0
 

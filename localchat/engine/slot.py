@@ -23,6 +23,7 @@ from .text import StopMatcher, Utf8Stream
 class Slot:
     seq_id: int
     cached: list[int] = field(default_factory=list)  # tokens whose K/V this sequence holds, in order
+    adapters: tuple[tuple[int, float], ...] = ()  # the LoRA adapters the cached K/V were computed with
     used_at: float = 0.0
     busy: bool = False
 

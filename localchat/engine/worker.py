@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import EngineCrashed, ModelUnavailable, QueueFull
 from ..logs import escape_request_text
-from .engine import Stream
+from .engine import Stream, check_adapters
 from .model import Model
 from .params import Generate, Started
 from .scheduler import Emit
@@ -47,14 +47,17 @@ class _Job:
 class WorkerEngine:
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
-                 visible: Iterable[str] = (), name: str = "", pooling: int | None = None) -> None:
+                 visible: Iterable[str] = (), name: str = "", pooling: int | None = None,
+                 loras: Iterable[str] = ()) -> None:
         self.name = name or path.stem
         self.model = Model(path, vocab_only=True)
         self.model.show_tokens(visible)
         self.n_ctx, self.parallel, self.max_queue, self.n_vocab = n_ctx, parallel, max_queue, self.model.n_vocab
         self.tokenize, self.token_id = self.model.tokenize, self.model.token_id
         self._config = {"path": str(path), "n_ctx": n_ctx, "parallel": parallel, "n_threads": n_threads,
-                        "n_gpu_layers": n_gpu_layers, "n_batch": n_batch, "visible": list(visible), "pooling": pooling}
+                        "n_gpu_layers": n_gpu_layers, "n_batch": n_batch, "visible": list(visible), "pooling": pooling,
+                        "loras": [str(p) for p in loras]}
+        self.n_adapters = len(self._config["loras"])
         self._embeds: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count()
@@ -78,6 +81,7 @@ class WorkerEngine:
 
     def submit(self, request: Generate) -> Stream:
         self.check_fits(request.tokens)
+        check_adapters(request, self.n_adapters)
         return Stream(self._submit_job, self._cancel_job, request)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
@@ -274,7 +278,7 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
     try:
         engine = Engine(Path(config["path"]), n_ctx=config["n_ctx"], parallel=config["parallel"], max_queue=1 << 30,
                         n_threads=config["n_threads"], n_gpu_layers=config["n_gpu_layers"], n_batch=config["n_batch"],
-                        visible=config["visible"], pooling=config["pooling"])
+                        visible=config["visible"], pooling=config["pooling"], loras=config["loras"])
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it there
         conn.send(("failed", str(exc)))
         return

@@ -16,6 +16,7 @@ from ..errors import InvalidRequest
 from ..families import Family, render_prompt
 from . import constraints
 from .constraints import OutputRules
+from .adapters import LoraChoice, resolve_adapters
 from .fim import fim_tokens
 from ..models.host import Lease, LoadedModel, ModelHost
 from .stream import OutputSplitter, Piece
@@ -37,6 +38,7 @@ class ChatRequest:
     n: int = 1
     logprobs: int | None = None  # None: none; k: the chosen token's and the k most likely
     keep_alive: float | None = None  # seconds the model stays loaded after this request
+    lora: LoraChoice = None  # LoRA adapters by name or id (generation/adapters.py); None: the model's defaults
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,8 @@ def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True, cap:
     raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
     splitters = [OutputSplitter(None if raw or not rules.calls_tools else family.tools,
                                 None if raw else family.reasoning, thinking) for _ in range(request.n)]
-    generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs)
+    generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
+                        adapters=resolve_adapters(loaded, request.lora))
     return _Prepared(generate, splitters)
 
 

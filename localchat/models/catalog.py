@@ -91,6 +91,15 @@ class Settings(BaseModel):
         return parse_duration(v)
 
 
+class LoraSpec(BaseModel):
+    """A LoRA adapter of a model: loaded with it, applied per request (`lora`) or by default (`scale`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    path: Path
+    scale: float = Field(1.0, ge=-100, le=100)  # applied to requests that name no adapters; 0: off by default
+
+
 class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -106,6 +115,16 @@ class ModelSpec(BaseModel):
     keep_alive: float | None = None
     embedding: bool = False  # serve /v1/embeddings with mean pooling even if the GGUF declares no pooling
     rerank: bool = False  # serve /v1/rerank by asking the model yes or no, if the GGUF has no rank pooling
+    mmproj: Path | None = None  # a multimodal projector GGUF (vision, audio) for this model
+    loras: list[LoraSpec] = []
+
+    @field_validator("loras")
+    @classmethod
+    def _unique(cls, v: list[LoraSpec]) -> list[LoraSpec]:
+        names = [lora.name for lora in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"LoRA adapter names must differ: {names}")
+        return v
     # A regex removed from system messages before tokenizing: a value a client changes on every
     # request (a request id, a timestamp) early in its system prompt defeats the prefix cache.
     system_prompt_strip: str | None = None
@@ -204,8 +223,13 @@ def _read(path: Path) -> tuple[str | None, dict[str, ModelSpec], Settings]:
     models: dict[str, ModelSpec] = {}
     for name, table in (data.get("models") or {}).items():
         table = dict(table, name=name)
-        if "path" in table:
-            table["path"] = (path.parent / Path(table["path"]).expanduser()).resolve()
+        for key in ("path", "mmproj"):  # relative to the registry's folder
+            if isinstance(table.get(key), str):
+                table[key] = (path.parent / Path(table[key]).expanduser()).resolve()
+        if isinstance(table.get("loras"), list):
+            table["loras"] = [dict(lora, path=(path.parent / Path(lora["path"]).expanduser()).resolve())
+                              if isinstance(lora, dict) and isinstance(lora.get("path"), str) else lora
+                              for lora in table["loras"]]
         try:
             models[name] = ModelSpec.model_validate(table)
         except ValidationError as exc:

@@ -30,6 +30,7 @@ class LoadedModel:
     active: int = 0  # leases held: running and queued requests
     last_used: float = field(default_factory=time.monotonic)
     keep_alive: float | None = None  # seconds idle before unloading; None: forever
+    lora_scales: list[float] = field(default_factory=list)  # each LoRA adapter's default scale (POST /lora-adapters)
 
     @property
     def can_embed(self) -> bool:
@@ -77,11 +78,12 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
     pooling = None if embeds else 1 if spec.embedding else None  # 1: mean
     engine = kind(path, n_ctx=context_length(spec, info), parallel=spec.parallel or settings.parallel,
                   max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
-                  visible=family.tools.visible_tokens, pooling=pooling,
+                  visible=family.tools.visible_tokens, pooling=pooling, loras=[lora.path for lora in spec.loras],
                   **({"name": spec.name} if settings.worker else {}))
     stop_ids = frozenset(i for t in family.stop_tokens if (i := engine.token_id(t)) is not None)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
-    return LoadedModel(spec, info, family, template, engine, stop_ids, keep_alive=keep if keep >= 0 else None)
+    return LoadedModel(spec, info, family, template, engine, stop_ids, keep_alive=keep if keep >= 0 else None,
+                       lora_scales=[lora.scale for lora in spec.loras])
 
 
 class Lease:
