@@ -18,7 +18,7 @@ import pytest
 
 from localchat.families import FAMILIES
 from localchat.models import shipped_config
-from tinymodels import write_tiny_lora, write_tiny_model
+from tinymodels import write_tiny_lora, write_tiny_mmproj, write_tiny_model
 
 TINY_CTX = 2048
 # A Qwen3-style template: the generation prompt opens a think block.
@@ -59,6 +59,12 @@ def registry_file(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPat
     one, two = (write_tiny_lora(path.parent / f"lora-{name}.gguf", seed=seed) for name, seed in (("one", 1), ("two", 2)))
     lines.append(f'\n[models.tiny-lora]\npath = "{tiny_models["chatml"]}"\ncontext_length = {TINY_CTX}\n'
                  f'loras = [{{name = "one", path = "{one}", scale = 0}}, {{name = "two", path = "{two}", scale = 0}}]\n')
+    # a Gemma-style model with a vision projector (mmproj); the same with a small context
+    vision = write_tiny_model(path.parent / "tiny-vision.gguf", FAMILIES["gemma"], n_ctx=TINY_CTX,
+                              extra=("<start_of_image>", "<end_of_image>"))
+    mmproj = write_tiny_mmproj(path.parent / "tiny-vision-mmproj.gguf")
+    for name, n_ctx in (("tiny-vision", TINY_CTX), ("tiny-vision-small", 64)):
+        lines.append(f'\n[models.{name}]\npath = "{vision}"\nmmproj = "{mmproj}"\ncontext_length = {n_ctx}\n')
     # a chat model that reranks by answering yes or no
     lines.append(f'\n[models.tiny-judge]\npath = "{tiny_models["chatml"]}"\ncontext_length = {TINY_CTX}\nrerank = true\n')
     path.write_text("".join(lines))

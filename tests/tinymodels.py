@@ -122,17 +122,23 @@ def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int 
 def write_tiny_lora(path: Path, *, seed: int = 1, rank: int = 4, alpha: float = 4.0) -> Path:
     """A LoRA adapter for the tiny llama models (`general.type = adapter`): low-rank deltas to
     every block's attention and feed-forward input, large enough to move the logits visibly."""
+    targets = {f"blk.{i}.{name}.weight": (N_EMBD, n_out) for i in range(N_LAYER)
+               for name, n_out in (("attn_q", N_EMBD), ("attn_v", N_EMBD), ("attn_output", N_EMBD), ("ffn_up", N_FF))}
+    return write_lora(path, "llama", targets, seed=seed, rank=rank, alpha=alpha, std=0.3)
+
+
+def write_lora(path: Path, arch: str, targets: dict[str, tuple[int, int]], *, seed: int = 1, rank: int = 4,
+               alpha: float = 4.0, std: float = 0.3) -> Path:
+    """A LoRA GGUF as llama.cpp reads it: for each target weight (name: (n_in, n_out), llama.cpp's
+    dimension order) random `.lora_a` [n_in, rank] and `.lora_b` [rank, n_out] (numpy: reversed)."""
     rng = np.random.default_rng(seed)
-    w = GGUFWriter(str(path), "llama")
+    w = GGUFWriter(str(path), arch)
     w.add_string("general.type", "adapter")
     w.add_string("adapter.type", "lora")
     w.add_float32("adapter.lora.alpha", alpha)
-    for i in range(N_LAYER):
-        for name, n_in, n_out in (("attn_q", N_EMBD, N_EMBD), ("attn_v", N_EMBD, N_EMBD),
-                                  ("attn_output", N_EMBD, N_EMBD), ("ffn_up", N_EMBD, N_FF)):
-            # llama.cpp's layout: lora_a is [n_in, rank] and lora_b [rank, n_out] (numpy: reversed)
-            w.add_tensor(f"blk.{i}.{name}.weight.lora_a", (rng.standard_normal((rank, n_in)) * 0.3).astype(np.float32))
-            w.add_tensor(f"blk.{i}.{name}.weight.lora_b", (rng.standard_normal((n_out, rank)) * 0.3).astype(np.float32))
+    for name, (n_in, n_out) in targets.items():
+        w.add_tensor(f"{name}.lora_a", (rng.standard_normal((rank, n_in)) * std).astype(np.float32))
+        w.add_tensor(f"{name}.lora_b", (rng.standard_normal((n_out, rank)) * std).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -96,12 +96,14 @@ def routes(chat: Chat) -> list[Route]:
         spec = registry.resolve(name)
         loaded = chat.host.loaded.get(spec.name)
         n_ctx = loaded.engine.n_ctx if loaded else await asyncio.to_thread(chat.host.context_length, spec.name)
+        projector = await asyncio.to_thread(chat.host.projector, spec.name)
         slots = loaded.engine.parallel if loaded else spec.parallel or chat.host.settings.parallel
         return JSONResponse({
             "default_generation_settings": {"n_ctx": n_ctx, "model": spec.name, "params": {
                 **spec.sampling.model_dump(), "n_predict": spec.sampling.max_tokens or -1}},
             "total_slots": slots, "model_alias": spec.name, "model_path": str(spec.location() or ""),
-            "chat_template": loaded.template if loaded else "", "modalities": {"vision": False, "audio": False},
+            "chat_template": loaded.template if loaded else "", "modalities": {"vision": bool(projector and projector.vision),
+                                                                          "audio": bool(projector and projector.audio)},
             "build_info": "localchat", "infill": bool(loaded and loaded.can_infill)})
 
     async def tokenize(request: Request) -> Response:

@@ -22,6 +22,7 @@ from ..models import ModelInfo, ModelSpec, inspect
 from ..models.gguf import read_metadata
 from ..models.host import RANK_POOLING
 from .body import parse, read_json
+from .openai_media import media_capabilities
 from .ollama_chat import model_name
 
 FIM_TEXTS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"), ("<fim-prefix>", "<fim-suffix>", "<fim-middle>"),
@@ -99,12 +100,14 @@ async def show(chat: Chat, catalog: Catalog, request: Request) -> Response:
     facts = await catalog.facts(spec)
     loaded = chat.host.loaded.get(spec.name)
     n_ctx = await asyncio.to_thread(chat.host.context_length, spec.name)
+    projector = await asyncio.to_thread(chat.host.projector, spec.name)
     family, template = _family(spec, facts.info, loaded)
     parameters = _parameters(spec, family)
     return JSONResponse({
         "license": "", "modelfile": _modelfile(spec, template, parameters), "parameters": parameters,
         "template": template, "details": _details(facts), "model_info": _model_info(spec, facts, n_ctx),
-        "capabilities": _capabilities(spec, facts, family, template, loaded), "modified_at": _iso(facts.modified)})
+        "capabilities": _capabilities(spec, facts, family, template, loaded) + media_capabilities(projector),
+        "modified_at": _iso(facts.modified)})
 
 
 async def ps(chat: Chat, catalog: Catalog, request: Request) -> Response:

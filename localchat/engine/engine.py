@@ -10,12 +10,13 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidRequest
+from ..errors import EngineError, InvalidRequest
 from .embed import Embedder
 from .rerank import Ranker
 from .model import Model
-from .params import Event, Generate, Started
+from .params import Event, Generate, Prepared, Started
 from .scheduler import Emit, Scheduler
+from .vision import Projector
 
 
 def check_adapters(request: Generate, n_adapters: int) -> None:
@@ -32,11 +33,11 @@ class Stream:
     def __init__(self, submit: Callable[[Generate, Emit], Any], cancel: Callable[[Any], None],
                  request: Generate) -> None:
         loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[Event | Started | BaseException | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[Event | Prepared | Started | BaseException | None] = asyncio.Queue()
         self._cancel = cancel
         self._ended = False
 
-        def emit(item: Event | Started | BaseException | None) -> None:
+        def emit(item: Event | Prepared | Started | BaseException | None) -> None:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(self._queue.put_nowait, item)
 
@@ -45,12 +46,25 @@ class Stream:
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events()
 
+    async def prepared(self) -> int:
+        """For a request with media: wait until the engine has tokenized them (or refused them:
+        that error is raised here, before any output); the prompt's length with its media."""
+        try:
+            item = await self._queue.get()
+        except BaseException:  # the caller gave up (its client left): the request ends
+            self.close()
+            raise
+        if isinstance(item, Prepared):
+            return item.prompt_tokens
+        self.close()
+        raise item if isinstance(item, BaseException) else EngineError("the request ended before it started")
+
     async def _events(self) -> AsyncIterator[Event]:
         try:
             while (item := await self._queue.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
-                if not isinstance(item, Started):
+                if not isinstance(item, (Started, Prepared)):
                     yield item
             self._ended = True
         finally:
@@ -68,13 +82,19 @@ class Engine:
 
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
-                 visible: Iterable[str] = (), pooling: int | None = None, loras: Iterable[str] = ()) -> None:
+                 visible: Iterable[str] = (), pooling: int | None = None, loras: Iterable[str] = (),
+                 mmproj: str | None = None) -> None:
         self.model = Model(path, n_gpu_layers=n_gpu_layers)
+        self.projector: Projector | None = None
         try:
             self.model.load_adapters(loras)
+            if mmproj:
+                self.projector = Projector(self.model, Path(mmproj), n_threads=n_threads, use_gpu=n_gpu_layers != 0)
             self.scheduler = Scheduler(self.model, n_ctx=n_ctx, parallel=parallel, max_queue=max_queue,
-                                       n_threads=n_threads, n_batch=n_batch)
+                                       n_threads=n_threads, n_batch=n_batch, projector=self.projector)
         except BaseException:
+            if self.projector is not None:
+                self.projector.close()
             self.model.close()
             raise
         self.model.show_tokens(visible)
@@ -129,4 +149,6 @@ class Engine:
             self._embedder.close()
         for ranker in self._rankers.values():
             ranker.close()
+        if self.projector is not None:
+            self.projector.close()
         self.model.close()

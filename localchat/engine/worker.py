@@ -48,7 +48,7 @@ class WorkerEngine:
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
                  visible: Iterable[str] = (), name: str = "", pooling: int | None = None,
-                 loras: Iterable[str] = ()) -> None:
+                 loras: Iterable[str] = (), mmproj: str | None = None) -> None:
         self.name = name or path.stem
         self.model = Model(path, vocab_only=True)
         self.model.show_tokens(visible)
@@ -56,7 +56,7 @@ class WorkerEngine:
         self.tokenize, self.token_id = self.model.tokenize, self.model.token_id
         self._config = {"path": str(path), "n_ctx": n_ctx, "parallel": parallel, "n_threads": n_threads,
                         "n_gpu_layers": n_gpu_layers, "n_batch": n_batch, "visible": list(visible), "pooling": pooling,
-                        "loras": [str(p) for p in loras]}
+                        "loras": [str(p) for p in loras], "mmproj": str(mmproj) if mmproj else None}
         self.n_adapters = len(self._config["loras"])
         self._embeds: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._jobs: dict[int, _Job] = {}
@@ -278,7 +278,8 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
     try:
         engine = Engine(Path(config["path"]), n_ctx=config["n_ctx"], parallel=config["parallel"], max_queue=1 << 30,
                         n_threads=config["n_threads"], n_gpu_layers=config["n_gpu_layers"], n_batch=config["n_batch"],
-                        visible=config["visible"], pooling=config["pooling"], loras=config["loras"])
+                        visible=config["visible"], pooling=config["pooling"], loras=config["loras"],
+                        mmproj=config["mmproj"])
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it there
         conn.send(("failed", str(exc)))
         return
@@ -319,7 +320,13 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
         except (EOFError, OSError):  # the server is gone
             break
         if message[0] == "submit":
-            jobs[message[1]] = scheduler.submit(message[2], emitter(message[1]))
+            emit = emitter(message[1])
+            try:
+                jobs[message[1]] = scheduler.submit(message[2], emit)
+            except Exception as exc:  # noqa: BLE001 - refused (the server checks first): that request's error
+                emit(exc)
+                emit(None)
+                flush()
         elif message[0] == "cancel" and message[1] in jobs:
             scheduler.cancel(jobs.pop(message[1]))
         elif message[0] in ("embed", "rerank"):

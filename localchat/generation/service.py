@@ -12,12 +12,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine import Done, Generate, SamplingParams, Stream, Text, TokenLogprob
+from ..engine.params import Media
 from ..errors import InvalidRequest
 from ..families import Family, render_prompt
 from . import constraints
 from .constraints import OutputRules
 from .adapters import LoraChoice, resolve_adapters
 from .fim import fim_tokens
+from .media import check_media, place_media
 from ..models.host import Lease, LoadedModel, ModelHost
 from .stream import OutputSplitter, Piece
 
@@ -39,6 +41,7 @@ class ChatRequest:
     logprobs: int | None = None  # None: none; k: the chosen token's and the k most likely
     keep_alive: float | None = None  # seconds the model stays loaded after this request
     lora: LoraChoice = None  # LoRA adapters by name or id (generation/adapters.py); None: the model's defaults
+    media: tuple[Media, ...] = ()  # images and audio; message content holds a marker where each sits (media.py)
 
 
 @dataclass(frozen=True)
@@ -132,10 +135,11 @@ class Chat:
             prepared = await asyncio.to_thread(_prepare, request, loaded, True,  # templates, grammars, tokens
                                                self.host.settings.max_tokens_cap)
             stream = loaded.engine.submit(prepared.generate)
+            n_prompt = await stream.prepared() if prepared.generate.media else len(prepared.generate.tokens)
         except BaseException:
             lease.release()
             raise
-        return Turn(loaded.spec.name, request.n, len(prepared.generate.tokens), lease, stream, prepared.splitters)
+        return Turn(loaded.spec.name, request.n, n_prompt, lease, stream, prepared.splitters)
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
@@ -150,6 +154,7 @@ class Chat:
 def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True, cap: int | None = None) -> _Prepared:
     """Blocking: render the prompt, build and check the grammar, tokenize."""
     rules, family = request.output, loaded.family
+    media: tuple[Media, ...] = ()
     if request.prompt is not None:
         tokens, thinking = _raw_tokens(request, loaded), False
         constraint = constraints.build(rules, family, thinking)
@@ -160,7 +165,11 @@ def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True, cap:
                                **extra)
         thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
         constraint = constraints.build(rules, family, thinking)
-        tokens = loaded.engine.tokenize(prompt.segments)
+        if request.media:
+            check_media(request.media, loaded.projector, loaded.spec.name)
+            tokens, media = place_media(loaded.engine.model, prompt.segments, request.media)
+        else:
+            tokens = loaded.engine.tokenize(prompt.segments)
     params = replace(_defaults(loaded), **request.sampling,
                      logit_bias=_logit_bias(request.logit_bias, loaded.engine.n_vocab))
     if cap is not None and (params.max_tokens is None or params.max_tokens > cap):  # the server's max_tokens_cap
@@ -171,7 +180,7 @@ def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True, cap:
     splitters = [OutputSplitter(None if raw or not rules.calls_tools else family.tools,
                                 None if raw else family.reasoning, thinking) for _ in range(request.n)]
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
-                        adapters=resolve_adapters(loaded, request.lora))
+                        adapters=resolve_adapters(loaded, request.lora), media=media)
     return _Prepared(generate, splitters)
 
 

@@ -83,6 +83,9 @@ class Settings(BaseModel):
     max_tool_schema_bytes: int = Field(1024 * 1024, ge=1024)  # all tools' `parameters` together, as compact JSON
     max_grammar_bytes: int = Field(256 * 1024, ge=1024)  # a grammar: the raw `grammar`, or one made from schemas
     max_schema_depth: int = Field(64, ge=2, le=512)  # JSON nesting (objects and arrays) of one schema
+    max_media: int = Field(16, ge=0)  # images and audio clips in one request
+    max_media_bytes: int = Field(20 * 1024 * 1024, ge=1024)  # one image or audio file, decoded from base64
+    max_image_pixels: int = Field(50_000_000, ge=1)  # width × height of one image (a decompression bomb's guard)
     worker: bool = True  # run each model's llama.cpp in a supervised child process (False: in the server)
 
     @field_validator("keep_alive", mode="before")

@@ -153,3 +153,22 @@ def _quantization(file_type: int | None) -> str:
         return LlamaFileType(file_type).name.removeprefix("MOSTLY_") if file_type is not None else "unknown"
     except ValueError:
         return f"type {file_type}"
+
+
+@dataclass(frozen=True)
+class ProjectorInfo:
+    """What a multimodal projector (mmproj GGUF) reads: images, audio."""
+
+    vision: bool
+    audio: bool
+
+
+def inspect_projector(path: Path) -> ProjectorInfo:
+    try:
+        meta = read_metadata(path)
+    except (OSError, NotGGUF) as exc:
+        raise ModelUnavailable(f"the projector (mmproj) {path} cannot be read: {exc}") from exc
+    if not any(k.startswith("clip.") for k in meta):
+        raise ModelUnavailable(f"{path} is not a multimodal projector (mmproj) GGUF: it has no clip.* keys")
+    return ProjectorInfo(vision=bool(meta.get("clip.has_vision_encoder")), audio=bool(meta.get("clip.has_audio_encoder")))
+

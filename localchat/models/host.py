@@ -13,7 +13,7 @@ from ..engine import Engine, WorkerEngine
 from ..errors import LocalchatError
 from ..families import Family, detect, get_family
 from .catalog import DEFAULT_CONTEXT_CAP, ModelSpec, Registry, Settings
-from .gguf import ModelInfo, inspect
+from .gguf import ModelInfo, ProjectorInfo, inspect, inspect_projector
 
 log = logging.getLogger("localchat.models")
 RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK: a reranker's classifier head
@@ -31,6 +31,7 @@ class LoadedModel:
     last_used: float = field(default_factory=time.monotonic)
     keep_alive: float | None = None  # seconds idle before unloading; None: forever
     lora_scales: list[float] = field(default_factory=list)  # each LoRA adapter's default scale (POST /lora-adapters)
+    projector: ProjectorInfo | None = None  # what its mmproj reads (images, audio); None: text only
 
     @property
     def can_embed(self) -> bool:
@@ -73,17 +74,19 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
         template = info.chat_template
     else:
         template = family.template
+    projector = inspect_projector(spec.mmproj) if spec.mmproj else None
     kind = WorkerEngine if settings.worker else Engine
     embeds = info.pooling_type not in (None, RANK_POOLING)  # a reranker's rank pooling makes no embeddings
     pooling = None if embeds else 1 if spec.embedding else None  # 1: mean
     engine = kind(path, n_ctx=context_length(spec, info), parallel=spec.parallel or settings.parallel,
                   max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
                   visible=family.tools.visible_tokens, pooling=pooling, loras=[lora.path for lora in spec.loras],
+                  mmproj=str(spec.mmproj) if spec.mmproj else None,
                   **({"name": spec.name} if settings.worker else {}))
     stop_ids = frozenset(i for t in family.stop_tokens if (i := engine.token_id(t)) is not None)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(spec, info, family, template, engine, stop_ids, keep_alive=keep if keep >= 0 else None,
-                       lora_scales=[lora.scale for lora in spec.loras])
+                       lora_scales=[lora.scale for lora in spec.loras], projector=projector)
 
 
 class Lease:
@@ -212,6 +215,19 @@ class ModelHost:
             except LocalchatError:
                 return None
         return self._context_lengths[spec.name]
+
+    def projector(self, name: str) -> ProjectorInfo | None:
+        """What a model's projector (mmproj) reads, without loading the model; None: text only, or
+        a projector that cannot be read (loading says why). Blocking."""
+        spec = self.registry.resolve(name)
+        if spec.name in self.loaded:
+            return self.loaded[spec.name].projector
+        if spec.mmproj is None:
+            return None
+        try:
+            return inspect_projector(spec.mmproj)
+        except LocalchatError:
+            return None
 
     def preload(self, name: str | None) -> LoadedModel:
         """Blocking load before the event loop runs (server start-up)."""
