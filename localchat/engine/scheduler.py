@@ -65,6 +65,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._stopping = False
         self._preparing = 0  # requests whose media are being tokenized before they queue
+        self._woken = False  # a media chunk was encoded since the loop last looked
         self.media = MediaFeed(projector, n_ctx, self._wake) if projector else None
         self.after_step: Callable[[], None] | None = None  # called after every turn of the loop (a worker flushes)
         self._thread = threading.Thread(target=self._loop, name="localchat-scheduler", daemon=True)
@@ -101,7 +102,9 @@ class Scheduler:
             self._cond.notify()
 
     def _wake(self) -> None:
+        """A media chunk is encoded: its request may go on (even if the loop is not waiting yet)."""
         with self._cond:
+            self._woken = True
             self._cond.notify()
 
     def cancel(self, job: Job) -> None:
@@ -146,7 +149,9 @@ class Scheduler:
                 self.after_step()
             if self.running and not busy:  # every running request waits for its media to encode
                 with self._cond:
-                    self._cond.wait(0.05)
+                    if not self._woken:
+                        self._cond.wait(0.05)
+                    self._woken = False
 
     def _admit(self) -> list[Job]:
         """Take queued jobs, first come first served, while enough slots are free."""
