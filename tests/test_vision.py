@@ -152,3 +152,12 @@ def test_audio_needs_a_projector_that_reads_audio(http: httpx.Client):
         r = http.post("/v1/chat/completions", json=body)
         assert r.status_code == 400 and r.json()["error"]["param"] == "messages.0.content.1"
         assert words in r.json()["error"]["message"]
+
+
+def test_n_choices_share_one_decoded_image(http: httpx.Client):
+    body = ask("Describe it.", uri(png(11)), n=2, temperature=1.0, seed=5)
+    answer = post(http, body)
+    assert len(answer["choices"]) == 2
+    assert answer["usage"]["prompt_tokens"] == post(http, ask("Describe it."))["usage"]["prompt_tokens"] + (
+        IMAGE_TOKENS + WRAPPERS)
+    assert answer["usage"]["completion_tokens"] == 8
