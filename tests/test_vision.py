@@ -161,3 +161,21 @@ def test_n_choices_share_one_decoded_image(http: httpx.Client):
     assert answer["usage"]["prompt_tokens"] == post(http, ask("Describe it."))["usage"]["prompt_tokens"] + (
         IMAGE_TOKENS + WRAPPERS)
     assert answer["usage"]["completion_tokens"] == 8
+
+
+def test_image_limits_name_the_part():
+    """Pillow reads only the header before the size checks (no server needed)."""
+    from localchat.errors import InvalidRequest
+    from localchat.generation.media import decode_image
+    from localchat.models import Settings
+
+    image = png(12, (40, 30))
+    media = decode_image(image, "messages.0.content.1", Settings())
+    assert (media.width, media.height, len(media.data)) == (40, 30, 40 * 30 * 3)
+    assert decode_image(image, "p", Settings()).id == media.id != decode_image(png(13), "p", Settings()).id
+    for limits, words in ((Settings(max_image_pixels=40 * 30 - 1), "max_image_pixels"),
+                          (Settings(max_media_bytes=1024), "max_media_bytes")):
+        big = image if words == "max_image_pixels" else png(14, (200, 200))
+        with pytest.raises(InvalidRequest) as info:
+            decode_image(big, "messages.0.content.1", limits)
+        assert info.value.param == "messages.0.content.1" and words in info.value.message
