@@ -32,7 +32,7 @@ def _error(r: httpx.Response, status: int) -> dict:
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
     ({"messages": [{"content": "x"}]}, "messages.0.role"),
     ({"messages": [{"role": "user"}]}, "messages.0.content"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages.0.content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages.0.content.0.image_url.url"),
     ({"messages": HELLO, "logit_bias": {"abc": 1}}, "logit_bias"),
     ({"messages": HELLO, "logit_bias": {"99999999": 1}}, "logit_bias"),
     ({"messages": HELLO, "stream": "yes please"}, "stream"),

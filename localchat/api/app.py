@@ -29,6 +29,7 @@ from . import webui as page
 from .health import health as health_body
 from .protocols import PROTOCOLS
 from .body import parse, read_json
+from .openai_media import media_capabilities
 from .guard import LOCAL_ORIGINS, LocalOnly, Origins  # noqa: F401 - LOCAL_ORIGINS: the defaults, kept importable here
 from .schemas import ChatCompletionRequest
 from .sse import DONE, EventStream, frame, json_answer, loosened_headers
@@ -48,17 +49,20 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
 
     async def models(request: Request) -> Response:
         def cards() -> list[dict[str, Any]]:  # reading GGUF headers: off the event loop
-            return [_model_card(registry, name, chat.host.context_length(name), name in chat.host.loaded)
-                    for name in registry.models]
+            return [{**_model_card(registry, name, chat.host.context_length(name), name in chat.host.loaded),
+                     "capabilities": media_capabilities(chat.host.projector(name))} for name in registry.models]
 
         return JSONResponse({"object": "list", "data": await asyncio.to_thread(cards)})
 
     async def chat_completions(request: Request) -> Response:
         limits: Settings = chat.host.settings
         body = await read_json(request, limits.max_body_bytes)
-        # schema checks may take a while: off the event loop
-        req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body, limits=limits))
-        turn = await chat.start(req.to_chat(limits))
+        def prepare() -> tuple[ChatCompletionRequest, Any]:  # schema checks and images take a while: off the loop
+            req = parse(ChatCompletionRequest, body, limits=limits)
+            return req, req.to_chat(limits)
+
+        req, chat_request = await asyncio.to_thread(prepare)
+        turn = await chat.start(chat_request)
         meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
         logprobs = req.logprobs
         if req.stream:

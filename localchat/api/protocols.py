@@ -19,3 +19,7 @@ from . import responses  # noqa: E402
 PROTOCOLS.append(responses)
 from . import ollama  # noqa: E402
 PROTOCOLS.append(ollama)
+from . import rerank  # noqa: E402
+PROTOCOLS.append(rerank)
+from . import lora  # noqa: E402
+PROTOCOLS.append(lora)

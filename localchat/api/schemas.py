@@ -12,6 +12,9 @@ from ..errors import InvalidRequest
 from ..engine.params import KNOBS
 from ..grammars.metaschema import schema_problem
 from .body import KeepAlive
+from .lora import LoraField, lora_choice
+from .openai_media import ImageUrl, InputAudio, content_with_media, count_media
+from ..engine.params import Media
 from ..models import Settings, sampling_model
 
 _DEFAULT_LIMITS = Settings()
@@ -37,6 +40,8 @@ class _Lenient(BaseModel):
 class ContentPart(_Lenient):
     type: str
     text: str | None = None
+    image_url: ImageUrl | str | None = None  # a data: URI (some clients send the bare string)
+    input_audio: InputAudio | None = None
 
 
 class FunctionCall(_Lenient):
@@ -126,6 +131,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     grammar: str | None = None  # extension: raw GBNF
+    lora: LoraField = None  # extension (llama-server's, oxillama's): LoRA adapters for this request
 
     @field_validator("stop")
     @classmethod
@@ -199,8 +205,10 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             sampling["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         if self.ignore_eos:
             sampling["ignore_eos"] = True
+        count_media(self.messages, limits)
+        media: list[Media] = []
         return ChatRequest(
-            messages=[_flatten(i, m) for i, m in enumerate(self.messages)],
+            messages=[_flatten(i, m, media, limits) for i, m in enumerate(self.messages)],
             model=self.model,
             sampling=sampling,
             logit_bias=self.logit_bias or {},
@@ -208,6 +216,8 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             n=self.n,
             logprobs=(self.top_logprobs or 0) if self.logprobs else None,
             keep_alive=self.keep_alive,  # type: ignore[arg-type]  # a duration in seconds after validation
+            lora=lora_choice(self.lora),
+            media=tuple(media),
         )
 
     def _output_rules(self, limits: Settings) -> OutputRules:
@@ -229,17 +239,12 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
         )
 
 
-def _flatten(i: int, m: Message) -> dict[str, Any]:
-    """One message as a template expects it: string content, `developer` as `system`,
-    tool-call arguments as objects."""
+def _flatten(i: int, m: Message, media: list[Media], limits: Settings) -> dict[str, Any]:
+    """One message as a template expects it: string content (with media: pieces holding their
+    markers), `developer` as `system`, tool-call arguments as objects."""
+    content: str | list[tuple[str, bool]] | None
     if isinstance(m.content, list):
-        parts = []
-        for part in m.content:
-            if part.type != "text" or part.text is None:
-                raise InvalidRequest(f"messages[{i}].content: part type {part.type!r} is not supported; "
-                                     "this server takes text parts only", param=f"messages.{i}.content")
-            parts.append(part.text)
-        content = "\n".join(parts)
+        content = content_with_media(i, m.content, media, limits)
     else:
         content = m.content
     if content is None and not (m.role == "assistant" and m.tool_calls):

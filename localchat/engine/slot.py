@@ -24,8 +24,27 @@ from .text import StopMatcher, Utf8Stream
 class Slot:
     seq_id: int
     cached: list[int] = field(default_factory=list)  # tokens whose K/V this sequence holds, in order
+    adapters: tuple[tuple[int, float], ...] = ()  # the LoRA adapters the cached K/V were computed with
     used_at: float = 0.0
     busy: bool = False
+    media: list[tuple[int, int, int]] = field(default_factory=list)  # cached media: (start, n_tokens, n_pos)
+    pos_delta: int = 0  # positions minus tokens cached (media with M-RoPE take fewer positions than tokens)
+
+    @property
+    def next_pos(self) -> int:
+        return len(self.cached) + self.pos_delta
+
+    def keep(self, n: int) -> int:
+        """Forget all but the first n cached tokens (never part of a media span); the position
+        the cut starts at, for llama_memory_seq_rm."""
+        self.media = [m for m in self.media if m[0] + m[1] <= n]
+        self.pos_delta = sum(n_pos - n_tokens for _, n_tokens, n_pos in self.media)
+        del self.cached[n:]
+        return n + self.pos_delta
+
+    def copy_from(self, other: "Slot") -> None:
+        self.cached, self.adapters = list(other.cached), other.adapters
+        self.media, self.pos_delta = list(other.media), other.pos_delta
 
 
 class Sequence:

@@ -13,12 +13,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine import Done, Generate, SamplingParams, Stream, Text, TokenLogprob
+from ..engine.params import Media
 from ..errors import InvalidRequest
 from ..logs import current_request
 from ..families import Family, Prompt, render_prompt, system_first
 from . import constraints
 from .constraints import OutputRules
+from .adapters import LoraChoice, resolve_adapters
 from .fim import fim_tokens
+from .media import check_media, place_media
 from ..models.host import Lease, LoadedModel, ModelHost
 from .stream import OutputSplitter, Piece
 
@@ -41,6 +44,8 @@ class ChatRequest:
     n: int = 1
     logprobs: int | None = None  # None: none; k: the chosen token's and the k most likely
     keep_alive: float | None = None  # seconds the model stays loaded after this request
+    lora: LoraChoice = None  # LoRA adapters by name or id (generation/adapters.py); None: the model's defaults
+    media: tuple[Media, ...] = ()  # images and audio; message content holds a marker where each sits (media.py)
 
 
 @dataclass(frozen=True)
@@ -148,13 +153,13 @@ class Chat:
                 log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
                 constraints.refuse_loosened(request.output, loosened, self.host.settings.schema_loosened == "refuse")
             stream = loaded.engine.submit(prepared.generate)
+            n_prompt = await stream.prepared() if prepared.generate.media else len(prepared.generate.tokens)
         except BaseException:
             lease.release()
             raise
         if (record := current_request()) is not None:
-            record.model, record.prompt_tokens = loaded.spec.name, len(prepared.generate.tokens)
-        return Turn(loaded.spec.name, request.n, len(prepared.generate.tokens), lease, stream, prepared.splitters,
-                    loosened)
+            record.model, record.prompt_tokens = loaded.spec.name, n_prompt
+        return Turn(loaded.spec.name, request.n, n_prompt, lease, stream, prepared.splitters, loosened)
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
@@ -169,6 +174,7 @@ class Chat:
 def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True, cap: int | None = None) -> _Prepared:
     """Blocking: render the prompt, build and check the grammar, tokenize."""
     rules, family = request.output, loaded.family
+    media: tuple[Media, ...] = ()
     if request.prompt is not None:
         tokens, thinking = _raw_tokens(request, loaded), False
         constraint = constraints.build(rules, family, thinking)
@@ -178,7 +184,11 @@ def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True, cap:
         prompt = _render(loaded, messages, extra)
         thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
         constraint = constraints.build(rules, family, thinking)
-        tokens = loaded.engine.tokenize(prompt.segments)
+        if request.media:
+            check_media(request.media, loaded.projector, loaded.spec.name)
+            tokens, media = place_media(loaded.engine.model, prompt.segments, request.media)
+        else:
+            tokens = loaded.engine.tokenize(prompt.segments)
     params = replace(_defaults(loaded), **request.sampling,
                      logit_bias=_logit_bias(request.logit_bias, loaded.engine.n_vocab))
     if cap is not None and (params.max_tokens is None or params.max_tokens > cap):  # the server's max_tokens_cap
@@ -188,7 +198,8 @@ def _prepare(request: ChatRequest, loaded: LoadedModel, check: bool = True, cap:
     raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
     splitters = [OutputSplitter(None if raw or not rules.calls_tools else family.tools,
                                 None if raw else family.reasoning, thinking) for _ in range(request.n)]
-    generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs)
+    generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
+                        adapters=resolve_adapters(loaded, request.lora), media=media)
     return _Prepared(generate, splitters)
 
 

@@ -83,6 +83,9 @@ class Settings(BaseModel):
     max_grammar_bytes: int = Field(256 * 1024, ge=1024)  # a grammar: the raw `grammar`, or one made from schemas
     max_schema_depth: int = Field(64, ge=2, le=96)  # JSON nesting of one schema (96: what Python's stack allows)
     schema_loosened: Literal["report", "refuse"] = "report"  # a schema keyword no grammar enforces: header, or 400
+    max_media: int = Field(16, ge=0)  # images and audio clips in one request
+    max_media_bytes: int = Field(20 * 1024 * 1024, ge=1024)  # one image or audio file, decoded from base64
+    max_image_pixels: int = Field(50_000_000, ge=1)  # width × height of one image (a decompression bomb's guard)
     worker: bool = True  # run each model's llama.cpp in a supervised child process (False: in the server)
     # A tool that only a hosted API can run (web search, code execution, MCP connectors): "drop" leaves it out
     # of what the model sees and names it in the x-localchat-dropped-tools header; "refuse" makes it a 400.
@@ -93,6 +96,15 @@ class Settings(BaseModel):
     @classmethod
     def _duration(cls, v: object) -> float:
         return parse_duration(v)
+
+
+class LoraSpec(BaseModel):
+    """A LoRA adapter of a model: loaded with it, applied per request (`lora`) or by default (`scale`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    path: Path
+    scale: float = Field(1.0, ge=-100, le=100)  # applied to requests that name no adapters; 0: off by default
 
 
 class ModelSpec(BaseModel):
@@ -115,6 +127,16 @@ class ModelSpec(BaseModel):
     # rope_scale = 4 makes an 8k model take 32k tokens, at some cost in quality.
     rope_scaling: Literal["linear", "yarn"] = "yarn"
     rope_scale: float | None = Field(None, ge=1, le=64)
+    rerank: bool = False  # serve /v1/rerank by asking the model yes or no, if the GGUF has no rank pooling
+    loras: list[LoraSpec] = []
+
+    @field_validator("loras")
+    @classmethod
+    def _unique(cls, v: list[LoraSpec]) -> list[LoraSpec]:
+        names = [lora.name for lora in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"LoRA adapter names must differ: {names}")
+        return v
     # A regex removed from system messages before tokenizing: a value a client changes on every
     # request (a request id, a timestamp) early in its system prompt defeats the prefix cache.
     system_prompt_strip: str | None = None
@@ -255,6 +277,10 @@ def _read(path: Path) -> tuple[str | None, dict[str, ModelSpec], Settings]:
             if isinstance(table.get(key), str):  # absolute, but not through symlinks: a file in the Hugging
                 # Face cache is a link named like the file (a split model's parts are found by name)
                 table[key] = Path(os.path.abspath(path.parent / Path(table[key]).expanduser()))
+        if isinstance(table.get("loras"), list):
+            table["loras"] = [dict(lora, path=Path(os.path.abspath(path.parent / Path(lora["path"]).expanduser())))
+                              if isinstance(lora, dict) and isinstance(lora.get("path"), str) else lora
+                              for lora in table["loras"]]
         try:
             models[name] = ModelSpec.model_validate(table)
         except ValidationError as exc:
