@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Server
+from conftest import GEMMA, SMOLLM, Server
 from localchat.grammars import metaschema
 from localchat.models import Registry, Settings
 
@@ -230,17 +230,19 @@ def test_without_max_tokens_a_choice_stops_at_the_cap(limited: Server):
     assert r.json()["choices"][0]["finish_reason"] == "length"
 
 
-def test_the_default_model_stops_by_itself():
-    """The shipped base model rarely ends a turn: models.toml bounds its answers (and
-    discourages loops), and a request without max_tokens gets that bound, under the cap."""
+def test_a_models_max_tokens_bounds_its_answers():
+    """The shipped base model (Gemma 3 270M) rarely ends a turn: models.toml bounds its answers
+    (and discourages loops), and a request without max_tokens gets that bound, under the cap.
+    The default model is a chat model that ends its own turns: no bound but the cap."""
     from localchat.api.app import _default_max_tokens
     from localchat.api.schemas import ChatCompletionRequest
 
     registry = Registry.load()
-    sampling = registry.models["gemma-3-270m"].sampling
+    sampling = registry.models[GEMMA].sampling
     assert sampling.max_tokens == 256 and sampling.repeat_penalty > 1 and sampling.penalty_last_n > 0
-    default = _default_max_tokens(registry, "")
+    default = _default_max_tokens(registry, "gemma3-270m")
     assert default == 256 and _default_max_tokens(registry, "no-such-model") is None
+    assert _default_max_tokens(registry, "") is None and registry.default == SMOLLM
     req = ChatCompletionRequest.model_validate({"messages": HELLO})
     assert req.to_chat(Settings(), default).sampling["max_tokens"] == 256
     assert req.to_chat(Settings(max_tokens_cap=100), default).sampling["max_tokens"] == 100
