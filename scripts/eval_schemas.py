@@ -4,10 +4,10 @@
 
 1. Every *.json schema in DIR is converted to GBNF and checked by localchat's validator and
    by llama.cpp itself (in a child process, so a crash counts as a rejection, not a stop).
-2. With --generate N, N schemas (seeded sample) are filled in by the model (default: the
-   registry's default model) under their
-   grammar, and each output is sorted into: ended by itself and valid; ended by itself and NOT
-   valid; cut by max_tokens. The first and the invalid ones are the engine's business.
+2. With --generate N, N schemas (seeded sample) are filled in under their grammar by the model
+   (--model; default: the registry's default), and each output is sorted into: ended by itself
+   and valid; ended by itself and NOT valid; cut by max_tokens. The first and the invalid ones
+   are the engine's business.
 """
 
 from __future__ import annotations
