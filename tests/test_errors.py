@@ -72,8 +72,9 @@ def test_prompt_longer_than_the_context_is_400_before_any_event(http: httpx.Clie
 
 
 def test_generation_stops_at_the_end_of_the_context(client: openai.OpenAI):
-    r = client.chat.completions.create(model="tiny-gemma", messages=HELLO, max_tokens=10_000, seed=1,
-                                       extra_body={"ignore_eos": True})
+    # ~2,000 tokens: minutes on a busy 2-core machine, more than the client's usual 120 s
+    r = client.with_options(timeout=900).chat.completions.create(
+        model="tiny-gemma", messages=HELLO, max_tokens=10_000, seed=1, extra_body={"ignore_eos": True})
     assert r.choices[0].finish_reason == "length"
     assert r.usage.total_tokens == TINY_CTX
 
