@@ -39,7 +39,8 @@ def _describe(spec: ModelSpec, settings: Settings) -> tuple[str, str, str, str, 
 
     where = spec.location()
     if where is None or not where.is_file():
-        missing = "assembled on first use" if spec.package and where else "missing"
+        missing = "fetched on first use" if spec.wheel else "assembled on first use" if spec.package and where \
+            else "missing"
         return (spec.family or "?", "?", "", str(spec.context_length or "?"), f"[yellow]{missing}[/yellow]")
     try:
         info = inspect(where)
@@ -174,9 +175,9 @@ def pull(
         return pull_model(source, name, config)
     registry = load_registry(config)
     for spec in registry.models.values():
-        if spec.package:
+        if spec.package or spec.wheel:
             try:
-                out.print(f"{spec.name}: {spec.file()}", markup=False)
+                out.print(f"{spec.name}: {spec.file()}", markup=False, soft_wrap=True)
             except LocalchatError as exc:
                 raise fail(exc.message) from None
 

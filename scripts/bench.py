@@ -5,6 +5,8 @@
     scripts/bench --concurrency [--tokens N] [--rounds R]
     scripts/bench --worker [--tokens N] [--rounds R]
     scripts/bench --tools [--rounds R]
+    scripts/bench --lora [--tokens N] [--rounds R] [--model NAME]
+    scripts/bench --vision [--rounds R] [--model NAME]
 
 Prints decode tokens/s through the server (SSE, official-client framing) and through
 llama-cpp-python directly (no HTTP, same prompt tokens, same greedy sampling), their ratio,
@@ -13,7 +15,10 @@ against a cold start. With --json-schema: tokens/s of output constrained by a sm
 schema against free output, same prompt, same length, greedy and sampled. With --concurrency:
 the aggregate decode tokens/s of 1, 2 and 4 streams at once (and each against 1 stream), a short
 request's time to first token alone and during a long stream, the single-stream HTTP/direct
-ratio, and whether each meets its goal.
+ratio, and whether each meets its goal. With --lora: two random LoRA adapters made for the model,
+two streams at once with one adapter against two streams with different adapters (and none).
+With --vision: what an image costs, in prompt tokens and time to first token (the tiny test
+projector, or the model's own `mmproj`), cold and read again from the prompt cache.
 A benchmark, not a test: figures vary with the machine's load.
 """
 
@@ -22,8 +27,10 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import io
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -371,7 +378,7 @@ def tools_bench(spec: ModelSpec, rounds: int) -> None:
         start = time.perf_counter()
         assert all(schema_problem(t["function"]["parameters"]) is None for t in tools)
         prepared = prepare(GenerationRequest(messages=(*messages, Message.of("user", f"turn {r}")), output=rules),
-                           loaded, False)
+                           loaded, None, False)
         times.append(time.perf_counter() - start)
     loaded.engine.close()
     print(f"model {spec.name}: {len(tools)} tools, {size(tools) / 1000:.0f} KB of schemas, "
@@ -379,6 +386,107 @@ def tools_bench(spec: ModelSpec, rounds: int) -> None:
     first, later = times[0] * 1000, statistics.median(times[1:]) * 1000
     print(f"prepared, first time : {first:7.1f} ms   (goal <= 1000 ms)  {'PASS' if first <= 1000 else 'MISS'}")
     print(f"prepared, next times : {later:7.1f} ms   (goal <= 50 ms)    {'PASS' if later <= 50 else 'MISS'}")
+
+
+def lora_targets(path: Path) -> tuple[str, dict[str, tuple[int, int]]]:
+    """The model's architecture and its attention weights' shapes (llama.cpp's order: n_in, n_out)."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(path))
+    arch = str(reader.fields["general.architecture"].contents())
+    return arch, {t.name: (int(t.shape[0]), int(t.shape[1])) for t in reader.tensors
+                  if t.name.endswith((".attn_q.weight", ".attn_v.weight"))}
+
+
+def lora_bench(spec: ModelSpec, n: int, rounds: int) -> None:
+    """Two streams at once: without adapters, both with one adapter, each with its own. llama.cpp
+    applies adapters to the whole context, so two adapter sets decode in two batches a step."""
+    from tinymodels import write_lora
+
+    folder = Path(tempfile.mkdtemp(prefix="localchat-bench-lora-"))
+    arch, targets = lora_targets(spec.file())
+    loras = [write_lora(folder / f"lora-{k}.gguf", arch, targets, seed=k, rank=8, alpha=8.0, std=0.02)
+             for k in (1, 2)]
+    config = folder / "models.toml"
+    config.write_text(f'[models.{spec.name}]\npath = "{spec.file()}"\n'
+                      + (f"context_length = {spec.context_length}\n" if spec.context_length else "")
+                      + "loras = [" + ", ".join(f'{{name = "{k}", path = "{p}", scale = 0}}'
+                                                for k, p in zip(("one", "two"), loras)) + "]\n")
+    cases = {"no adapter": (None, None), "one adapter, both": ("one", "one"), "two adapters": ("one", "two")}
+    print(f"model {spec.name}: 2 streams at once, {n} tokens each, greedy, ignore_eos, rank-8 adapters on "
+          f"{len(targets)} attention weights, {rounds} rounds (median)")
+    server = Server(config, "--model", spec.name)
+    try:
+        url = server.url
+        concurrent_streams(url, [{**story(spec.name, 8, f"warm-up {i}"), "lora": "one"} for i in range(2)])
+        tps: dict[str, list[float]] = {k: [] for k in cases}
+        for r in range(rounds):
+            for label, choice in cases.items():
+                wait_idle(url, spec.name)
+                bodies = [{**story(spec.name, n, f"{label} {i}, round {r}"), "lora": [] if c is None else c}
+                          for i, c in enumerate(choice)]
+                tps[label].append(concurrent_streams(url, bodies)["tps"])
+        agg = {k: statistics.median(v) for k, v in tps.items()}
+        for label in cases:
+            print(f"  {label:18}: {agg[label]:6.1f} tok/s aggregate   x{agg[label] / agg['no adapter']:5.2f} "
+                  "the no-adapter aggregate")
+        print(f"mixing two adapters / one adapter: {agg['two adapters'] / agg['one adapter, both']:.3f} "
+              "(the cost of a batch per adapter set)")
+    finally:
+        server.stop()
+
+
+def vision_bench(config: Path, spec: ModelSpec, rounds: int) -> None:
+    """Time to first token of a short question alone, with a new 640×480 image, and with the
+    same image again (read from the slot's prompt cache)."""
+    import numpy as np
+    from PIL import Image
+
+    if spec.mmproj is None:  # the tiny model and projector the tests use
+        from localchat.families import FAMILIES
+        from tinymodels import write_tiny_mmproj, write_tiny_model
+
+        folder = Path(tempfile.mkdtemp(prefix="localchat-bench-vision-"))
+        model = write_tiny_model(folder / "tiny-vision.gguf", FAMILIES["gemma"], n_ctx=2048,
+                                 extra=("<start_of_image>", "<end_of_image>"))
+        mmproj = write_tiny_mmproj(folder / "tiny-vision-mmproj.gguf")
+        config = folder / "models.toml"
+        config.write_text(f'[models.tiny-vision]\npath = "{model}"\nmmproj = "{mmproj}"\ncontext_length = 2048\n')
+        name = "tiny-vision"
+    else:
+        name = spec.name
+
+    def image(seed: int) -> str:
+        pixels = np.random.default_rng(seed).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, "JPEG", quality=90)
+        return "data:image/jpeg;base64," + __import__("base64").b64encode(out.getvalue()).decode()
+
+    def body(k: int, url: str | None) -> dict:
+        parts = [{"type": "text", "text": f"{k}. What is in this picture?"}]
+        parts += [{"type": "image_url", "image_url": {"url": url}}] if url else []
+        return {"model": name, "messages": [{"role": "user", "content": parts}], "max_tokens": 4,
+                "temperature": 0, "ignore_eos": True}
+
+    server = Server(config, "--model", name)
+    try:
+        http_stream(server.url, body(-1, image(1000)))  # warm-up
+        runs: dict[str, list[dict]] = {"text only": [], "a new image": [], "the same image again": []}
+        for r in range(rounds):
+            url = image(r)
+            for label, b in (("text only", body(2 * r, None)), ("a new image", body(2 * r + 1, url)),
+                             ("the same image again", body(2 * r + 1, url))):
+                wait_idle(server.url, name)
+                runs[label].append(http_stream(server.url, b))
+        print(f"model {name}: a 640×480 JPEG in a short question, {rounds} rounds (median)")
+        for label, rs in runs.items():
+            u = rs[-1]["usage"]
+            print(f"  {label:22}: ttft {statistics.median(x['ttft'] for x in rs) * 1000:7.1f} ms   prompt "
+                  f"{u['prompt_tokens']} tokens, {u['prompt_tokens_details']['cached_tokens']} cached")
+        extra = runs["a new image"][-1]["usage"]["prompt_tokens"] - runs["text only"][-1]["usage"]["prompt_tokens"]
+        print(f"an image costs {extra} prompt tokens (its own and the model's markers around it)")
+    finally:
+        server.stop()
 
 
 def main() -> None:
@@ -391,6 +499,8 @@ def main() -> None:
     ap.add_argument("--concurrency", action="store_true",
                     help="1, 2 and 4 streams at once; a short request's ttft during a long stream")
     ap.add_argument("--tools", action="store_true", help="preparing an agent's 100-tool, 200 KB request")
+    ap.add_argument("--lora", action="store_true", help="two streams with one LoRA adapter against two adapters")
+    ap.add_argument("--vision", action="store_true", help="what an image costs: prompt tokens, time to first token")
     ap.add_argument("--worker", action="store_true",
                     help="the worker process (the default) against llama.cpp inside the server (--in-process)")
     args = ap.parse_args()
@@ -398,6 +508,10 @@ def main() -> None:
     config = (args.config or shipped_config()).resolve()
     registry = Registry.load(config)
     spec = registry.resolve(args.model)
+    if args.lora:
+        return lora_bench(spec, args.tokens, args.rounds)
+    if args.vision:
+        return vision_bench(config, spec, args.rounds)
     # only to render and tokenize the prompt exactly as the server does (one slot: a small context)
     loaded = load_model(spec, settings=Settings(parallel=1, worker=False))
     prompt = render_prompt(loaded.template, PROMPT, bos_token=loaded.bos_token, eos_token=loaded.eos_token)

@@ -1,12 +1,13 @@
 """How well JSON schemas become grammars, and whether constrained output validates.
 
-    scripts/eval-schemas DIR [--generate N] [--max-tokens M] [--seed S]
+    scripts/eval-schemas DIR [--generate N] [--max-tokens M] [--seed S] [--model NAME] [--config PATH]
 
 1. Every *.json schema in DIR is converted to GBNF and checked by localchat's validator and
    by llama.cpp itself (in a child process, so a crash counts as a rejection, not a stop).
-2. With --generate N, N schemas (seeded sample) are filled in by the default model under their
-   grammar, and each output is sorted into: ended by itself and valid; ended by itself and NOT
-   valid; cut by max_tokens. The first and the invalid ones are the engine's business.
+2. With --generate N, N schemas (seeded sample) are filled in under their grammar by the model
+   (--model; default: the registry's default), and each output is sorted into: ended by itself
+   and valid; ended by itself and NOT valid; cut by max_tokens. The first and the invalid ones
+   are the engine's business.
 """
 
 from __future__ import annotations
@@ -17,27 +18,26 @@ import json
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import jsonschema
 
 from localchat.models.host import load_model
-from localchat.engine import Constraint, SamplingParams
+from localchat.engine import Constraint, Done, Generate, SamplingParams, Text
 from localchat.errors import GrammarError
 from localchat.families import render_prompt
 from localchat.grammars import validate
 from localchat.grammars.schema import convert
-from localchat.models import Registry
+from localchat.models import Registry, Settings
 
 CHILD = r"""
-import sys, json, ctypes
+import sys, json
+from pathlib import Path
 import llama_cpp as C
-from localchat.engine import llama  # silences llama.cpp's log
-C.llama_backend_init()
-mp = C.llama_model_default_params(); mp.vocab_only = True
-model = C.llama_model_load_from_file(sys.argv[1].encode(), mp)
-vocab = C.llama_model_get_vocab(model)
+from localchat.engine.model import Model  # loads the vocabulary the engine's way, llama.cpp's log quiet
+vocab = Model(Path(sys.argv[1]), vocab_only=True).vocab
 for i, g in enumerate(json.load(open(sys.argv[2]))):
     if i < int(sys.argv[3]):
         continue
@@ -49,11 +49,16 @@ for i, g in enumerate(json.load(open(sys.argv[2]))):
 
 
 def llama_accepts(model: Path, grammars: list[str]) -> list[bool]:
-    path = Path("/tmp/localchat-eval-grammars.json")
-    path.write_text(json.dumps(grammars))
+    with tempfile.TemporaryDirectory(prefix="localchat-eval-") as tmp:
+        path = Path(tmp) / "grammars.json"
+        path.write_text(json.dumps(grammars))
+        return _child_verdicts(model, path, len(grammars))
+
+
+def _child_verdicts(model: Path, path: Path, count: int) -> list[bool]:
     verdict: dict[int, bool] = {}
     start = 0
-    while start < len(grammars):
+    while start < count:
         proc = subprocess.run([sys.executable, "-c", CHILD, str(model), str(path), str(start)],
                               capture_output=True, text=True)
         for line in proc.stdout.split("\n"):
@@ -61,11 +66,13 @@ def llama_accepts(model: Path, grammars: list[str]) -> list[bool]:
                 i, ok = line.split()
                 verdict[int(i)] = ok == "1"
         done = max(verdict, default=start - 1)
-        if proc.returncode != 0:  # crashed on grammar done+1
+        if proc.returncode > 0:  # a Python error in the child, not llama.cpp failing on a grammar
+            sys.exit(f"eval-schemas: the llama.cpp check could not run:\n{proc.stderr[-3000:]}")
+        if proc.returncode < 0:  # killed by a signal: llama.cpp crashed on grammar done+1
             verdict[done + 1] = False
             done += 1
         start = done + 1
-    return [verdict[i] for i in range(len(grammars))]
+    return [verdict[i] for i in range(count)]
 
 
 def convert_all(files: list[Path]) -> tuple[dict[Path, str], dict[Path, str], dict[Path, list[str]]]:
@@ -90,10 +97,10 @@ async def generate(loaded, schema: dict, grammar: str, name: str, max_tokens: in
     tokens = loaded.engine.tokenizer.tokenize(prompt.segments)
     params = SamplingParams(**{**loaded.spec.sampling.model_dump(), "max_tokens": max_tokens, "seed": seed})
     text, finish = "", "stop"
-    async for event in loaded.engine.generate(tokens, params, loaded.stop_ids, Constraint(grammar)):
-        if hasattr(event, "text"):
+    async for event in loaded.engine.generate(Generate(tokens, params, loaded.stop_ids, Constraint(grammar))):
+        if isinstance(event, Text):
             text += event.text
-        else:
+        elif isinstance(event, Done):
             finish = event.finish_reason
     return text, finish
 
@@ -105,12 +112,17 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--show", action="store_true", help="print each generated output")
+    ap.add_argument("--model", help="the model whose vocabulary checks the grammars and which generates "
+                                    "(default: the registry's default)")
+    ap.add_argument("--config", type=Path, help="a models.toml to use instead of the shipped one")
     args = ap.parse_args()
 
     files = sorted(args.folder.glob("*.json"))
+    if not files:
+        sys.exit(f"eval-schemas: no *.json schema in {args.folder}")
     started = time.monotonic()
     grammars, failures, loosened = convert_all(files)
-    spec = Registry.load().resolve(None)
+    spec = Registry.load(args.config).resolve(args.model)
     accepted = llama_accepts(spec.file(), list(grammars.values()))
     n = len(files)
     print(f"{n} schemas in {args.folder} ({time.monotonic() - started:.1f} s)")
@@ -127,7 +139,7 @@ def main() -> None:
 
     if not args.generate:
         return
-    loaded = load_model(spec)
+    loaded = load_model(spec, settings=Settings(worker=False))
     sample = random.Random(args.seed).sample(sorted(grammars), min(args.generate, len(grammars)))
     valid = invalid = cut = unsatisfiable = 0
     started = time.monotonic()

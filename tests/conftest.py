@@ -1,5 +1,5 @@
-"""Fixtures: tiny GGUF models for every family, a registry naming them beside the default
-model, and a real `localchat serve` process on a free loopback port."""
+"""Fixtures: tiny GGUF models for every family, a registry naming them beside the shipped
+models, and a real `localchat serve` process on a free loopback port."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +19,14 @@ import pytest
 
 from localchat.families import FAMILIES
 from localchat.models import shipped_config
-from tinymodels import write_tiny_model
+from tinymodels import write_tiny_lora, write_tiny_mmproj, write_tiny_model
 
 TINY_CTX = 2048
+# The shipped models a test may mean, by name: most real-model tests use Gemma 3 270M (a base model:
+# it rambles, so streams run long). A request without a model gets the shipped default.
+GEMMA = "gemma-3-270m"
+SMOLLM = "smollm2-135m"
+DEFAULT = tomllib.loads(shipped_config().read_text())["default"]
 # A Qwen3-style template: the generation prompt opens a think block.
 THINKING_TEMPLATE = FAMILIES["chatml"].template.replace(
     "<|im_start|>assistant\n{% endif -%}", "<|im_start|>assistant\n<think>\n{% endif -%}")
@@ -41,6 +47,9 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     # a code model (fill-in-the-middle tokens) and an embedding model (declares mean pooling)
     models["coder"] = write_tiny_model(folder / "tiny-coder.gguf", FAMILIES["chatml"], n_ctx=TINY_CTX, fim=True)
     models["embed"] = write_tiny_model(folder / "tiny-embed.gguf", FAMILIES["llama3"], n_ctx=TINY_CTX, pooling=1)
+    # a reranker (Qwen3-Reranker's shape: rank pooling, a yes/no classifier head)
+    models["reranker"] = write_tiny_model(folder / "tiny-reranker.gguf", FAMILIES["chatml"], n_ctx=TINY_CTX,
+                                          reranker=True)
     return models
 
 
@@ -52,6 +61,18 @@ def registry_file(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPat
     for name, model in tiny_models.items():
         lines.append(f'\n[models.tiny-{name}]\npath = "{model}"\ncontext_length = {TINY_CTX}\n')
     lines.append('\n[models.ghost]\npath = "/nonexistent/ghost.gguf"\n')  # listed, but its file is gone
+    # a chat model with two LoRA adapters, both off by default
+    one, two = (write_tiny_lora(path.parent / f"lora-{name}.gguf", seed=seed) for name, seed in (("one", 1), ("two", 2)))
+    lines.append(f'\n[models.tiny-lora]\npath = "{tiny_models["chatml"]}"\ncontext_length = {TINY_CTX}\n'
+                 f'loras = [{{name = "one", path = "{one}", scale = 0}}, {{name = "two", path = "{two}", scale = 0}}]\n')
+    # a Gemma-style model with a vision projector (mmproj); the same with a small context
+    vision = write_tiny_model(path.parent / "tiny-vision.gguf", FAMILIES["gemma"], n_ctx=TINY_CTX,
+                              extra=("<start_of_image>", "<end_of_image>"))
+    mmproj = write_tiny_mmproj(path.parent / "tiny-vision-mmproj.gguf")
+    for name, n_ctx in (("tiny-vision", TINY_CTX), ("tiny-vision-small", 64)):
+        lines.append(f'\n[models.{name}]\npath = "{vision}"\nmmproj = "{mmproj}"\ncontext_length = {n_ctx}\n')
+    # a chat model that reranks by answering yes or no
+    lines.append(f'\n[models.tiny-judge]\npath = "{tiny_models["chatml"]}"\ncontext_length = {TINY_CTX}\nrerank = true\n')
     path.write_text("".join(lines))
     return path
 

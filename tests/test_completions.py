@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import openai
 
-from conftest import Server
+from conftest import GEMMA, Server
 
 PREFIX, SUFFIX = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"
 
@@ -46,13 +46,13 @@ def test_fill_in_the_middle_streamed(client: openai.OpenAI):
 
 
 def test_suffix_on_a_model_without_fim_tokens_is_a_400(http: httpx.Client):
-    r = http.post("/v1/completions", json={"model": "", "prompt": "x", "suffix": "y", "max_tokens": 2})
+    r = http.post("/v1/completions", json={"model": GEMMA, "prompt": "x", "suffix": "y", "max_tokens": 2})
     assert r.status_code == 400 and r.json()["error"]["param"] == "suffix"
     assert "fill-in-the-middle" in r.json()["error"]["message"]
 
 
 def test_prompts_n_echo_and_legacy_logprobs(client: openai.OpenAI):
-    r = client.completions.create(model="", prompt=["The sea is", "A cat is"], n=2, max_tokens=4, seed=5,
+    r = client.completions.create(model=GEMMA, prompt=["The sea is", "A cat is"], n=2, max_tokens=4, seed=5,
                                   echo=True, logprobs=2, extra_body={"ignore_eos": True})
     assert [c.index for c in r.choices] == [0, 1, 2, 3]
     assert all(c.text.startswith("The sea is") for c in r.choices[:2])
@@ -70,7 +70,7 @@ def test_a_completion_is_answered_while_a_chat_streams(server: Server):
     first_chat_token, chat_done = threading.Event(), threading.Event()
 
     def chat() -> None:
-        body = {"model": "", "messages": [{"role": "user", "content": "A long story."}], "max_tokens": 300,
+        body = {"model": GEMMA, "messages": [{"role": "user", "content": "A long story."}], "max_tokens": 300,
                 "ignore_eos": True, "stream": True}
         with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120) as r:
             for line in r.iter_lines():
@@ -83,7 +83,7 @@ def test_a_completion_is_answered_while_a_chat_streams(server: Server):
     try:
         assert first_chat_token.wait(60)
         with httpx.stream("POST", server.url + "/v1/completions", timeout=60, json={
-                "model": "", "prompt": "def f(x):", "max_tokens": 4, "stream": True, "ignore_eos": True}) as r:
+                "model": GEMMA, "prompt": "def f(x):", "max_tokens": 4, "stream": True, "ignore_eos": True}) as r:
             got_token = any(line.startswith("data: {") and '"text":""' not in line for line in r.iter_lines())
         assert got_token and not chat_done.is_set(), "the completion waited for the chat"
     finally:
@@ -113,19 +113,20 @@ def test_infill_streamed_and_warm_up(http: httpx.Client):
 
 
 def test_infill_on_a_model_without_fim_tokens(http: httpx.Client):
-    r = http.post("/infill", json={"model": "", "input_prefix": "a", "input_suffix": "b"})
+    r = http.post("/infill", json={"model": GEMMA, "input_prefix": "a", "input_suffix": "b"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "suffix"
 
 
 def test_props_tokenize_detokenize(http: httpx.Client):
-    props = http.get("/props").json()
+    props = http.get("/props", params={"model": GEMMA}).json()
     assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 8192
-    tokens = http.post("/tokenize", json={"content": "Hello world"}).json()["tokens"]
+    assert props["model_alias"] == GEMMA
+    tokens = http.post("/tokenize", json={"model": GEMMA, "content": "Hello world"}).json()["tokens"]
     assert tokens and all(isinstance(t, int) for t in tokens)
-    assert http.post("/detokenize", json={"tokens": tokens}).json()["content"] == "Hello world"
-    pieces = http.post("/tokenize", json={"content": "Hello world", "with_pieces": True}).json()["tokens"]
+    assert http.post("/detokenize", json={"model": GEMMA, "tokens": tokens}).json()["content"] == "Hello world"
+    pieces = http.post("/tokenize", json={"model": GEMMA, "content": "Hello world", "with_pieces": True}).json()["tokens"]
     assert "".join(p["piece"] for p in pieces) == "Hello world"
-    bad = http.post("/detokenize", json={"tokens": [-1]})
+    bad = http.post("/detokenize", json={"model": GEMMA, "tokens": [-1]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
 
 
@@ -145,7 +146,7 @@ def test_embeddings(client: openai.OpenAI):
 
 
 def test_embeddings_refused_with_a_hint(http: httpx.Client):
-    r = http.post("/v1/embeddings", json={"model": "", "input": "x"})
+    r = http.post("/v1/embeddings", json={"model": GEMMA, "input": "x"})
     assert r.status_code == 400 and "embedding = true" in r.json()["error"]["message"]
     r = http.post("/v1/embeddings", json={"model": "tiny-embed", "input": "x", "dimensions": 8})
     assert r.status_code == 400 and r.json()["error"]["param"] == "dimensions"

@@ -1,5 +1,5 @@
 """Several clients at once: slots decoded in one batch, n > 1, logprobs, a bounded queue,
-model leases. Real server, real llama.cpp, the default model and tiny ones."""
+model leases. Real server, real llama.cpp, Gemma 3 270M and tiny ones."""
 
 from __future__ import annotations
 
@@ -14,18 +14,12 @@ import httpx
 import openai
 import pytest
 
-from conftest import Server
+from conftest import GEMMA, Server
 
 PROMPTS = ["Write one sentence about the sea.", "List three fruits.", "What is a lighthouse?",
            "Describe a cat in a few words."]
-LONG = {"model": "", "messages": [{"role": "user", "content": "Tell me a very long story."}],
+LONG = {"model": GEMMA, "messages": [{"role": "user", "content": "Tell me a very long story."}],
         "max_tokens": 3000, "ignore_eos": True, "stream": True}
-
-
-def ask(client: openai.OpenAI, prompt: str, **extra) -> str:
-    r = client.chat.completions.create(model="", messages=[{"role": "user", "content": prompt}], max_tokens=24,
-                                       temperature=0, **extra)
-    return r.choices[0].message.content
 
 
 def stream_text(url: str, body: dict) -> str:
@@ -40,8 +34,8 @@ def stream_text(url: str, body: dict) -> str:
 
 
 def test_concurrent_streams_match_the_same_requests_alone(server: Server, client: openai.OpenAI):
-    bodies = [{"model": "", "messages": [{"role": "user", "content": p}], "max_tokens": 24, "temperature": 0}
-              for p in PROMPTS]
+    bodies = [{"model": GEMMA, "messages": [{"role": "user", "content": p}], "max_tokens": 24, "temperature": 0,
+               "ignore_eos": True} for p in PROMPTS]
     # llama.cpp's CPU kernels give a prompt decoded cold slightly other logits than the same
     # prompt read from the cache (README: "Same answer alone or in company"), so both runs below
     # start from the same state: each prompt already cached in a slot.
@@ -65,12 +59,12 @@ def test_unrelated_prompts_keep_their_own_slots(registry_file: Path):
     """Four prompts that share only the chat template's first tokens, sent one after another
     to a fresh server's four slots: each one sent again finds its whole prompt cached (none
     took a slot that holds another's prompt while an empty one was free)."""
-    s = Server(registry_file)
+    s = Server(registry_file, "--model", GEMMA)
     try:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=120)
 
         def send(prompt: str):
-            return client.chat.completions.create(model="", messages=[{"role": "user", "content": prompt}],
+            return client.chat.completions.create(model=GEMMA, messages=[{"role": "user", "content": prompt}],
                                                   max_tokens=2, temperature=0).usage
         for p in PROMPTS:
             send(p)
@@ -78,11 +72,11 @@ def test_unrelated_prompts_keep_their_own_slots(registry_file: Path):
             usage = send(p)
             assert usage.prompt_tokens_details.cached_tokens == usage.prompt_tokens - 1, p
         # the next turn of the first chat, with a new message longer than all before it
-        first = client.chat.completions.create(model="", messages=[{"role": "user", "content": PROMPTS[0]}],
+        first = client.chat.completions.create(model=GEMMA, messages=[{"role": "user", "content": PROMPTS[0]}],
                                                max_tokens=2, temperature=0)
         long_message = "Now tell me, in plain words and with care, " * 6
         usage = client.chat.completions.create(
-            model="", max_tokens=2, temperature=0,
+            model=GEMMA, max_tokens=2, temperature=0,
             messages=[{"role": "user", "content": PROMPTS[0]},
                       {"role": "assistant", "content": first.choices[0].message.content},
                       {"role": "user", "content": long_message}]).usage
@@ -116,7 +110,7 @@ def test_a_short_request_is_answered_while_a_long_stream_runs(server: Server):
         assert started.wait(60)
         time.sleep(0.5)
         short_first, _ = first_and_last_token_times(server.url, {
-            "model": "", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": True,
+            "model": GEMMA, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": True,
             "ignore_eos": True})
     finally:
         long.join(300)
@@ -125,13 +119,13 @@ def test_a_short_request_is_answered_while_a_long_stream_runs(server: Server):
 
 
 def test_n_choices_non_streamed_and_reproducible(client: openai.OpenAI):
-    kwargs = dict(model="", messages=[{"role": "user", "content": "Name a colour."}], max_tokens=8, n=3,
-                  temperature=1.0, seed=11)
+    kwargs = dict(model=GEMMA, messages=[{"role": "user", "content": "Name a colour."}], max_tokens=8, n=3,
+                  temperature=1.0, seed=11, extra_body={"ignore_eos": True})
     client.chat.completions.create(**{**kwargs, "max_tokens": 1})  # the prompt cached, as for the runs below
     r = client.chat.completions.create(**kwargs)
     assert [c.index for c in r.choices] == [0, 1, 2]
     assert all(c.message.content is not None for c in r.choices)
-    assert 3 <= r.usage.completion_tokens <= 24  # all three completions count
+    assert r.usage.completion_tokens == 24  # all three completions count
     again = client.chat.completions.create(**kwargs)
     assert [c.message.content for c in again.choices] == [c.message.content for c in r.choices]
     # the seed differs per choice (seed + i), so three samples are not all one text
@@ -139,7 +133,8 @@ def test_n_choices_non_streamed_and_reproducible(client: openai.OpenAI):
 
 
 def test_n_choices_streamed_carry_their_index(http: httpx.Client):
-    body = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 6, "n": 3, "seed": 3,
+    body = {"model": GEMMA, "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 6, "n": 3,
+            "seed": 3,
             "temperature": 1.0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     with http.stream("POST", "/v1/chat/completions", json=body) as r:
         chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
@@ -154,7 +149,7 @@ def test_n_choices_streamed_carry_their_index(http: httpx.Client):
 def test_n_with_a_json_schema_gives_valid_json_each_time(client: openai.OpenAI):
     schema = {"type": "object", "properties": {"colour": {"type": "string", "maxLength": 12}}, "required": ["colour"]}
     r = client.chat.completions.create(
-        model="", messages=[{"role": "user", "content": "A colour as JSON."}], max_tokens=40, n=2, seed=5,
+        model=GEMMA, messages=[{"role": "user", "content": "A colour as JSON."}], max_tokens=200, n=2, seed=5,
         response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}})
     assert len(r.choices) == 2
     for c in r.choices:
@@ -162,13 +157,15 @@ def test_n_with_a_json_schema_gives_valid_json_each_time(client: openai.OpenAI):
 
 
 def test_n_larger_than_the_slots_is_refused(http: httpx.Client):
-    r = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "n": 9})
+    r = http.post("/v1/chat/completions", json={"model": GEMMA, "messages": [{"role": "user", "content": "x"}], "n": 9})
     assert r.status_code == 400 and r.json()["error"]["param"] == "n"
 
 
 def test_logprobs_concatenate_to_the_content(client: openai.OpenAI):
-    r = client.chat.completions.create(model="", messages=[{"role": "user", "content": "Say hello."}],
-                                       max_tokens=12, temperature=0, logprobs=True, top_logprobs=3)
+    # ignore_eos: 12 tokens; repeat_penalty 1 (Gemma's models.toml sets 1.1): greedy picks the raw top token
+    r = client.chat.completions.create(model=GEMMA, messages=[{"role": "user", "content": "Say hello."}],
+                                       max_tokens=12, temperature=0, logprobs=True, top_logprobs=3,
+                                       extra_body={"ignore_eos": True, "repeat_penalty": 1.0})
     choice = r.choices[0]
     tokens = choice.logprobs.content
     assert tokens and "".join(t.token for t in tokens) == choice.message.content
@@ -181,8 +178,8 @@ def test_logprobs_concatenate_to_the_content(client: openai.OpenAI):
 
 
 def test_logprobs_streamed(http: httpx.Client):
-    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0,
-            "logprobs": True, "stream": True}
+    body = {"model": GEMMA, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0,
+            "logprobs": True, "stream": True, "ignore_eos": True}
     content, tokens = [], []
     with http.stream("POST", "/v1/chat/completions", json=body) as r:
         for line in r.iter_lines():
@@ -196,7 +193,7 @@ def test_logprobs_streamed(http: httpx.Client):
 @pytest.mark.parametrize("body", [{"top_logprobs": 21, "logprobs": True}, {"top_logprobs": -1, "logprobs": True},
                                   {"top_logprobs": 2}])
 def test_bad_logprobs_are_refused(http: httpx.Client, body: dict):
-    r = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], **body})
+    r = http.post("/v1/chat/completions", json={"model": GEMMA, "messages": [{"role": "user", "content": "x"}], **body})
     assert r.status_code == 400 and r.json()["error"]["param"] == "top_logprobs"
 
 
@@ -204,7 +201,7 @@ def test_bad_logprobs_are_refused(http: httpx.Client, body: dict):
 
 @pytest.fixture(scope="module")
 def narrow(registry_file: Path) -> Iterator[Server]:
-    s = Server(registry_file, "--parallel", "1", "--queue-limit", "1", "--max-loaded-models", "1")
+    s = Server(registry_file, "--parallel", "1", "--queue-limit", "1", "--max-loaded-models", "1", "--model", GEMMA)
     yield s
     alive = s.proc.poll() is None
     s.stop()
@@ -225,12 +222,12 @@ def open_stream(url: str, body: dict) -> tuple[httpx.Client, httpx.Response, Ite
 def test_full_queue_answers_429_with_retry_after(narrow: Server):
     h, r, _ = open_stream(narrow.url, LONG)  # holds the only slot
     waiting = threading.Thread(target=lambda: httpx.post(narrow.url + "/v1/chat/completions", timeout=120, json={
-        "model": "", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}))
+        "model": GEMMA, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}))
     try:
         waiting.start()
         time.sleep(1.0)  # it is queued now: the queue (limit 1) is full
         third = httpx.post(narrow.url + "/v1/chat/completions", timeout=30,
-                           json={"model": "", "messages": [{"role": "user", "content": "y"}], "max_tokens": 2})
+                           json={"model": GEMMA, "messages": [{"role": "user", "content": "y"}], "max_tokens": 2})
         assert third.status_code == 429
         assert third.headers["retry-after"].isdigit()
         assert third.json()["error"]["code"] == "queue_full"
@@ -246,7 +243,7 @@ def test_a_disconnect_frees_the_slot_for_the_next_queued_request(narrow: Server)
     result: list[httpx.Response] = []
     queued = threading.Thread(target=lambda: result.append(httpx.post(
         narrow.url + "/v1/chat/completions", timeout=120,
-        json={"model": "", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})))
+        json={"model": GEMMA, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})))
     queued.start()
     time.sleep(1.0)
     assert not result, "the queued request ran although the only slot was busy"
@@ -308,7 +305,7 @@ def test_an_idle_model_unloads_after_keep_alive(narrow: Server):
 
 def test_bad_keep_alive_is_refused(narrow: Server):
     r = httpx.post(narrow.url + "/v1/chat/completions", timeout=60, json={
-        "model": "", "messages": [{"role": "user", "content": "hi"}], "keep_alive": "soon"})
+        "model": GEMMA, "messages": [{"role": "user", "content": "hi"}], "keep_alive": "soon"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "keep_alive"
 
 
@@ -330,7 +327,7 @@ def test_the_event_loop_answers_while_a_100_tool_request_is_prepared(server: Ser
 
     def heavy() -> None:
         result.append(httpx.post(server.url + "/v1/chat/completions", timeout=120, json={
-            "model": "", "messages": [{"role": "user", "content": "call a tool"}], "tools": tools,
+            "model": GEMMA, "messages": [{"role": "user", "content": "call a tool"}], "tools": tools,
             "tool_choice": "required", "max_tokens": 1}))
         done.set()
 
@@ -354,11 +351,11 @@ def test_localchat_ps_lists_the_loaded_models(server: Server):
     import sys
 
     httpx.post(server.url + "/v1/chat/completions", timeout=60, json={
-        "model": "", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+        "model": GEMMA, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
     out = subprocess.run([sys.executable, "-m", "localchat", "ps", "--url", server.url + "/v1"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "gemma-3-270m" in out.stdout and "MB" in out.stdout and "/4" in out.stdout
+    assert GEMMA in out.stdout and "MB" in out.stdout and "/4" in out.stdout
     gone = subprocess.run([sys.executable, "-m", "localchat", "ps", "--url", "http://127.0.0.1:9"],
                           capture_output=True, text=True, timeout=60)
     assert gone.returncode == 1 and "localchat serve" in gone.stderr

@@ -7,14 +7,16 @@ import time
 import httpx
 import openai
 
-LONG = {"model": "", "messages": [{"role": "user", "content": "Tell me a very long story."}],
+from conftest import GEMMA
+
+LONG = {"model": GEMMA, "messages": [{"role": "user", "content": "Tell me a very long story."}],
         "max_tokens": 4000, "ignore_eos": True}  # ~80 s of decoding on 2 cores if it ran to the end
 
 
 def assert_engine_free(client: openai.OpenAI, why: str) -> None:
     """A short request completes long before the abandoned one could have finished (~80 s)."""
     start = time.monotonic()
-    r = client.chat.completions.create(model="", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    r = client.chat.completions.create(model=GEMMA, messages=[{"role": "user", "content": "hi"}], max_tokens=3)
     assert r.choices[0].finish_reason in ("stop", "length")
     assert time.monotonic() - start < 20, why
 

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import TINY_CTX
+from conftest import GEMMA, TINY_CTX
 
 HELLO = [{"role": "user", "content": "hello"}]
 
@@ -32,7 +32,7 @@ def _error(r: httpx.Response, status: int) -> dict:
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
     ({"messages": [{"content": "x"}]}, "messages.0.role"),
     ({"messages": [{"role": "user"}]}, "messages.0.content"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages.0.content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages.0.content.0.image_url.url"),
     ({"messages": HELLO, "logit_bias": {"abc": 1}}, "logit_bias"),
     ({"messages": HELLO, "logit_bias": {"99999999": 1}}, "logit_bias"),
     ({"messages": HELLO, "stream": "yes please"}, "stream"),
@@ -72,18 +72,19 @@ def test_prompt_longer_than_the_context_is_400_before_any_event(http: httpx.Clie
 
 
 def test_generation_stops_at_the_end_of_the_context(client: openai.OpenAI):
-    r = client.chat.completions.create(model="tiny-gemma", messages=HELLO, max_tokens=10_000, seed=1,
-                                       extra_body={"ignore_eos": True})
+    # ~2,000 tokens: minutes on a busy 2-core machine, more than the client's usual 120 s
+    r = client.with_options(timeout=900).chat.completions.create(
+        model="tiny-gemma", messages=HELLO, max_tokens=10_000, seed=1, extra_body={"ignore_eos": True})
     assert r.choices[0].finish_reason == "length"
     assert r.usage.total_tokens == TINY_CTX
 
 
 def test_model_whose_file_is_gone_is_503_and_the_server_goes_on(http: httpx.Client, client: openai.OpenAI):
-    http.post("/v1/chat/completions", json={"model": "", "messages": HELLO, "max_tokens": 1})
+    http.post("/v1/chat/completions", json={"model": GEMMA, "messages": HELLO, "max_tokens": 1})
     err = _error(http.post("/v1/chat/completions", json={"model": "ghost", "messages": HELLO}), 503)
     assert err["code"] == "model_unavailable" and "/nonexistent/ghost.gguf" in err["message"]
-    assert http.get("/health").json()["model"] == "gemma-3-270m", "the loaded model stayed loaded"
-    assert client.chat.completions.create(model="", messages=HELLO, max_tokens=1).choices[0].finish_reason
+    assert http.get("/health").json()["model"] == GEMMA, "the loaded model stayed loaded"
+    assert client.chat.completions.create(model=GEMMA, messages=HELLO, max_tokens=1).choices[0].finish_reason
 
 
 def test_non_loopback_host_header_is_403(http: httpx.Client):
@@ -97,7 +98,7 @@ def test_unknown_route_and_method(http: httpx.Client):
 
 
 def test_server_still_answers_after_all_that(client: openai.OpenAI):
-    assert client.chat.completions.create(model="", messages=HELLO, max_tokens=2).choices[0].finish_reason
+    assert client.chat.completions.create(model=GEMMA, messages=HELLO, max_tokens=2).choices[0].finish_reason
 
 
 def test_api_key_when_configured(registry_file):

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import Server
+from conftest import DEFAULT, Server
 
 CAP = 4
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None, print_blob=True,
@@ -46,8 +46,8 @@ scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(al
            | texts)
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
                            max_leaves=12)
-# Mostly the tiny model (fast); the default model (gemma-3-270m, preloaded) by "" or by name.
-models = st.sampled_from(["tiny-chatml"] * 5 + ["", "gemma-3-270m"])
+# Mostly the tiny model (fast); the shipped default model (preloaded) by "" or by name.
+models = st.sampled_from(["tiny-chatml"] * 5 + ["", DEFAULT])
 roles = st.sampled_from(["system", "developer", "user", "assistant", "tool"])
 messages = st.lists(st.fixed_dictionaries({"role": roles, "content": st.text(max_size=30)}), min_size=1, max_size=3)
 SCHEMAS = [

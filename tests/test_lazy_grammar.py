@@ -57,8 +57,9 @@ def test_free_text_stays_free_until_the_trigger(tmp_path: Path):
     engine = LocalEngine(write_tiny_model(tmp_path / "m.gguf", family, n_ctx=1024), n_ctx=1024)
     try:
         grammar = tools_grammar([("add", ADD)], family.tools, parallel=False, trigger="<tool_call>")
-        free = generate(engine, family, {}, None)
-        lazy = generate(engine, family, {}, Constraint(grammar, ("<tool_call>",)))
+        no_trigger = {vocabulary(family)[0].index("<tool_call>"): -100}  # a model that does not write it
+        free = generate(engine, family, no_trigger, None)
+        lazy = generate(engine, family, no_trigger, Constraint(grammar, ("<tool_call>",)))
         assert lazy == free  # no trigger: the grammar never touched the output
     finally:
         engine.close()

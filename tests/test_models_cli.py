@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DEFAULT, GEMMA, SMOLLM
 from localchat.families import FAMILIES
 from tinymodels import write_tiny_model
 
@@ -36,7 +37,8 @@ def test_add_show_list_rm(home: Path, gguf: Path):
     listing = run(home).stdout
     row = next(line for line in listing.splitlines() if "my-model.q8" in line)
     assert "mistral" in row and "present" in row and "KB" in row and "512" in row
-    assert any(line.lstrip().startswith("*") and "gemma-3-270m" in line for line in listing.splitlines())
+    assert any(line.lstrip().startswith("*") and DEFAULT in line for line in listing.splitlines())
+    assert any(GEMMA in line and "present" in line for line in listing.splitlines())
 
     shown = run(home, "show", "my-model.q8").stdout
     assert "architecture    llama" in shown
@@ -54,7 +56,7 @@ def test_add_with_name_family_and_default(home: Path, gguf: Path):
     assert any(line.lstrip().startswith("*") and "mine" in line and "chatml" in line for line in listing.splitlines())
     assert "family          chatml (set in models.toml)" in run(home, "show", "mine").stdout
     run(home, "rm", "mine")
-    assert any(line.lstrip().startswith("*") and "gemma-3-270m" in line for line in run(home).stdout.splitlines())
+    assert any(line.lstrip().startswith("*") and DEFAULT in line for line in run(home).stdout.splitlines())
 
 
 @pytest.mark.parametrize("make, message", [
@@ -82,9 +84,10 @@ def test_truncated_gguf_is_refused(home: Path, gguf: Path, tmp_path: Path):
 
 def test_refusals(home: Path, gguf: Path):
     assert "unknown family" in run(home, "add", str(gguf), "--family", "klingon").stderr
-    assert "shipped model" in run(home, "add", str(gguf), "--name", "gemma-3-270m").stderr
+    assert "shipped model" in run(home, "add", str(gguf), "--name", GEMMA).stderr
+    assert "shipped model" in run(home, "add", str(gguf), "--name", SMOLLM).stderr
     assert "not a usable model name" in run(home, "add", str(gguf), "--name", "a b/c").stderr
-    assert "shipped model and cannot be removed" in run(home, "rm", "gemma-3-270m").stderr
+    assert "shipped model and cannot be removed" in run(home, "rm", GEMMA).stderr
     assert "no model named" in run(home, "rm", "ghost").stderr
     assert "does not exist" in run(home, "show", "ghost").stderr
     assert not (home / "models.toml").exists()
@@ -96,4 +99,4 @@ def test_the_server_sees_models_added_by_the_user(home: Path, gguf: Path):
     run(home, "add", str(gguf), "--name", "mine")
     registry = Registry.load(user_path=home / "models.toml")
     assert registry.resolve("mine").path == gguf.resolve()
-    assert registry.resolve("").name == "gemma-3-270m"
+    assert registry.resolve("").name == DEFAULT

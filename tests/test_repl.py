@@ -11,6 +11,8 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from conftest import DEFAULT, GEMMA
+
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # prompt_toolkit turns bracketed paste on once per prompt shown and off once the line is
 # accepted: unambiguous markers, unlike the prompt text, which is redrawn on every key.
@@ -52,7 +54,8 @@ class Chat:
 
 @pytest.fixture
 def chat(registry_file: Path, tmp_path: Path):
-    c = Chat("--config", str(registry_file), home=tmp_path)
+    # Gemma 3 270M, a base model: its answers run to max_tokens, so there is time to press Ctrl-C
+    c = Chat("--config", str(registry_file), "--model", GEMMA, home=tmp_path)
     yield c
     c.close()
 
@@ -94,7 +97,7 @@ def test_set_and_show(chat: Chat):
     shown = chat.say("/show")
     assert re.search(r"temperature\s+0\.3", shown) and re.search(r"top_k\s+7", shown)
     assert re.search(r"min_p\s+server default", shown)
-    assert "gemma-3-270m" in shown
+    assert GEMMA in shown
 
 
 def test_save_then_load_round_trips(chat: Chat, tmp_path: Path):
@@ -153,8 +156,21 @@ def test_unknown_command_help_and_leaving(chat: Chat):
     chat.p.expect(pexpect.EOF)
 
 
-def test_ctrl_d_leaves_and_history_persists(registry_file: Path, tmp_path: Path):
+def test_without_a_model_it_chats_with_the_default(registry_file: Path, tmp_path: Path):
     c = Chat("--config", str(registry_file), home=tmp_path)
+    try:
+        assert DEFAULT in c.say("/show")
+        c.say("/set max_tokens 4")
+        c.ask("Say hi.")
+        c.wait(STATS)
+        c.ready()
+        assert "messages    2" in c.say("/show")
+    finally:
+        c.close()
+
+
+def test_ctrl_d_leaves_and_history_persists(registry_file: Path, tmp_path: Path):
+    c = Chat("--config", str(registry_file), "--model", "tiny-chatml", home=tmp_path)
     c.say("/show")
     c.p.sendeof()
     c.p.expect("bye")
@@ -173,7 +189,7 @@ def test_retry_and_model_switch(chat: Chat):
     chat.ready()
     assert "messages    2" in chat.say("/show")
     listed = chat.say("/models")
-    assert "* gemma-3-270m" in listed and "tiny-chatml" in listed
+    assert f"* {GEMMA}" in listed and "tiny-chatml" in listed
     assert "no model" in chat.say("/model nonexistent")
     assert "now chatting with tiny-chatml" in chat.say("/model tiny-chatml")
     chat.say("/set seed 3")

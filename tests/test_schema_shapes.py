@@ -16,7 +16,7 @@ from localchat.grammars import validate
 from localchat.grammars.regex import PatternError, compile_pattern
 from localchat.grammars.schema import convert
 
-REASONS = ("cannot be satisfied", "refers to itself")  # the refusals a legal schema may get
+REASONS = ("cannot be satisfied", "refers to itself", "points nowhere", "points at")  # the refusals these schemas may get
 
 ATOMS = st.sampled_from(["a", "b", "[a-z]", "\\d", ".", "\\s", "[^,]", "(a|)", "()", "(b*)", "(c?)", "^", "$", "\\w"])
 QUANTIFIERS = st.sampled_from(["", "", "*", "+", "?", "{0,2}", "{2}", "{1,}", "*?"])

@@ -1,7 +1,11 @@
 """Tool calls and structured output from every family, through the official SDK.
 
 Tiny models have random weights: what this proves is the constraint, not the model. Every
-call must parse, name a real tool and carry arguments that validate against its schema."""
+call must parse, name a real tool and carry arguments that validate against its schema.
+The grammar bounds a call's length (strings by maxLength, numbers by digits, whitespace to 21
+characters a place): one call is at most ~400 characters, so at most ~400 tokens. A test that
+needs a call to end gives it ONE_CALL tokens, so that ending is the grammar's doing, whatever
+the model picks."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import jsonschema
 import openai
 import pytest
 
+from conftest import GEMMA, SMOLLM
 from localchat.families import FAMILIES
 from tinymodels import vocabulary
 from tool_schemas import ADD, SCHEMAS, WEATHER
@@ -21,6 +26,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
          {"type": "function", "function": {"name": "add", "parameters": ADD}}]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 FAMILY_NAMES = list(FAMILIES)
+ONE_CALL = 500  # tokens: more than the longest call the grammar allows
 
 
 def model(name: str) -> str:
@@ -69,7 +75,8 @@ def stream_calls(client: openai.OpenAI, **kwargs):
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_required_tool_call_parses_and_validates(client: openai.OpenAI, family: str):
     r = client.chat.completions.create(model=model(family), messages=ASK, tools=TOOLS, tool_choice="required",
-                                       max_tokens=300, seed=3, parallel_tool_calls=False, logit_bias=nudge(family))
+                                       max_tokens=ONE_CALL, seed=3, parallel_tool_calls=False,
+                                       logit_bias=nudge(family))
     msg = r.choices[0].message
     assert r.choices[0].finish_reason == "tool_calls"
     assert msg.content is None
@@ -87,7 +94,8 @@ def test_streamed_parallel_tool_calls_accumulate(client: openai.OpenAI, family: 
     enders = (*FAMILIES[family].stop_tokens, FAMILIES[family].eos_token, close, f"<0x{ord(close):02X}>" if close else "")
     ends = {str(vocab.index(t)): -100 for t in enders if t in vocab}
     calls, content, finish = stream_calls(client, model=model(family), messages=ASK, tools=TOOLS,
-                                          tool_choice="required", max_tokens=600, seed=4, logit_bias=nudge(family, ends))
+                                          tool_choice="required", max_tokens=2 * ONE_CALL + 100, seed=4,
+                                          logit_bias=nudge(family, ends))
     assert finish in ("tool_calls", "length") and not content.strip()
     complete = list(calls.values())[:-1] if finish == "length" else list(calls.values())
     assert len(complete) >= 2, "several calls, each with its own index"
@@ -99,13 +107,13 @@ def test_streamed_parallel_tool_calls_accumulate(client: openai.OpenAI, family: 
 def test_named_tool_choice_and_one_call_only(client: openai.OpenAI, family: str):
     for seed in (1, 2):
         r = client.chat.completions.create(
-            model=model(family), messages=ASK, tools=TOOLS, max_tokens=200, seed=seed, parallel_tool_calls=False,
+            model=model(family), messages=ASK, tools=TOOLS, max_tokens=ONE_CALL, seed=seed, parallel_tool_calls=False,
             tool_choice={"type": "function", "function": {"name": "add"}}, logit_bias=nudge(family))
         calls = r.choices[0].message.tool_calls
         check_calls(calls)
         assert len(calls) == 1 and calls[0].function.name == "add"
     streamed, content, finish = stream_calls(
-        client, model=model(family), messages=ASK, tools=TOOLS, max_tokens=200, seed=3, parallel_tool_calls=False,
+        client, model=model(family), messages=ASK, tools=TOOLS, max_tokens=ONE_CALL, seed=3, parallel_tool_calls=False,
         tool_choice={"type": "function", "function": {"name": "add"}}, logit_bias=nudge(family))
     assert finish == "tool_calls" and [c["name"] for c in streamed.values()] == ["add"]
     jsonschema.validate(json.loads(streamed[0]["arguments"]), ADD)
@@ -115,7 +123,7 @@ def test_named_tool_choice_and_one_call_only(client: openai.OpenAI, family: str)
 def test_auto_calls_a_tool_once_the_model_writes_the_trigger(client: openai.OpenAI, family: str):
     syntax = FAMILIES[family].tools
     trigger = vocabulary(FAMILIES[family])[0].index(syntax.trigger)
-    kwargs = dict(model=model(family), messages=ASK, tools=TOOLS, tool_choice="auto", max_tokens=300, seed=5,
+    kwargs = dict(model=model(family), messages=ASK, tools=TOOLS, tool_choice="auto", max_tokens=ONE_CALL, seed=5,
                   parallel_tool_calls=False, logit_bias=nudge(family, {str(trigger): 100}))  # the trigger comes first
     r = client.chat.completions.create(**kwargs)
     assert r.choices[0].finish_reason == "tool_calls"
@@ -126,7 +134,9 @@ def test_auto_calls_a_tool_once_the_model_writes_the_trigger(client: openai.Open
 
 @pytest.mark.parametrize("family", ["chatml", "gemma"])
 def test_auto_without_the_trigger_is_plain_text(client: openai.OpenAI, family: str):
-    r = client.chat.completions.create(model=model(family), messages=ASK, tools=TOOLS, max_tokens=12, seed=6)
+    trigger = vocabulary(FAMILIES[family])[0].index(FAMILIES[family].tools.trigger)
+    r = client.chat.completions.create(model=model(family), messages=ASK, tools=TOOLS, max_tokens=12, seed=6,
+                                       logit_bias={str(trigger): -100})  # a model that does not write the trigger
     assert r.choices[0].finish_reason in ("stop", "length")
     assert r.choices[0].message.tool_calls is None
 
@@ -152,12 +162,12 @@ def test_max_tokens_inside_a_call_is_length(client: openai.OpenAI):
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_json_schema_output_validates(client: openai.OpenAI, family: str):
     fmt = {"type": "json_schema", "json_schema": {"name": "weather", "schema": WEATHER, "strict": True}}
-    r = client.chat.completions.create(model=model(family), messages=ASK, response_format=fmt, max_tokens=200, seed=8,
-                                       logit_bias=nudge(family))
+    r = client.chat.completions.create(model=model(family), messages=ASK, response_format=fmt, max_tokens=ONE_CALL,
+                                       seed=8, logit_bias=nudge(family))
     assert r.choices[0].finish_reason == "stop"
     jsonschema.validate(json.loads(r.choices[0].message.content), WEATHER)
     text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
-        model=model(family), messages=ASK, response_format=fmt, max_tokens=200, seed=9, stream=True,
+        model=model(family), messages=ASK, response_format=fmt, max_tokens=ONE_CALL, seed=9, stream=True,
         logit_bias=nudge(family)) if c.choices)
     jsonschema.validate(json.loads(text), WEATHER)
 
@@ -174,9 +184,12 @@ def test_json_object_and_raw_grammar(client: openai.OpenAI):
     assert r.choices[0].message.content in ("yes!", "no!")
 
 
-def test_default_model_fills_a_schema(client: openai.OpenAI):
+@pytest.mark.parametrize("name", [GEMMA, SMOLLM])
+def test_a_shipped_model_fills_a_schema(client: openai.OpenAI, name: str):
     fmt = {"type": "json_schema", "json_schema": {"name": "w", "schema": WEATHER}}
-    r = client.chat.completions.create(model="", messages=ASK, response_format=fmt, max_tokens=120, temperature=0)
+    r = client.chat.completions.create(model=name, messages=ASK, response_format=fmt, max_tokens=ONE_CALL,
+                                       temperature=0)
+    assert r.choices[0].finish_reason == "stop"
     jsonschema.validate(json.loads(r.choices[0].message.content), WEATHER)
 
 
@@ -189,17 +202,19 @@ def test_a_conversation_with_tool_results_round_trips(client: openai.OpenAI, fam
         {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'},
     ]
     r = client.chat.completions.create(model=model(family), messages=history, tools=TOOLS, max_tokens=5, seed=11)
-    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")  # (calling again is the model's choice)
     again = client.chat.completions.create(model=model(family), messages=history, max_tokens=5, seed=11)
     assert r.usage.prompt_tokens > again.usage.prompt_tokens  # the tools are described in the prompt
 
 
 def test_reasoning_goes_to_reasoning_content(client: openai.OpenAI):
-    r = client.chat.completions.create(model="tiny-qwen3", messages=ASK, max_tokens=10, seed=12)
+    close = vocabulary(FAMILIES["chatml"])[0].index("</think>")
+    kwargs = dict(model="tiny-qwen3", messages=ASK, max_tokens=10, seed=12,  # it thinks for all 10 tokens
+                  logit_bias={str(close): -100}, extra_body={"ignore_eos": True})
+    r = client.chat.completions.create(**kwargs)
     msg = r.choices[0].message
     assert msg.model_extra["reasoning_content"] and not msg.content
-    chunks = [c for c in client.chat.completions.create(model="tiny-qwen3", messages=ASK, max_tokens=10, seed=12,
-                                                         stream=True) if c.choices]
+    chunks = [c for c in client.chat.completions.create(stream=True, **kwargs) if c.choices]
     streamed = "".join(c.choices[0].delta.model_extra.get("reasoning_content") or "" for c in chunks)
     assert streamed == msg.model_extra["reasoning_content"]
 
@@ -212,19 +227,23 @@ def test_auto_trigger_counts_only_after_the_reasoning(client: openai.OpenAI):
                                        logit_bias={str(trigger): 100, str(close): -100})
     assert r.choices[0].message.tool_calls is None
     assert "<tool_call>" in r.choices[0].message.model_extra["reasoning_content"]
-    r = client.chat.completions.create(model="tiny-qwen3", messages=ASK, tools=TOOLS, max_tokens=300, seed=16,
-                                       parallel_tool_calls=False, logit_bias={str(trigger): 100, str(close): 100})
+    # Thinking ended at once, then the trigger: the closing tag pushed up most, so it comes first; once
+    # written, the repeat penalty (÷10) puts it below the trigger, which comes next.
+    r = client.chat.completions.create(model="tiny-qwen3", messages=ASK, tools=TOOLS, max_tokens=ONE_CALL, seed=16,
+                                       parallel_tool_calls=False, logit_bias={str(trigger): 50, str(close): 100},
+                                       extra_body={"repeat_penalty": 10})
     check_calls(r.choices[0].message.tool_calls)
 
 
 def test_grammar_applies_after_the_reasoning(client: openai.OpenAI):
     close = vocabulary(FAMILIES["chatml"])[0].index("</think>")
     fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": ADD}}
-    r = client.chat.completions.create(model="tiny-qwen3", messages=ASK, response_format=fmt, max_tokens=200,
+    r = client.chat.completions.create(model="tiny-qwen3", messages=ASK, response_format=fmt, max_tokens=ONE_CALL,
                                        seed=13, logit_bias={str(close): 100})
     jsonschema.validate(json.loads(r.choices[0].message.content), ADD)
     r = client.chat.completions.create(model="tiny-qwen3", messages=ASK, tools=TOOLS, tool_choice="required",
-                                       max_tokens=300, seed=14, logit_bias={str(close): 100}, parallel_tool_calls=False)
+                                       max_tokens=ONE_CALL, seed=14, logit_bias={str(close): 100},
+                                       parallel_tool_calls=False)
     check_calls(r.choices[0].message.tool_calls)
 
 
@@ -290,16 +309,16 @@ def test_a_schema_nested_past_any_parser_is_400(http: httpx.Client):
 
 def test_server_survived_every_bad_constraint(client: openai.OpenAI):
     r = client.chat.completions.create(model=model("chatml"), messages=ASK, tools=TOOLS, tool_choice="required",
-                                       max_tokens=300, seed=15, parallel_tool_calls=False)
+                                       max_tokens=ONE_CALL, seed=15, parallel_tool_calls=False)
     check_calls(r.choices[0].message.tool_calls)
 
 
 def test_stop_strings_do_not_cut_constrained_output(client: openai.OpenAI):
     """Editor plugins send stop strings with every request; they must not break a call or JSON."""
     fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": ADD}}
-    r = client.chat.completions.create(model=model("chatml"), messages=ASK, response_format=fmt, max_tokens=200,
+    r = client.chat.completions.create(model=model("chatml"), messages=ASK, response_format=fmt, max_tokens=ONE_CALL,
                                        seed=17, stop=["}", ",", '"'])
     jsonschema.validate(json.loads(r.choices[0].message.content), ADD)
     r = client.chat.completions.create(model=model("chatml"), messages=ASK, tools=TOOLS, tool_choice="required",
-                                       max_tokens=300, seed=17, stop=["}", '"', "\n"], parallel_tool_calls=False)
+                                       max_tokens=ONE_CALL, seed=17, stop=["}", '"', "\n"], parallel_tool_calls=False)
     check_calls(r.choices[0].message.tool_calls)

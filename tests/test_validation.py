@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Server
+from conftest import GEMMA, SMOLLM, Server
 from localchat.grammars import metaschema
 from localchat.models import Registry, Settings
 
@@ -230,14 +230,17 @@ def test_without_max_tokens_a_choice_stops_at_the_cap(limited: Server):
     assert r.json()["choices"][0]["finish_reason"] == "length"
 
 
-def test_gemma_stops_by_itself():
-    """The shipped base model rarely ends a turn: models.toml bounds its answers (and discourages
-    loops). A request without max_tokens leaves it unset: generation applies the model's default
-    (or, for a model without one, runs until the model ends its turn), under the cap."""
+def test_a_models_max_tokens_bounds_its_answers():
+    """The shipped base model (Gemma 3 270M) rarely ends a turn: models.toml bounds its answers
+    (and discourages loops). A request without max_tokens leaves it unset: generation applies the
+    model's default, under the cap. The default model is a chat model that ends its own turns: no
+    bound but the cap and the context."""
     from localchat.api.openai.schemas import ChatCompletionRequest
 
-    sampling = Registry.load().models["gemma-3-270m"].sampling
+    registry = Registry.load()
+    sampling = registry.models[GEMMA].sampling
     assert sampling.max_tokens == 256 and sampling.repeat_penalty > 1 and sampling.penalty_last_n > 0
+    assert registry.models[SMOLLM].sampling.max_tokens is None and registry.default == SMOLLM
     assert ChatCompletionRequest.model_validate({"messages": HELLO}).to_request(Settings()).sampling.max_tokens is None
     asked = ChatCompletionRequest.model_validate({"messages": HELLO, "max_tokens": 1000})
     assert asked.to_request(Settings()).sampling.max_tokens == 1000

@@ -15,14 +15,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Server
+from conftest import GEMMA, Server
 
-STORY = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 2000, "ignore_eos": True}
+STORY = {"model": GEMMA, "messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 2000,
+         "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
 def single(registry_file: Path) -> Iterator[Server]:
-    s = Server(registry_file, "--parallel", "1")
+    s = Server(registry_file, "--parallel", "1", "--model", GEMMA)
     yield s
     s.stop()
 
@@ -45,7 +46,7 @@ def wait_for_new_worker(url: str, model: str, old_pid: int) -> dict:
 
 
 def test_sigsegv_mid_stream(single: Server):
-    pid = worker(single.url, "gemma-3-270m")["pid"]
+    pid = worker(single.url, GEMMA)["pid"]
     lines: list[str] = []
     queued: list[httpx.Response] = []
     started = threading.Event()
@@ -63,7 +64,7 @@ def test_sigsegv_mid_stream(single: Server):
     assert started.wait(60)
     waiting = threading.Thread(target=lambda: queued.append(httpx.post(
         single.url + "/v1/chat/completions", timeout=120,
-        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})))
+        json={"model": GEMMA, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})))
     waiting.start()
     time.sleep(1.0)  # it waits for the only slot
     assert not queued
@@ -76,10 +77,10 @@ def test_sigsegv_mid_stream(single: Server):
     assert error["code"] == "engine_crashed" and "SIGSEGV" in error["message"]
     assert queued and queued[0].status_code == 200, "the queued request was lost"
     assert queued[0].json()["choices"][0]["message"]["content"] is not None
-    w = worker(single.url, "gemma-3-270m")
+    w = worker(single.url, GEMMA)
     assert w["pid"] != pid and w["state"] == "ready" and w["crashes"] == 1
     after = httpx.post(single.url + "/v1/chat/completions", timeout=60,
-                       json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+                       json={"model": GEMMA, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
     assert after.status_code == 200
     assert single.proc.poll() is None, "the HTTP server died"
     assert "died (signal SIGSEGV)" in single.output()
@@ -87,13 +88,13 @@ def test_sigsegv_mid_stream(single: Server):
 
 def test_crash_before_the_first_token_is_a_500(single: Server):
     """A non-streamed request whose worker dies gets an OpenAI error with engine_crashed."""
-    pid = worker(single.url, "gemma-3-270m")["pid"]
+    pid = worker(single.url, GEMMA)["pid"]
     result: list[httpx.Response] = []
     t = threading.Thread(target=lambda: result.append(httpx.post(
         single.url + "/v1/chat/completions", json=STORY, timeout=120)))
     t.start()
     deadline = time.monotonic() + 30
-    while worker(single.url, "gemma-3-270m")["pid"] == pid and not httpx.get(single.url + "/health").json()[
+    while worker(single.url, GEMMA)["pid"] == pid and not httpx.get(single.url + "/health").json()[
             "loaded"][0]["busy_slots"] and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)
@@ -101,7 +102,7 @@ def test_crash_before_the_first_token_is_a_500(single: Server):
     t.join(60)
     assert result[0].status_code == 500
     assert result[0].json()["error"]["code"] == "engine_crashed"
-    wait_for_new_worker(single.url, "gemma-3-270m", pid)
+    wait_for_new_worker(single.url, GEMMA, pid)
 
 
 def test_a_crash_loop_marks_the_model_failed_and_spares_the_others(registry_file: Path):
@@ -148,10 +149,10 @@ def rss_mb(pid: int) -> float:
 
 
 def test_finished_constrained_requests_release_their_memory(single: Server):
-    """A grammar-constrained request on the default model holds vocabulary-sized buffers (4 MB
+    """A grammar-constrained request on Gemma holds vocabulary-sized buffers (4 MB
     for 262,144 tokens); the worker must drop them when the request ends. 30 such requests
     would keep 120 MB if it did not; the allocator's own steps are ~20 MB."""
-    body = {"messages": [{"role": "user", "content": "A number?"}], "max_tokens": 6, "temperature": 0,
+    body = {"model": GEMMA, "messages": [{"role": "user", "content": "A number?"}], "max_tokens": 6, "temperature": 0,
             "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {
                 "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}}
 
@@ -159,8 +160,8 @@ def test_finished_constrained_requests_release_their_memory(single: Server):
         for _ in range(count):
             assert httpx.post(single.url + "/v1/chat/completions", json=body, timeout=120).status_code == 200
     run(10)  # warm: the allocator takes what it needs for one request at a time
-    pid = worker(single.url, "gemma-3-270m")["pid"]
+    pid = worker(single.url, GEMMA)["pid"]
     before = rss_mb(pid)
     run(30)
-    assert worker(single.url, "gemma-3-270m")["pid"] == pid
+    assert worker(single.url, GEMMA)["pid"] == pid
     assert rss_mb(pid) - before < 60

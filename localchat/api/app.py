@@ -25,6 +25,7 @@ from .guard import LOCAL_ORIGINS, LocalOnly, Origins  # noqa: F401 - LOCAL_ORIGI
 from .health import health as health_body
 from .protocols import PROTOCOLS
 
+
 log = logging.getLogger("localchat.api")
 
 
@@ -36,6 +37,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
 
     async def health(request: Request) -> Response:
         return JSONResponse(health_body(chat, recent))
+
 
     routes = [
         Route("/health", health, methods=["GET"]),

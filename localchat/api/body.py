@@ -30,7 +30,8 @@ def _seconds(value: float | str | None) -> float | None:
 KeepAlive = Annotated[float | str | None, AfterValidator(_seconds)]
 
 
-async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
+async def read_json(request: Request, max_bytes: int, *, array: bool = False) -> Any:
+    """The body as JSON: an object (or, with `array`, an array too), within `max_bytes`."""
     size = f"{max_bytes // 2**20} MiB" if max_bytes % 2**20 == 0 else f"{max_bytes} bytes"
     too_large = PayloadTooLarge(f"the request body is larger than {size} (max_body_bytes)")
     declared = request.headers.get("content-length", "")
@@ -48,8 +49,8 @@ async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
         raise InvalidRequest("the request body is nested too deeply") from None
     except ValueError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
+    if not isinstance(body, dict) and not (array and isinstance(body, list)):
+        raise InvalidRequest("the request body must be a JSON object" + (" or array" if array else ""))
     return body
 
 

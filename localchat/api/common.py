@@ -3,10 +3,7 @@ or at once, and an error that happens once the stream has begun."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -15,8 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..engine.params import KNOBS
-from ..errors import EngineError, InvalidRequest, LocalchatError
+from ..errors import EngineError, LocalchatError
 from ..generation import Image, Sampling
+from ..generation.media import b64, data_uri
 from .sse import COMMENT, EventStream, json_answer
 
 log = logging.getLogger("localchat.api")
@@ -59,20 +57,15 @@ def sampling(fields: dict[str, Any], *, stop: str | list[str] | tuple[str, ...] 
 
 
 def data_image(url: str, where: str) -> Image:
-    """An image sent as a data URI (`data:image/png;base64,…`)."""
-    match = re.fullmatch(r"data:([\w.+/-]*)(?:;[\w=.-]+)*;base64,(.*)", url.strip(), re.DOTALL)
-    if not match:
-        raise InvalidRequest(f"{where}: only data: URIs (base64) are read here; this server fetches no image URLs",
-                             param=where)
-    return Image(_base64(match[2], where), match[1] or None, where)
+    """An image sent as a data URI (`data:image/png;base64,…`); URLs are not fetched."""
+    return Image(data_uri(url, where), None, where)
 
 
 def base64_image(data: str, media_type: str | None, where: str) -> Image:
-    return Image(_base64(data, where), media_type, where)
+    return Image(b64(data, where), media_type, where)
 
 
-def _base64(data: str, where: str) -> bytes:
-    try:
-        return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidRequest(f"{where}: the image is not valid base64", param=where) from None
+def media_capabilities(projector: Any) -> list[str]:
+    """What a model reads besides text (a `ProjectorInfo`, or None), as capability names."""
+    return [name for name, has in (("vision", projector and projector.vision), ("audio", projector and projector.audio))
+            if has]

@@ -10,9 +10,10 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
-from .params import Event, Generate, Started
+from ..errors import EngineError
+from .params import Event, Generate, Prepared, Started
 
-Emit = Callable[[Event | Started | BaseException | None], None]  # None: the request has ended
+Emit = Callable[[Event | Prepared | Started | BaseException | None], None]  # None: the request has ended
 
 
 class Tokenizer(Protocol):
@@ -35,12 +36,15 @@ class Engine(Protocol):
     tokenizer: Tokenizer
     n_ctx: int  # tokens of context per slot
     parallel: int  # slots: sequences decoded together
+    n_adapters: int  # LoRA adapters loaded with the model (a request's `adapters` index them)
 
     def check_fits(self, tokens: list[int]) -> None: ...  # ContextOverflow
 
     def submit(self, request: Generate) -> Stream: ...  # QueueFull; must run on the event loop
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]: ...
+
+    async def rerank(self, prompts: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]: ...
 
     def stats(self) -> dict[str, Any]: ...  # slots, busy, queued, n_ctx, bytes, worker
 
@@ -54,11 +58,11 @@ class Stream:
     def __init__(self, submit: Callable[[Generate, Emit], Any], cancel: Callable[[Any], None],
                  request: Generate) -> None:
         loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[Event | Started | BaseException | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[Event | Prepared | Started | BaseException | None] = asyncio.Queue()
         self._cancel = cancel
         self._ended = False
 
-        def emit(item: Event | Started | BaseException | None) -> None:
+        def emit(item: Event | Prepared | Started | BaseException | None) -> None:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(self._queue.put_nowait, item)
 
@@ -67,12 +71,25 @@ class Stream:
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events()
 
+    async def prepared(self) -> int:
+        """For a request with media: wait until the engine has tokenized them (or refused them:
+        that error is raised here, before any output); the prompt's length with its media."""
+        try:
+            item = await self._queue.get()
+        except BaseException:  # the caller gave up (its client left): the request ends
+            self.close()
+            raise
+        if isinstance(item, Prepared):
+            return item.prompt_tokens
+        self.close()
+        raise item if isinstance(item, BaseException) else EngineError("the request ended before it started")
+
     async def _events(self) -> AsyncIterator[Event]:
         try:
             while (item := await self._queue.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
-                if not isinstance(item, Started):
+                if not isinstance(item, (Started, Prepared)):
                     yield item
             self._ended = True
         finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 import llama_cpp as C
 import numpy as np
@@ -19,6 +20,9 @@ POOLING = {"mean": C.LLAMA_POOLING_TYPE_MEAN, "cls": C.LLAMA_POOLING_TYPE_CLS, "
 
 
 class Embedder:
+    param = "input"  # the request field an input error names
+    last_only = False  # request outputs for every token (pooling reads them), not just each input's last
+
     def __init__(self, model: Model, *, n_batch: int = 2048, n_seq: int = 16, pooling: int | None = None,
                  n_threads: int | None = None) -> None:
         cparams = C.llama_context_default_params()
@@ -28,12 +32,15 @@ class Embedder:
         cparams.n_seq_max = n_seq
         cparams.kv_unified = True
         cparams.n_threads = cparams.n_threads_batch = n_threads or os.cpu_count() or 1
+        self._configure(cparams)
         self.ctx = C.llama_init_from_model(model.ptr, cparams)
         if not self.ctx:
             raise ModelUnavailable(f"llama.cpp could not create an embedding context for {model.path}")
-        if C.llama_pooling_type(self.ctx) == C.LLAMA_POOLING_TYPE_NONE:
+        try:
+            self._check()
+        except ModelUnavailable:
             C.llama_free(self.ctx)
-            raise ModelUnavailable("the model declares no pooling: set `embedding = true` in models.toml")
+            raise
         self.model, self.n_batch, self.n_seq = model, n_batch, n_seq
         self.n_embd = C.llama_model_n_embd(model.ptr)
         self._encode = C.llama_model_has_encoder(model.ptr) and not C.llama_model_has_decoder(model.ptr)
@@ -41,14 +48,25 @@ class Embedder:
         self._batch = C.llama_batch_init(n_batch, 0, 1)
         self._lock = threading.Lock()
 
+    def _configure(self, cparams: Any) -> None:
+        """A subclass's changes to the context's parameters."""
+
+    def _check(self) -> None:
+        if C.llama_pooling_type(self.ctx) == C.LLAMA_POOLING_TYPE_NONE:
+            raise ModelUnavailable("the model declares no pooling: set `embedding = true` in models.toml")
+
     def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        return self._all(inputs)
+
+    def _all(self, inputs: list[list[int]]) -> list[Any]:
+        """One result per input, in as few decodes as fit."""
         for i, tokens in enumerate(inputs):
             if not tokens:
-                raise InvalidRequest(f"input[{i}] is empty", param="input")
+                raise InvalidRequest(f"{self.param}[{i}] is empty", param=f"{self.param}.{i}")
             if len(tokens) > self.n_batch:
-                raise InvalidRequest(f"input[{i}] is {len(tokens)} tokens; this model embeds at most {self.n_batch}",
-                                     param="input")
-        out: list[list[float]] = []
+                raise InvalidRequest(f"{self.param}[{i}] is {len(tokens)} tokens; this model takes at most "
+                                     f"{self.n_batch}", param=f"{self.param}.{i}")
+        out: list[Any] = []
         with self._lock:
             group: list[list[int]] = []
             for tokens in inputs:
@@ -60,26 +78,29 @@ class Embedder:
                 out += self._run(group)
         return out
 
-    def _run(self, group: list[list[int]]) -> list[list[float]]:
+    def _run(self, group: list[list[int]]) -> list[Any]:
         C.llama_memory_clear(self._mem, True)
-        b, n = self._batch, 0
+        b, n, last = self._batch, 0, []
         for seq, tokens in enumerate(group):
             for pos, token in enumerate(tokens):
-                b.token[n], b.pos[n], b.n_seq_id[n], b.logits[n] = token, pos, 1, True
+                b.token[n], b.pos[n], b.n_seq_id[n] = token, pos, 1
+                b.logits[n] = not self.last_only or pos == len(tokens) - 1
                 b.seq_id[n][0] = seq
                 n += 1
+            last.append(n - 1)
         b.n_tokens = n
         rc = (C.llama_encode if self._encode else C.llama_decode)(self.ctx, b)
         if rc != 0:
             raise EngineError(f"llama.cpp could not embed ({'llama_encode' if self._encode else 'llama_decode'} "
                               f"returned {rc})")
-        vectors = []
-        for seq in range(len(group)):
-            ptr = C.llama_get_embeddings_seq(self.ctx, seq)
-            v = np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
-            norm = np.linalg.norm(v)
-            vectors.append((v / norm if norm > 0 else v).tolist())
-        return vectors
+        return [self._read(seq, row) for seq, row in enumerate(last)]
+
+    def _read(self, seq: int, row: int) -> Any:
+        """The result for sequence `seq`, whose last token is row `row` of the batch."""
+        ptr = C.llama_get_embeddings_seq(self.ctx, seq)
+        v = np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
+        norm = np.linalg.norm(v)
+        return (v / norm if norm > 0 else v).tolist()
 
     def close(self) -> None:
         C.llama_batch_free(self._batch)

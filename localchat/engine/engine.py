@@ -9,11 +9,21 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
+from ..errors import EngineError, InvalidRequest
 from .base import Stream
 from .embed import Embedder
+from .rerank import Ranker
 from .model import Model
 from .params import N_BATCH, Event, Generate
 from .scheduler import Scheduler
+from .vision import Projector
+
+
+def check_adapters(request: Generate, n_adapters: int) -> None:
+    """The request's LoRA adapters are the model's (the layer above resolves names to indices)."""
+    bad = next((i for i, _ in request.adapters if not 0 <= i < n_adapters), None)
+    if bad is not None:
+        raise InvalidRequest(f"lora: no adapter {bad}; this model has {n_adapters}", param="lora")
 
 
 class LocalEngine:
@@ -22,18 +32,27 @@ class LocalEngine:
 
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = N_BATCH,
-                 visible: Iterable[str] = (), pooling: int | None = None, rope: tuple[str, float] | None = None) -> None:
+                 visible: Iterable[str] = (), pooling: int | None = None, rope: tuple[str, float] | None = None,
+                 loras: Iterable[str] = (), mmproj: str | None = None) -> None:
         self.model = Model(path, n_gpu_layers=n_gpu_layers)
+        self.projector: Projector | None = None
         try:
+            self.model.load_adapters(loras)
+            if mmproj:
+                self.projector = Projector(self.model, Path(mmproj), n_threads=n_threads, use_gpu=n_gpu_layers != 0)
             self.scheduler = Scheduler(self.model, n_ctx=n_ctx, parallel=parallel, max_queue=max_queue,
-                                       n_threads=n_threads, n_batch=n_batch, rope=rope)
+                                       n_threads=n_threads, n_batch=n_batch, rope=rope, projector=self.projector)
         except BaseException:
+            if self.projector is not None:
+                self.projector.close()
             self.model.close()
             raise
         self.model.show_tokens(visible)
         self.n_ctx, self.parallel, self.tokenizer = n_ctx, parallel, self.model
+        self.n_adapters = len(self.model.adapters)
         self._pooling, self._threads, self._embedder_ready = pooling, n_threads, threading.Lock()
         self._embedder: Embedder | None = None
+        self._rankers: dict[tuple[int, int] | None, Ranker] = {}
 
     def check_fits(self, tokens: list[int]) -> None:
         self.model.check_fits(tokens, self.n_ctx)
@@ -41,6 +60,7 @@ class LocalEngine:
     def submit(self, request: Generate) -> Stream:
         """Queue a request (raises QueueFull past the queue's limit); must run on the event loop."""
         self.check_fits(request.tokens)
+        check_adapters(request, self.n_adapters)
         return Stream(self.scheduler.submit, self.scheduler.cancel, request)
 
     async def generate(self, request: Generate) -> AsyncIterator[Event]:
@@ -57,6 +77,18 @@ class LocalEngine:
                 self._embedder = Embedder(self.model, pooling=self._pooling, n_threads=self._threads)
         return self._embedder.embed(inputs)
 
+    async def rerank(self, inputs: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]:
+        """One relevance score per prompt: the GGUF's rank pooling, or with `judge` (the yes and no
+        token ids) P(yes) for the next token (a context of its own, made on first use)."""
+        return await asyncio.to_thread(self.rerank_blocking, inputs, judge)
+
+    def rerank_blocking(self, inputs: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]:
+        with self._embedder_ready:
+            if judge not in self._rankers:
+                self._rankers[judge] = Ranker(self.model, judge=judge, n_threads=self._threads)
+            ranker = self._rankers[judge]
+        return ranker.rank(inputs)
+
     def stats(self) -> dict[str, Any]:
         return {**self.scheduler.stats(), "n_ctx": self.n_ctx, "bytes": self.model.size_bytes, "worker": None}
 
@@ -64,4 +96,8 @@ class LocalEngine:
         self.scheduler.close()
         if self._embedder is not None:
             self._embedder.close()
+        for ranker in self._rankers.values():
+            ranker.close()
+        if self.projector is not None:
+            self.projector.close()
         self.model.close()

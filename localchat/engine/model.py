@@ -68,6 +68,15 @@ class Model:
                "rep": C.llama_vocab_fim_rep, "sep": C.llama_vocab_fim_sep, "pad": C.llama_vocab_fim_pad}
         self.fim = {k: t for k, f in fim.items() if (t := f(self.vocab)) >= 0}  # fill-in-the-middle tokens
         self.bos = self._bos if self._add_bos and self._bos >= 0 else None  # the BOS a prompt starts with
+        self.adapters: list[int] = []  # LoRA adapters (llama.cpp pointers), freed with the model
+
+    def load_adapters(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            adapter = C.llama_adapter_lora_init(self.ptr, str(path).encode())
+            if not adapter:
+                raise ModelUnavailable(f"llama.cpp could not load the LoRA adapter {path}: is it a LoRA GGUF made "
+                                       f"for {self.path.name}? (see the server log)")
+            self.adapters.append(adapter)
 
     # -- text <-> tokens -------------------------------------------------------------------
 
@@ -107,6 +116,16 @@ class Model:
             buf = (C.llama_token * cap)()
             n = C.llama_tokenize(self.vocab, data, len(data), buf, cap, False, parse_special)
         return list(buf[:n])
+
+    def pair(self, query: list[int], document: list[int]) -> list[int]:
+        """A (query, document) pair for a reranker without a prompt template, framed as
+        llama-server does: BOS, query, EOS, SEP, document, EOS, each where the vocabulary adds it."""
+        v = self.vocab
+        eos = C.llama_vocab_eos(v)
+        eos = eos if eos >= 0 else C.llama_vocab_sep(v)
+        end = [eos] if C.llama_vocab_get_add_eos(v) and eos >= 0 else []
+        sep = [C.llama_vocab_sep(v)] if C.llama_vocab_get_add_sep(v) and C.llama_vocab_sep(v) >= 0 else []
+        return [*([self.bos] if self.bos is not None else []), *query, *end, *sep, *document, *end]
 
     def token_id(self, text: str) -> int | None:
         """The id of a control token given by its text, or None if the vocabulary lacks it."""

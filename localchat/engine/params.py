@@ -50,6 +50,19 @@ class Constraint:
 
 
 @dataclass(frozen=True)
+class Media:
+    """An image or an audio clip in a prompt, before the token `tokens[at]` of its request."""
+
+    at: int
+    kind: str  # "image" | "audio"
+    data: bytes  # image: width × height RGB pixels, row by row; audio: a WAV, MP3 or FLAC file
+    id: str  # a hash of the content: the same image again is a prompt-cache hit
+    width: int = 0
+    height: int = 0
+    param: str = "messages"  # the request field it came from, for errors
+
+
+@dataclass(frozen=True)
 class Generate:
     """One request to the engine: a prompt, and how to continue it n times."""
 
@@ -59,6 +72,10 @@ class Generate:
     constraint: Constraint | None = None
     n: int = 1  # completions of the same prompt; completion i samples with seed + i
     logprobs: int | None = None  # None: no log-probabilities; k: the chosen token's and the k most likely
+    # LoRA adapters for this request, (index in the model's `loras`, scale), sorted, no zero scales:
+    # requests with the same set share a decode; a slot's cached prompt serves only its own set.
+    adapters: tuple[tuple[int, float], ...] = ()
+    media: tuple[Media, ...] = ()  # images and audio (the model needs a projector, `mmproj`)
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,14 @@ class Done:
 
 
 Event = Text | Done
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Not an event of the request's output: a request with media has its prompt expanded (media
+    tokenized by the projector) and checked; its length in tokens, the media's included."""
+
+    prompt_tokens: int
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ class Sampler:
         self.greedy = params.temperature <= 0
         self.chain = _chain(params, constraint is not None and not constraint.triggers)
         self.grammar = self.pick = None
-        self._params = params
+        self._params = self.params = params
         self._piece, self._tokenize = piece, tokenize
         self._recent = ""  # the tail of the free text, watched for a trigger
         self._utf8 = utf8

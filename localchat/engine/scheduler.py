@@ -5,7 +5,9 @@ Each step holds the next token of every generating sequence plus chunks of pendi
 one chunk at most). A request waits in a bounded FIFO queue until enough slots are free; it
 takes the free slot whose cache shares the longest prefix with its prompt, if that prefix is
 more than half of the prompt or of the slot's cache (else an empty or the least recently used
-slot). With n > 1 the prompt is decoded once and its cells are shared with the other n - 1 slots."""
+slot). With n > 1 the prompt is decoded once and its cells are shared with the other n - 1 slots.
+Requests with other LoRA adapters decode in a batch of their own in the same step (_step); a
+prompt's images and audio decode in decodes of their own as the prompt reaches them (media_feed)."""
 
 from __future__ import annotations
 
@@ -15,39 +17,26 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
 
 import llama_cpp as C
 import numpy as np
 
-from ..errors import EngineError, LocalchatError, ModelUnavailable, QueueFull
-from .base import Emit
+from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable, QueueFull
+from .job import Adapters, Emit, Job, apply_adapters, common_prefix, make_sequence, reuse, vacancy
+from .media_feed import MediaFeed
 from .model import Model
-from .params import N_BATCH, SWA_FULL, Event, Generate, Started
-from .sampling import Sampler
+from .params import N_BATCH, SWA_FULL, Generate, Started
 from .slot import Sequence, Slot
+from .vision import Projector
 
 _log = logging.getLogger("localchat.engine")
 
 
-class Job:
-    def __init__(self, request: Generate, emit: Emit) -> None:
-        self.request, self.emit = request, emit
-        self.cancelled = False
-        self.seqs: list[Sequence] = []
-        self.slots: list[Slot] = []  # the lead slot (it decodes the prompt) first
-        self.pending: list[int] = []  # prompt tokens still to decode (into the lead slot)
-        self.cached = 0  # prompt tokens found in the lead slot's cache
-        self.n_prompt = len(request.tokens)
-
-    @property
-    def lead(self) -> Sequence:
-        return self.seqs[0]
-
 
 class Scheduler:
     def __init__(self, model: Model, *, n_ctx: int, parallel: int, max_queue: int,
-                 n_threads: int | None = None, n_batch: int = N_BATCH, rope: tuple[str, float] | None = None) -> None:
+                 n_threads: int | None = None, n_batch: int = N_BATCH, rope: tuple[str, float] | None = None,
+                 projector: Projector | None = None) -> None:
         self.model, self.n_ctx, self.parallel, self.max_queue = model, n_ctx, parallel, max_queue
         self.n_batch = max(n_batch, parallel + 1)
         cparams = C.llama_context_default_params()
@@ -76,10 +65,14 @@ class Scheduler:
         np.ctypeslib.as_array(self.batch.n_seq_id, shape=(self.n_batch,))[:] = 1
         self._seq = [self.batch.seq_id[i] for i in range(self.n_batch)]
         self.slots = [Slot(i) for i in range(parallel)]
+        self._adapters: Adapters = ()  # the LoRA adapters applied to the context now
         self.queue: deque[Job] = deque()
         self.running: list[Job] = []
         self._cond = threading.Condition()
         self._stopping = False
+        self._preparing = 0  # requests whose media are being tokenized before they queue
+        self._woken = False  # a media chunk was encoded since the loop last looked
+        self.media = MediaFeed(projector, n_ctx, self._wake) if projector else None
         self.after_step: Callable[[], None] | None = None  # called after every turn of the loop (a worker flushes)
         self._thread = threading.Thread(target=self._loop, name="localchat-scheduler", daemon=True)
         self._thread.start()
@@ -89,14 +82,36 @@ class Scheduler:
     def submit(self, request: Generate, emit: Emit) -> Job:
         if request.n > self.parallel:
             raise EngineError(f"n={request.n} is more than this model's {self.parallel} slots")
+        if request.media and self.media is None:
+            raise InvalidRequest(f"{request.media[0].param}: this model takes no images or audio (it has no "
+                                 "projector: `mmproj` in models.toml)", param=request.media[0].param)
         job = Job(request, emit)
         with self._cond:
             free = sum(not s.busy for s in self.slots)  # the queue's head takes these at the next step
-            if len(self.queue) - free >= self.max_queue:
-                raise QueueFull(f"{len(self.queue)} requests are already waiting for this model; try again shortly")
-            self.queue.append(job)
-            self._cond.notify()
+            waiting = len(self.queue) + self._preparing
+            if waiting - free >= self.max_queue:
+                raise QueueFull(f"{waiting} requests are already waiting for this model; try again shortly")
+            if self.media is None or not request.media:
+                self.queue.append(job)
+                self._cond.notify()
+                return job
+            self._preparing += 1
+        self.media.prepare(job, self._prepared)
         return job
+
+    def _prepared(self, job: Job | None) -> None:
+        """A request's media are tokenized (None: it failed, and was told): it queues now."""
+        with self._cond:
+            self._preparing -= 1
+            if job is not None:
+                self.queue.append(job)
+            self._cond.notify()
+
+    def _wake(self) -> None:
+        """A media chunk is encoded: its request may go on (even if the loop is not waiting yet)."""
+        with self._cond:
+            self._woken = True
+            self._cond.notify()
 
     def cancel(self, job: Job) -> None:
         job.cancelled = True
@@ -104,16 +119,20 @@ class Scheduler:
             self._cond.notify()
 
     def stats(self) -> dict[str, int]:
-        return {"slots": self.parallel, "busy": sum(s.busy for s in self.slots), "queued": len(self.queue)}
+        return {"slots": self.parallel, "busy": sum(s.busy for s in self.slots),
+                "queued": len(self.queue) + self._preparing}
 
     def close(self) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify()
         self._thread.join()
+        if self.media is not None:
+            self.media.close()
         for job in [*self.running, *self.queue]:
             job.emit(EngineError("the model was unloaded"))
             job.emit(None)
+            self._release(job)
         C.llama_batch_free(self.batch)
         C.llama_free(self.ctx)
         self.ctx = None
@@ -126,18 +145,22 @@ class Scheduler:
             # read stays there as that slot's cache, so a client's immediate retry is admitted into it.
             self._drop_cancelled()
             with self._cond:
-                while not self._stopping and not self.running and not self.queue:
-                    self._cond.wait()
+                if not self._stopping and not self.running and not self.queue:
+                    self._cond.wait()  # then one turn, if only to flush (a request refused while preparing)
                 if self._stopping:
                     return
                 admitted = self._admit()
             for job in admitted:
                 self._start(job)
             self._drop_cancelled()
-            if self.running:
-                self._step()
+            busy = self._step() if self.running else False
             if self.after_step is not None:
                 self.after_step()
+            if self.running and not busy:  # every running request waits for its media to encode
+                with self._cond:
+                    if not self._woken:
+                        self._cond.wait(0.05)
+                    self._woken = False
 
     def _admit(self) -> list[Job]:
         """Take queued jobs, first come first served, while enough slots are free."""
@@ -147,13 +170,14 @@ class Scheduler:
             if job.cancelled:  # its client left while it waited: it never starts
                 self.queue.popleft()
                 job.emit(None)
+                self._release(job)
                 continue
             free = [s for s in self.slots if not s.busy]
             if len(free) < job.request.n:
                 break
             self.queue.popleft()
-            lead = max(free, key=lambda s: (_reuse(s, job.request.tokens), _vacancy(s)))
-            others = sorted((s for s in free if s is not lead), key=_vacancy, reverse=True)[: job.request.n - 1]
+            lead = max(free, key=lambda s: (reuse(s, job), vacancy(s)))
+            others = sorted((s for s in free if s is not lead), key=vacancy, reverse=True)[: job.request.n - 1]
             for s in (lead, *others):
                 s.busy = True
             job.slots = [lead, *others]
@@ -166,7 +190,7 @@ class Scheduler:
         req, slots = job.request, job.slots
         try:
             for i, slot in enumerate(slots):
-                job.seqs.append(self._sequence(job, i, slot))
+                job.seqs.append(make_sequence(job, i, slot, self.model, self.n_ctx))
         except Exception as exc:  # noqa: BLE001 - reported to its own request only
             for seq in job.seqs:
                 seq.sampler.close()
@@ -174,31 +198,20 @@ class Scheduler:
                 slot.busy = False
             job.emit(exc if isinstance(exc, LocalchatError) else EngineError(f"llama.cpp failed: {exc}"))
             job.emit(None)
+            self._release(job)
             return
         lead = slots[0]
-        n = min(_common(lead.cached, req.tokens), len(req.tokens) - 1)  # the last prompt token makes the logits
-        if n < len(lead.cached) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, n, -1):
+        n = min(common_prefix(lead.cached, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
+        if lead.adapters != req.adapters:  # its cache was computed with other LoRA adapters
+            n, lead.adapters = 0, req.adapters
+        if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
+            n = span.start
+        if n < len(lead.cached) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, lead.keep(n), -1):
             C.llama_memory_seq_rm(self.mem, lead.seq_id, -1, -1)
-            n = 0
-        del lead.cached[n:]
-        job.cached, job.pending = n, list(req.tokens[n:])
+            n = lead.keep(0)
+        job.cached, job.pending = n, list(job.tokens[n:])
         self.running.append(job)
         job.emit(Started())
-
-    def _sequence(self, job: Job, i: int, slot: Slot) -> Sequence:
-        req, model = job.request, self.model
-        params = req.params
-        if params.seed is not None and i:
-            params = replace(params, seed=params.seed + i)
-        if params.ignore_eos:  # as llama.cpp does it: end-of-generation tokens are never sampled
-            banned = dict.fromkeys(model.eog | req.stop_tokens, float("-inf"))
-            params = replace(params, logit_bias={**params.logit_bias, **banned})
-        sampler = Sampler(params, model.vocab, model.n_vocab, req.constraint, model.piece,
-                          lambda text: model.tokenize_bytes(text.encode(), parse_special=True), model.utf8_tables)
-        budget = self.n_ctx - len(req.tokens)
-        if params.max_tokens is not None:
-            budget = min(budget, params.max_tokens)
-        return Sequence(i, slot, model, sampler, req.stop_tokens, params.stop, budget, req.logprobs, job.emit)
 
     def _drop_cancelled(self) -> None:
         for job in [j for j in self.running if j.cancelled]:
@@ -207,24 +220,47 @@ class Scheduler:
                     seq.cancel()
             self._finish(job)
 
-    def _step(self) -> None:
+    def _step(self) -> bool:
+        """One llama_decode per set of LoRA adapters among the running requests (llama.cpp applies
+        adapters to a whole context, not per sequence): most often one. Every set with work gets
+        its decode in every step, so none waits more than a step; the set decoded last comes first
+        in the next step, so two sets switch adapters once a step, not twice."""
+        groups: dict[Adapters, list[Job]] = {}
+        for job in self.running:
+            groups.setdefault(job.request.adapters, []).append(job)
+        order = sorted(groups, key=lambda a: a != self._adapters)
+        busy = False
+        for i, adapters in enumerate(order):
+            if i and self.after_step is not None:
+                self.after_step()  # the events of the sets decoded so far go out now
+            busy = self._decode(adapters, groups[adapters]) or busy
+        for job in [j for j in self.running if all(s.finish for s in j.seqs)]:
+            self._finish(job)
+        return busy
+
+    def _decode(self, adapters: Adapters, jobs: list[Job]) -> bool:
         """One llama_decode: the next token of every generating sequence, then prompt chunks
-        within the batch's room; then every sequence whose logits came out samples."""
+        within the batch's room; then every sequence whose logits came out samples. A prompt
+        that has reached an encoded media chunk decodes it first, in a decode of its own.
+        Returns whether anything was decoded."""
+        busy = self.media is not None and self.media.decode_heads(jobs, self.ctx, lambda: self._use(adapters),
+                                                                  self.n_batch, self._fail)
         rows: list[tuple[Slot, list[int], Sequence | Job | None]] = []  # tokens for a slot; who samples
         room = self.n_batch
-        for job in self.running:
+        for job in jobs:
             for seq in job.seqs:
                 if seq.next_token is not None:
                     rows.append((seq.slot, [seq.next_token], seq))
                     room -= 1
-        for job in self.running:
-            if job.pending and room > 0:
-                chunk = job.pending[:room]
+        for job in jobs:
+            text = self.media.text_room(job) if self.media is not None else len(job.pending)
+            if job.pending and room > 0 and text > 0:
+                chunk = job.pending[: min(room, text)]
                 del job.pending[: len(chunk)]
                 rows.append((job.lead.slot, chunk, None if job.pending else job))
                 room -= len(chunk)
         if not rows:
-            return
+            return busy
         rows.sort(key=lambda row: row[0].seq_id)  # llama.cpp batches ascending slot ids together
         n, outputs = 0, []
         for slot, tokens, who in rows:
@@ -235,9 +271,12 @@ class Scheduler:
                 self._logits[n - 1] = True
                 outputs.append((who, n - 1))
         self.batch.n_tokens = n
+        self._use(adapters)
         rc = C.llama_decode(self.ctx, self.batch)
         if rc != 0:
-            return self._fail_all(EngineError(f"llama_decode returned {rc}"))
+            for job in jobs:
+                self._fail(job, EngineError(f"llama_decode returned {rc}"))
+            return True
         for item, idx in outputs:
             try:
                 if isinstance(item, Job):
@@ -245,15 +284,19 @@ class Scheduler:
                 else:
                     item.sample(self.ctx, idx)
             except Exception as exc:  # noqa: BLE001 - one request's failure (a grammar dead end) is its own
-                job = item if isinstance(item, Job) else next(j for j in self.running if item in j.seqs)
+                job = item if isinstance(item, Job) else next(j for j in jobs if item in j.seqs)
                 self._fail(job, exc)
-        for job in [j for j in self.running if all(s.finish for s in j.seqs)]:
-            self._finish(job)
+        return True
 
+    def _use(self, adapters: Adapters) -> None:
+        """Apply a set of LoRA adapters to the context (a no-op when it is already applied)."""
+        if adapters != self._adapters:
+            apply_adapters(self.ctx, self.model, adapters)
+            self._adapters = adapters
 
     def _add(self, i: int, slot: Slot, token: int, logits: bool) -> None:
         self._token[i] = token
-        self._pos[i] = len(slot.cached)
+        self._pos[i] = slot.next_pos
         self._seq[i][0] = slot.seq_id
         self._logits[i] = logits
         slot.cached.append(token)
@@ -265,7 +308,7 @@ class Scheduler:
         for seq in job.seqs[1:]:
             C.llama_memory_seq_rm(self.mem, seq.slot.seq_id, -1, -1)
             C.llama_memory_seq_cp(self.mem, lead.seq_id, seq.slot.seq_id, -1, -1)
-            seq.slot.cached = list(lead.cached)
+            seq.slot.copy_from(lead)
         for seq in job.seqs:
             seq.sample(self.ctx, idx)
 
@@ -280,6 +323,11 @@ class Scheduler:
         if job.pending:  # cancelled mid-prompt: the cells past what was decoded are the slot's cache
             job.pending = []
         job.emit(None)
+        self._release(job)
+
+    def _release(self, job: Job) -> None:
+        if self.media is not None:
+            self.media.release(job)
 
     def _fail(self, job: Job, exc: BaseException) -> None:
         if job not in self.running:
@@ -288,31 +336,7 @@ class Scheduler:
         for seq in job.seqs:
             seq.cancel()
             C.llama_memory_seq_rm(self.mem, seq.slot.seq_id, -1, -1)
-            seq.slot.cached = []
+            seq.slot.keep(0)
         job.emit(exc if isinstance(exc, LocalchatError) else EngineError(f"llama.cpp failed: {exc}"))
         job.cancelled = True  # no Done events after an error
         self._finish(job)
-
-    def _fail_all(self, exc: EngineError) -> None:
-        for job in list(self.running):
-            self._fail(job, exc)
-
-
-def _vacancy(slot: Slot) -> tuple[bool, float, int]:
-    """Which free slot to give up first: an empty one, the lowest first (llama.cpp batches
-    consecutive slot ids in one graph), else the least recently used."""
-    return (not slot.cached, -slot.used_at, -slot.seq_id)
-
-
-def _reuse(slot: Slot, tokens: list[int]) -> int:
-    """How much of a prompt a slot would serve from its cache, counted only when that is more
-    than half of the prompt (llama-server's slot_prompt_similarity) or keeps at least half of
-    what the slot holds (a chat's next turn with a long new message): prompts that share only
-    a chat template's first tokens go to other slots, so each keeps its own cache."""
-    common = _common(slot.cached, tokens)
-    return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    return len(os.path.commonprefix([a, b]))
-

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import llama_cpp as C
 import numpy as np
 
+from ..errors import GrammarDeadEnd
 from .model import Model
 from .params import Done, Event, TokenLogprob, TopLogprob, Text
 from .sampling import Sampler
@@ -23,8 +24,27 @@ from .text import StopMatcher, Utf8Stream
 class Slot:
     seq_id: int
     cached: list[int] = field(default_factory=list)  # tokens whose K/V this sequence holds, in order
+    adapters: tuple[tuple[int, float], ...] = ()  # the LoRA adapters the cached K/V were computed with
     used_at: float = 0.0
     busy: bool = False
+    media: list[tuple[int, int, int]] = field(default_factory=list)  # cached media: (start, n_tokens, n_pos)
+    pos_delta: int = 0  # positions minus tokens cached (media with M-RoPE take fewer positions than tokens)
+
+    @property
+    def next_pos(self) -> int:
+        return len(self.cached) + self.pos_delta
+
+    def keep(self, n: int) -> int:
+        """Forget all but the first n cached tokens (never part of a media span); the position
+        the cut starts at, for llama_memory_seq_rm."""
+        self.media = [m for m in self.media if m[0] + m[1] <= n]
+        self.pos_delta = sum(n_pos - n_tokens for _, n_tokens, n_pos in self.media)
+        del self.cached[n:]
+        return n + self.pos_delta
+
+    def copy_from(self, other: "Slot") -> None:
+        self.cached, self.adapters = list(other.cached), other.adapters
+        self.media, self.pos_delta = list(other.media), other.pos_delta
 
 
 class Sequence:
@@ -41,7 +61,13 @@ class Sequence:
 
     def sample(self, ctx, idx: int) -> None:
         """Sample from the logits at batch index `idx`; emit its text; finish or queue the token."""
-        token = self.sampler.sample(ctx, idx)
+        try:
+            token = self.sampler.sample(ctx, idx)
+        except GrammarDeadEnd:
+            if not self.sampler.params.ignore_eos:
+                raise
+            # the grammar is complete: only the end of generation could follow, which ignore_eos bans
+            return self._end("stop", flush=True)
         if token in self.stop_tokens or token in self.model.eog:
             return self._end("stop", flush=True)  # text held back as a possible stop string was text
         if self.logprobs is not None:  # content tokens only, as OpenAI does: not the end-of-turn token

@@ -29,6 +29,7 @@ from typing import Any
 from ..errors import EngineCrashed, ModelUnavailable, QueueFull
 from ..logs import escape_request_text
 from .base import Emit, Stream
+from .engine import check_adapters
 from .model import Model
 from .params import Generate, Started
 
@@ -47,14 +48,16 @@ class WorkerEngine:
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
                  visible: Iterable[str] = (), name: str = "", pooling: int | None = None,
-                 rope: tuple[str, float] | None = None) -> None:
+                 rope: tuple[str, float] | None = None, loras: Iterable[str] = (), mmproj: str | None = None) -> None:
         self.name = name or path.stem
         self.model = Model(path, vocab_only=True)
         self.model.show_tokens(visible)
         self.n_ctx, self.parallel, self.max_queue, self.tokenizer = n_ctx, parallel, max_queue, self.model
         self._config = {"path": str(path), "n_ctx": n_ctx, "parallel": parallel, "n_threads": n_threads,
                         "n_gpu_layers": n_gpu_layers, "n_batch": n_batch, "visible": list(visible), "pooling": pooling,
-                        "rope": list(rope) if rope else None}
+                        "rope": list(rope) if rope else None,
+                        "loras": [str(p) for p in loras], "mmproj": str(mmproj) if mmproj else None}
+        self.n_adapters = len(self._config["loras"])
         self._embeds: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count()
@@ -78,9 +81,17 @@ class WorkerEngine:
 
     def submit(self, request: Generate) -> Stream:
         self.check_fits(request.tokens)
+        check_adapters(request, self.n_adapters)
         return Stream(self._submit_job, self._cancel_job, request)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        return await self._call("embed", inputs)
+
+    async def rerank(self, inputs: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]:
+        return await self._call("rerank", inputs, judge)
+
+    async def _call(self, kind: str, *args: Any) -> Any:
+        """A blocking call in the worker (embed, rerank), answered by an `embedded` message."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._lock:
@@ -89,7 +100,7 @@ class WorkerEngine:
             job_id = next(self._ids)
             self._embeds[job_id] = (loop, future)
             if self.state == "ready":
-                self._send(("embed", job_id, inputs))
+                self._send((kind, job_id, *args))
             else:  # restarting: no embedding is in flight in a new worker
                 self._embeds.pop(job_id)
                 raise ModelUnavailable(f"the model {self.name} is restarting; try again shortly", param="model")
@@ -268,7 +279,8 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
         engine = LocalEngine(Path(config["path"]), n_ctx=config["n_ctx"], parallel=config["parallel"], max_queue=1 << 30,
                         n_threads=config["n_threads"], n_gpu_layers=config["n_gpu_layers"], n_batch=config["n_batch"],
                         visible=config["visible"], pooling=config["pooling"],
-                        rope=tuple(config["rope"]) if config["rope"] else None)
+                        rope=tuple(config["rope"]) if config["rope"] else None, loras=config["loras"],
+                        mmproj=config["mmproj"])
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it there
         conn.send(("failed", str(exc)))
         return
@@ -292,9 +304,9 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
                 jobs.pop(job_id, None)
         return emit
 
-    def embed(job_id: int, inputs: list[list[int]]) -> None:
+    def call(kind: str, job_id: int, *args: Any) -> None:
         try:
-            result: Any = engine.embed_blocking(inputs)
+            result: Any = (engine.embed_blocking if kind == "embed" else engine.rerank_blocking)(*args)
         except Exception as exc:  # noqa: BLE001 - the server raises it for that request
             result = exc
         with send_lock:
@@ -309,11 +321,17 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
         except (EOFError, OSError):  # the server is gone
             break
         if message[0] == "submit":
-            jobs[message[1]] = scheduler.submit(message[2], emitter(message[1]))
+            emit = emitter(message[1])
+            try:
+                jobs[message[1]] = scheduler.submit(message[2], emit)
+            except Exception as exc:  # noqa: BLE001 - refused (the server checks first): that request's error
+                emit(exc)
+                emit(None)
+                flush()
         elif message[0] == "cancel" and message[1] in jobs:
             scheduler.cancel(jobs.pop(message[1]))
-        elif message[0] == "embed":
-            threading.Thread(target=embed, args=message[1:], daemon=True).start()
+        elif message[0] in ("embed", "rerank"):
+            threading.Thread(target=call, args=message, daemon=True).start()
         elif message[0] == "stop":
             break
         if len(jobs) > 1024:  # a handle stored just after its request ended (a race with emit)

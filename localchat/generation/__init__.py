@@ -4,10 +4,10 @@ into neutral events: content, reasoning, tool calls, finishes (service.py, strea
 
 from .constraints import OutputRules, ToolSpec
 from ..models.host import LoadedModel, ModelHost
-from .request import GenerationRequest, Image, Message, Part, Sampling, Text, ToolCall
+from .request import Audio, GenerationRequest, Image, Message, Part, Sampling, Text, ToolCall
 from .service import Chat, Finish, Logprobs, Turn, Usage, total_usage
 from .stream import Delta, ReasoningDelta, ToolCallArguments, ToolCallStart
 
-__all__ = ["Chat", "Delta", "Finish", "GenerationRequest", "Image", "LoadedModel", "Logprobs", "Message", "ModelHost",
+__all__ = ["Audio", "Chat", "Delta", "Finish", "GenerationRequest", "Image", "LoadedModel", "Logprobs", "Message", "ModelHost",
            "OutputRules", "Part", "ReasoningDelta", "Sampling", "Text", "ToolCall", "ToolCallArguments", "ToolCallStart",
            "ToolSpec", "Turn", "Usage", "total_usage"]

@@ -9,13 +9,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engine import Generate, SamplingParams
+from ..engine.params import Media
 from ..errors import InvalidRequest
 from ..families import Family, Prompt, render_prompt, system_first
+from ..models import Settings
 from ..models.host import LoadedModel
 from . import constraints
+from .adapters import resolve_adapters
 from .constraints import OutputRules
 from .fim import fim_tokens
-from .request import GenerationRequest, Image, Message
+from .media import check_count, check_media, decode_audio, decode_image, marker, place_media
+from .request import Audio, GenerationRequest, Image, Message
 from .stream import OutputSplitter
 
 
@@ -25,32 +29,66 @@ class Prepared:
     splitters: list[OutputSplitter]
 
 
-def prepare(request: GenerationRequest, loaded: LoadedModel, check: bool = True, cap: int | None = None) -> Prepared:
-    """Render the prompt, build and check the grammar, tokenize; `cap` is the server's max_tokens_cap."""
-    rules, family = request.output, loaded.family
+def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings | None = None,
+            check: bool = True) -> Prepared:
+    """Render the prompt (images and audio decoded and placed), build and check the grammar,
+    tokenize; apply the model's sampling defaults and the server's limits (`settings`)."""
+    settings = settings or Settings()
+    rules, family, tokenizer = request.output, loaded.family, loaded.engine.tokenizer
+    media: tuple[Media, ...] = ()
     if request.prompt is not None:
         tokens, thinking = _raw_tokens(request, loaded), False
     else:
-        messages, extra = _with_tools(_template_messages(request.messages, loaded.spec.system_prompt_strip), rules,
+        conversation, media = _media(request.messages, settings)
+        messages, extra = _with_tools(_template_messages(conversation, loaded.spec.system_prompt_strip), rules,
                                       family, loaded)
         if request.reasoning is not None:
             extra["enable_thinking"] = request.reasoning  # the switch Qwen 3's templates read
         prompt = _render(loaded, messages, extra)
         thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
-        tokens = loaded.engine.tokenizer.tokenize(list(prompt.segments))
+        if media:
+            check_media(media, loaded.projector, loaded.spec.name)
+            tokens, media = place_media(tokenizer, prompt.segments, media)
+        else:
+            tokens = tokenizer.tokenize(list(prompt.segments))
     constraint = constraints.build(rules, family, thinking)
     params = request.sampling.over(SamplingParams(**loaded.spec.sampling.model_dump()))
-    params = replace(params, logit_bias=_logit_bias(request.sampling.logit_bias, loaded.engine.tokenizer.n_vocab),
+    params = replace(params, logit_bias=_logit_bias(request.sampling.logit_bias, tokenizer.n_vocab),
                      stop=tuple(params.stop or ()), ignore_eos=bool(params.ignore_eos))
-    if cap is not None and (params.max_tokens is None or params.max_tokens > cap):
-        params = replace(params, max_tokens=cap)
+    if check and (params.max_tokens is None or params.max_tokens > settings.max_tokens_cap):
+        params = replace(params, max_tokens=settings.max_tokens_cap)
     if check:
         loaded.engine.check_fits(tokens)
     raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
     splitters = [OutputSplitter(None if raw or not rules.calls_tools else family.tools,
                                 None if raw else family.reasoning, thinking) for _ in range(request.n)]
-    return Prepared(Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs),
-                    splitters)
+    generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
+                        adapters=resolve_adapters(loaded, request.lora), media=media)
+    return Prepared(generate, splitters)
+
+
+def _media(messages: tuple[Message, ...], settings: Settings) -> tuple[tuple[Message, ...], tuple[Media, ...]]:
+    """Images and audio decoded (Pillow), each replaced in its message by a marker where it sits."""
+    found = [(i, j, part) for i, m in enumerate(messages) for j, part in enumerate(m.content)
+             if isinstance(part, (Image, Audio))]
+    if not found:
+        return messages, ()
+    check_count(len(found), settings)
+    media: list[Media] = []
+    out = list(messages)
+    for i, m in enumerate(messages):
+        if not any(isinstance(p, (Image, Audio)) for p in m.content):
+            continue
+        parts: list[Any] = []
+        for j, part in enumerate(m.content):
+            where = getattr(part, "where", "") or f"messages.{i}.content.{j}"
+            if isinstance(part, Image):
+                media.append(decode_image(part.data, where, settings))
+            elif isinstance(part, Audio):
+                media.append(decode_audio(part.data, part.format, where, settings))
+            parts.append(marker(len(media) - 1) if isinstance(part, (Image, Audio)) else part)
+        out[i] = replace(m, content=tuple(parts))
+    return tuple(out), tuple(media)
 
 
 def _template_messages(messages: tuple[Message, ...], strip: str | None) -> list[dict[str, Any]]:
@@ -59,13 +97,11 @@ def _template_messages(messages: tuple[Message, ...], strip: str | None) -> list
     messages lose what `system_prompt_strip` (models.toml) matches."""
     out = []
     for i, m in enumerate(messages):
-        for j, part in enumerate(m.content):
-            if isinstance(part, Image):
-                where = part.where or f"messages.{i}.content.{j}"
-                raise InvalidRequest(f"{where}: this model reads text only: images need a model with a vision "
-                                     "projector (`mmproj` in models.toml)", param=where)
         text = re.sub(strip, "", m.text) if strip and m.role == "system" else m.text
-        item: dict[str, Any] = {"role": m.role, "content": text}
+        content: Any = text
+        if any(isinstance(p, tuple) for p in m.content):  # media markers: (text, is_plain) pieces
+            content = [p if isinstance(p, tuple) else (p.text, True) for p in m.content]
+        item: dict[str, Any] = {"role": m.role, "content": content}
         if m.tool_calls:
             item["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                                   for c in m.tool_calls]

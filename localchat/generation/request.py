@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, make_dataclass, replace
 from typing import Any, Literal
 
 from ..engine.params import KNOBS, SamplingParams
+from .adapters import LoraChoice
 from .constraints import OutputRules
 
 
@@ -30,7 +31,16 @@ class Image:
     where: str = ""  # where the client sent it, in its protocol's words (`messages.0.content.1`): errors name it
 
 
-Part = Text | Image
+@dataclass(frozen=True)
+class Audio:
+    """An audio clip as the client sent it (a file's bytes), for a model whose projector hears."""
+
+    data: bytes
+    format: str  # wav | mp3 | flac
+    where: str = ""
+
+
+Part = Text | Image | Audio
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,7 @@ class GenerationRequest:
     n: int = 1
     logprobs: int | None = None  # None: none; k: the chosen token's and the k most likely
     keep_alive: float | None = None  # seconds the model stays loaded after this request
+    lora: LoraChoice = None  # LoRA adapters by name or id (adapters.py); None: the model's defaults
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(Sampling))

@@ -25,6 +25,7 @@ log = logging.getLogger("localchat.generation")
 
 
 @dataclass(frozen=True)
+
 class Usage:
     prompt_tokens: int
     completion_tokens: int
@@ -117,26 +118,28 @@ class Chat:
             if request.n > loaded.engine.parallel:
                 raise InvalidRequest(f"at most {loaded.engine.parallel} completions per request for this model "
                                      "(its `parallel` setting)", field="n")
-            prepared = await asyncio.to_thread(prepare, request, loaded, True,  # templates, grammars, tokens
-                                               self.host.settings.max_tokens_cap)
+            # templates, images, grammars, tokens: off the event loop
+            prepared = await asyncio.to_thread(prepare, request, loaded, self.host.settings)
             loosened = prepared.generate.constraint.loosened if prepared.generate.constraint else ()
             if loosened:
                 log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
                 constraints.refuse_loosened(request.output, loosened, self.host.settings.schema_loosened == "refuse")
             stream = loaded.engine.submit(prepared.generate)
+            n_prompt = await stream.prepared() if prepared.generate.media else len(prepared.generate.tokens)
         except BaseException:
             lease.release()
             raise
         if (record := current_request()) is not None:
-            record.model, record.prompt_tokens = loaded.spec.name, len(prepared.generate.tokens)
-        return Turn(loaded.spec.name, request.n, len(prepared.generate.tokens), lease, stream, prepared.splitters,
-                    loosened)
+            record.model, record.prompt_tokens = loaded.spec.name, n_prompt
+        return Turn(loaded.spec.name, request.n, n_prompt, lease, stream, prepared.splitters, loosened)
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
         constraints.check(request.output, self.host.settings)
         lease = await self.host.lease(request.model, request.keep_alive)
         try:
-            return len((await asyncio.to_thread(prepare, request, lease.model, False)).generate.tokens)
+            prepared = await asyncio.to_thread(prepare, request, lease.model, self.host.settings, False)
+            return len(prepared.generate.tokens)
         finally:
             lease.release()
+

@@ -56,21 +56,13 @@ class RefRules:
                 schema = siblings
                 continue
             seen.add(ref)
-            try:
-                target, _ = self.doc.resolve(ref)
-            except Unresolvable:
-                self.loose(path, "$ref")
-                target = True
+            target, _ = self._resolve(ref, path)
             schema = merge(target, siblings)
         raise GrammarError(f"the schema at {path!r} combines too many allOf and $ref", param="schema")
 
     def ref_rule(self, ref: str, path: str) -> str:
         """The rule of a `$ref`'s target: named now, converted later (from run's queue)."""
-        try:
-            target, where = self.doc.resolve(ref)
-        except Unresolvable:
-            self.loose(path, "$ref")
-            return "value"
+        target, where = self._resolve(ref, path)
         if target is True:
             return "value"
         key = id(target)
@@ -82,6 +74,14 @@ class RefRules:
             self._todo.append((name, target, where, key, self._after(key)))
         return self._refs[key]
 
+    def _resolve(self, ref: Any, path: str) -> tuple[Any, str]:
+        """A `$ref`'s target. One that points nowhere in the schema (or outside it: nothing is
+        fetched) is an error, as in llama.cpp's converter: a broken schema is refused, not loosened."""
+        try:
+            return self.doc.resolve(ref)
+        except Unresolvable as exc:
+            raise GrammarError(f"at {path!r}: {exc}", param="schema") from None
+
     def _merged_ref_rule(self, schema: dict[str, Any], path: str) -> str:
         """A `$ref` with keywords beside it: one rule for the pair (named before it is made, so
         a recursive schema that repeats the pair inside itself reaches that name)."""
@@ -91,11 +91,7 @@ class RefRules:
         if key in self.dead:
             raise Unsatisfiable
         if key not in self._refs:
-            try:
-                target, _ = self.doc.resolve(ref)
-            except Unresolvable:
-                self.loose(path, "$ref")
-                return self.visit(siblings, path)
+            target, _ = self._resolve(ref, path)
             if self._level == 0 and id(target) in self._chain:
                 raise GrammarError(f"the schema refers to itself ({ref} at {path!r}) without any value in between",
                                    param="schema")

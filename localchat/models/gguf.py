@@ -121,7 +121,8 @@ class ModelInfo:
     name: str | None = None
     parameters: int = 0
     quantization: str = "unknown"
-    pooling_type: int | None = None  # declared by embedding models (1 mean, 2 cls, 3 last)
+    pooling_type: int | None = None  # declared by embedding models (1 mean, 2 cls, 3 last) and rerankers (4 rank)
+    rerank_template: str | None = None  # a reranker's prompt, with {query} and {document}
     n_vocab: int = 0
     hparams: dict[str, Any] = field(default_factory=dict, compare=False)  # the `ARCH.*` keys, prefix removed
     files: tuple[Path, ...] = ()  # the file and, for a split GGUF, every part (llama.cpp loads them from the first)
@@ -158,6 +159,7 @@ def inspect(path: Path) -> ModelInfo:
         parameters=parameters,
         quantization=_quantization(meta.get("general.file_type")),
         pooling_type=meta.get(f"{arch}.pooling_type") or None,
+        rerank_template=meta.get("tokenizer.chat_template.rerank"),
         n_vocab=len(tokens),
         hparams={k[len(arch) + 1:]: v for k, v in meta.items() if k.startswith(arch + ".")},
         files=files,
@@ -183,3 +185,22 @@ def _quantization(file_type: int | None) -> str:
         return LlamaFileType(file_type).name.removeprefix("MOSTLY_") if file_type is not None else "unknown"
     except ValueError:
         return f"type {file_type}"
+
+
+@dataclass(frozen=True)
+class ProjectorInfo:
+    """What a multimodal projector (mmproj GGUF) reads: images, audio."""
+
+    vision: bool
+    audio: bool
+
+
+def inspect_projector(path: Path) -> ProjectorInfo:
+    try:
+        meta = read_metadata(path)
+    except (OSError, NotGGUF) as exc:
+        raise ModelUnavailable(f"the projector (mmproj) {path} cannot be read: {exc}") from exc
+    if not any(k.startswith("clip.") for k in meta):
+        raise ModelUnavailable(f"{path} is not a multimodal projector (mmproj) GGUF: it has no clip.* keys")
+    return ProjectorInfo(vision=bool(meta.get("clip.has_vision_encoder")), audio=bool(meta.get("clip.has_audio_encoder")))
+

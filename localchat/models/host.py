@@ -17,9 +17,10 @@ from ..errors import LocalchatError, ModelTooLarge
 from ..families import Family, detect, get_family
 from .catalog import ModelSpec, Registry, Settings
 from .fit import Shape, Sizing, choose, free_memory
-from .gguf import ModelInfo, inspect
+from .gguf import ModelInfo, ProjectorInfo, inspect, inspect_projector
 
 log = logging.getLogger("localchat.models")
+RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK: a reranker's classifier head
 
 
 @dataclass
@@ -34,10 +35,17 @@ class LoadedModel:
     last_used: float = field(default_factory=time.monotonic)
     keep_alive: float | None = None  # seconds idle before unloading; None: forever
     sizing: Sizing | None = None  # the context and slots it got, and why
+    lora_scales: list[float] = field(default_factory=list)  # each LoRA adapter's default scale (POST /lora-adapters)
+    projector: ProjectorInfo | None = None  # what its mmproj reads (images, audio); None: text only
 
     @property
     def can_embed(self) -> bool:
-        return bool(self.info.pooling_type) or self.spec.embedding
+        return self.info.pooling_type not in (None, RANK_POOLING) or self.spec.embedding
+
+    @property
+    def can_rerank(self) -> bool:
+        """By the GGUF's rank pooling (a classifier head), or by asking the model (`rerank = true`)."""
+        return self.info.pooling_type == RANK_POOLING or self.spec.rerank
 
     @property
     def can_infill(self) -> bool:
@@ -92,15 +100,18 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
         template = info.chat_template
     else:
         template = family.template
-    pooling = None if info.pooling_type else 1 if spec.embedding else None  # 1: mean
+    projector = inspect_projector(spec.mmproj) if spec.mmproj else None
+    embeds = info.pooling_type not in (None, RANK_POOLING)  # a reranker's rank pooling makes no embeddings
+    pooling = None if embeds else 1 if spec.embedding else None  # 1: mean
     started = engine(path, worker=settings.worker, name=spec.name, n_ctx=sizing.context, parallel=sizing.slots,
                      max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
-                     visible=family.tools.visible_tokens, pooling=pooling,
+                     visible=family.tools.visible_tokens, pooling=pooling, loras=[lora.path for lora in spec.loras],
+                     mmproj=str(spec.mmproj) if spec.mmproj else None,
                      rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None)
     stop_ids = frozenset(i for t in family.stop_tokens if (i := started.tokenizer.token_id(t)) is not None)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(spec, info, family, template, started, stop_ids, keep_alive=keep if keep >= 0 else None,
-                       sizing=sizing)
+                       sizing=sizing, lora_scales=[lora.scale for lora in spec.loras], projector=projector)
 
 
 class Lease:
@@ -272,6 +283,19 @@ class ModelHost:
     def forget(self) -> None:
         """The registry changed (a model pulled or deleted): read model files afresh."""
         self._infos.clear()
+
+    def projector(self, name: str) -> ProjectorInfo | None:
+        """What a model's projector (mmproj) reads, without loading the model; None: text only, or
+        a projector that cannot be read (loading says why). Blocking."""
+        spec = self.registry.resolve(name)
+        if spec.name in self.loaded:
+            return self.loaded[spec.name].projector
+        if spec.mmproj is None:
+            return None
+        try:
+            return inspect_projector(spec.mmproj)
+        except LocalchatError:
+            return None
 
     def preload(self, name: str | None) -> LoadedModel:
         """Blocking load before the event loop runs (server start-up)."""

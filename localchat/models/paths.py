@@ -22,3 +22,8 @@ def user_registry() -> Path:
 
 def history_file() -> Path:
     return data_dir() / "history"
+
+
+def cache_dir() -> Path:
+    """Model files localchat fetched itself (LOCALCHAT_CACHE_DIR overrides)."""
+    return Path(os.environ.get("LOCALCHAT_CACHE_DIR") or platformdirs.user_cache_dir("localchat"))

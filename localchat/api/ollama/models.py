@@ -21,7 +21,9 @@ from ...generation import Chat, LoadedModel
 from ...models import ModelInfo, ModelSpec, inspect
 from ...models.fit import Sizing
 from ...models.gguf import read_metadata
+from ...models.host import RANK_POOLING
 from ..body import parse, read_json
+from ..common import media_capabilities
 from .chat import model_name
 
 FIM_TEXTS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"), ("<fim-prefix>", "<fim-suffix>", "<fim-middle>"),
@@ -99,12 +101,14 @@ async def show(chat: Chat, catalog: Catalog, request: Request) -> Response:
     facts = await catalog.facts(spec)
     loaded = chat.host.loaded.get(spec.name)
     sizing = loaded.sizing if loaded else await asyncio.to_thread(chat.host.sizing, spec.name)
+    projector = await asyncio.to_thread(chat.host.projector, spec.name)
     family, template = _family(spec, facts.info, loaded)
     parameters = _parameters(spec, family)
     return JSONResponse({
         "license": "", "modelfile": _modelfile(spec, template, parameters), "parameters": parameters,
         "template": template, "details": _details(facts), "model_info": _model_info(spec, facts, sizing),
-        "capabilities": _capabilities(spec, facts, family, template, loaded), "modified_at": _iso(facts.modified)})
+        "capabilities": _capabilities(spec, facts, family, template, loaded) + media_capabilities(projector),
+        "modified_at": _iso(facts.modified)})
 
 
 async def ps(chat: Chat, catalog: Catalog, request: Request) -> Response:
@@ -163,7 +167,7 @@ def _parameters(spec: ModelSpec, family: Family) -> str:
 
 def _modelfile(spec: ModelSpec, template: str, parameters: str) -> str:
     lines = ["# localchat reads models.toml, not Modelfiles: this one only describes the model",
-             f"FROM {spec.location() or spec.package}", f'TEMPLATE """{template}"""']
+             f"FROM {spec.location() or spec.package or spec.wheel}", f'TEMPLATE """{template}"""']
     return "\n".join(lines + [f"PARAMETER {p}" for p in parameters.splitlines()]) + "\n"
 
 
@@ -182,8 +186,8 @@ def _model_info(spec: ModelSpec, facts: Facts, sizing: Sizing | None) -> dict[st
 def _capabilities(spec: ModelSpec, facts: Facts, family: Family, template: str,
                   loaded: LoadedModel | None) -> list[str]:
     info = facts.info
-    if info and info.pooling_type:  # an embedding model
-        return ["embedding"]
+    if info and info.pooling_type:  # an embedding model, or a reranker (no Ollama capability)
+        return ["embedding"] if info.pooling_type != RANK_POOLING else []
     caps = ["completion", "tools"]  # every family's template gets tools, under the tool-call grammar
     if loaded.can_infill if loaded else _has_fim(facts):
         caps.append("insert")

@@ -18,7 +18,7 @@ from ...generation import (Chat, Delta, Finish, Logprobs, ReasoningDelta, ToolCa
                            Usage, total_usage)
 from ...models import Registry
 from ..body import parse, read_json
-from ..common import respond, stream_error
+from ..common import media_capabilities, respond, stream_error
 from ..errors import render
 from ..sse import DONE, frame, loosened_headers
 from .schemas import ChatCompletionRequest
@@ -49,8 +49,8 @@ def routes(chat: Chat) -> list[Route]:
         registry = chat.host.registry
 
         def cards() -> list[dict[str, Any]]:  # reading GGUF headers: off the event loop
-            return [_model_card(registry, name, chat.host.context_length(name), name in chat.host.loaded)
-                    for name in registry.models]
+            return [{**_model_card(registry, name, chat.host.context_length(name), name in chat.host.loaded),
+                     "capabilities": media_capabilities(chat.host.projector(name))} for name in registry.models]
 
         return JSONResponse({"object": "list", "data": await asyncio.to_thread(cards)})
 

@@ -9,11 +9,14 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from ...errors import InvalidRequest
-from ...generation import GenerationRequest, Message as Said, OutputRules, Part, Text, ToolCall as Called, ToolSpec
+from ...generation import (Audio, GenerationRequest, Message as Said, OutputRules, Part, Text, ToolCall as Called,
+                           ToolSpec)
+from ...generation.media import b64
 from ...grammars.metaschema import schema_problem
 from ...models import Settings, sampling_model
 from ..body import KeepAlive
 from ..common import Lenient as _Lenient, data_image, sampling
+from ..llamacpp.lora import LoraField, lora_choice
 
 _DEFAULT_LIMITS = Settings()
 
@@ -33,12 +36,19 @@ def _checked_schema(schema: Any, info: ValidationInfo) -> Any:
 
 class ImageUrl(_Lenient):
     url: str
+    detail: str | None = None  # accepted, not used: the projector decides the resolution
+
+
+class InputAudio(_Lenient):
+    data: str  # base64
+    format: str
 
 
 class ContentPart(_Lenient):
     type: str
     text: str | None = None
-    image_url: ImageUrl | None = None
+    image_url: ImageUrl | str | None = None  # a data: URI (some clients send the bare string)
+    input_audio: InputAudio | None = None
 
 
 class FunctionCall(_Lenient):
@@ -129,6 +139,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     response_format: ResponseFormat | None = None
     grammar: str | None = None  # extension: raw GBNF
     reasoning_effort: str | None = None  # "none" / "minimal": no thinking, where the template has the switch
+    lora: LoraField = None  # extension (llama-server's, oxillama's): LoRA adapters for this request
 
     @field_validator("stop")
     @classmethod
@@ -199,6 +210,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
         effort = self.reasoning_effort
         return GenerationRequest(
             messages=tuple(_said(i, m) for i, m in enumerate(self.messages)),
+            lora=lora_choice(self.lora),  # type: ignore[arg-type]
             model=self.model,
             sampling=sampling(knobs, stop=self.stop, logit_bias=self.logit_bias, ignore_eos=self.ignore_eos),
             output=self._output_rules(limits),
@@ -206,6 +218,8 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             n=self.n,
             logprobs=(self.top_logprobs or 0) if self.logprobs else None,
             keep_alive=self.keep_alive,  # type: ignore[arg-type]  # a duration in seconds after validation
+            lora=lora_choice(self.lora),
+            media=tuple(media),
         )
 
     def _output_rules(self, limits: Settings) -> OutputRules:
@@ -228,8 +242,8 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
 
 
 def _said(i: int, m: Message) -> Said:
-    """One message, neutral: `developer` is `system`, text and image parts, tool calls' arguments
-    as objects."""
+    """One message, neutral: `developer` is `system`, text, image and audio parts, tool calls'
+    arguments as objects."""
     where = f"messages.{i}.content"
     parts: list[Part] = []
     if isinstance(m.content, list):
@@ -237,10 +251,14 @@ def _said(i: int, m: Message) -> Said:
             if part.type == "text" and part.text is not None:
                 parts.append(Text(part.text))
             elif part.type == "image_url" and part.image_url is not None:
-                parts.append(data_image(part.image_url.url, f"{where}.{j}"))
+                url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
+                parts.append(data_image(url, f"{where}.{j}.image_url.url"))
+            elif part.type == "input_audio" and part.input_audio is not None:
+                data = b64(part.input_audio.data, f"{where}.{j}.input_audio.data")
+                parts.append(Audio(data, part.input_audio.format, f"{where}.{j}"))
             else:
-                raise InvalidRequest(f"{where}.{j}: part type {part.type!r} is not supported here; send text and "
-                                     "image_url parts", param=f"{where}.{j}")
+                raise InvalidRequest(f"{where}.{j}: part type {part.type!r} is not supported here; send text, "
+                                     "image_url and input_audio parts", param=f"{where}.{j}")
     elif m.content is not None:
         parts.append(Text(m.content))
     if m.content is None and not (m.role == "assistant" and m.tool_calls):

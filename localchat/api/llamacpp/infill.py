@@ -14,13 +14,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import InvalidRequest, LocalchatError
-from ..generation import Chat, Delta, Finish, GenerationRequest, Turn
-from ..models.host import Lease
-from .body import parse, read_json
-from .common import Lenient as _Lenient, respond, sampling, stream_error
-from .errors import render
-from .sse import frame
+from ...errors import InvalidRequest, LocalchatError
+from ...generation import Chat, Delta, Finish, GenerationRequest, Turn
+from ...models.host import Lease
+from ..body import parse, read_json
+from ..common import Lenient as _Lenient, respond, sampling, stream_error
+from ..errors import render
+from ..sse import frame
 
 
 class ExtraFile(_Lenient):
@@ -88,11 +88,13 @@ def routes(chat: Chat) -> list[Route]:
         sizing = loaded.sizing if loaded else await asyncio.to_thread(chat.host.sizing, spec.name)
         n_ctx = loaded.engine.n_ctx if loaded else sizing.context if sizing else None
         slots = loaded.engine.parallel if loaded else sizing.slots if sizing else None
+        projector = await asyncio.to_thread(chat.host.projector, spec.name)
         return JSONResponse({
             "default_generation_settings": {"n_ctx": n_ctx, "model": spec.name, "params": {
                 **spec.sampling.model_dump(), "n_predict": spec.sampling.max_tokens or -1}},
             "total_slots": slots, "model_alias": spec.name, "model_path": str(spec.location() or ""),
-            "chat_template": loaded.template if loaded else "", "modalities": {"vision": False, "audio": False},
+            "chat_template": loaded.template if loaded else "", "modalities": {"vision": bool(projector and projector.vision),
+                                                                          "audio": bool(projector and projector.audio)},
             "build_info": "localchat", "infill": bool(loaded and loaded.can_infill)})
 
     async def tokenize(request: Request) -> Response:

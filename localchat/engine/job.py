@@ -1,0 +1,87 @@
+"""A request inside the scheduler: its sequences, the slot it picks, its LoRA adapters."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import llama_cpp as C
+
+from .base import Emit
+from .model import Model
+from .params import Event, Generate, Prepared, Started
+from .sampling import Sampler
+from .slot import Sequence, Slot
+
+if TYPE_CHECKING:
+    from .vision import Expanded
+
+Adapters = tuple[tuple[int, float], ...]  # LoRA adapters applied: (index in the model's list, scale)
+
+
+class Job:
+    def __init__(self, request: Generate, emit: Emit) -> None:
+        self.request, self.emit = request, emit
+        self.cancelled = False
+        self.seqs: list[Sequence] = []
+        self.slots: list[Slot] = []  # the lead slot (it decodes the prompt) first
+        self.pending: list[int] = []  # prompt tokens still to decode (into the lead slot)
+        self.cached = 0  # prompt tokens found in the lead slot's cache
+        self.prompt: Expanded | None = None  # with media: the prompt expanded by the projector
+        self.tokens = request.tokens  # the prompt, with media placeholders once expanded
+        self.n_prompt = len(request.tokens)
+
+    @property
+    def lead(self) -> Sequence:
+        return self.seqs[0]
+
+
+def make_sequence(job: Job, i: int, slot: Slot, model: Model, n_ctx: int) -> Sequence:
+    """Completion i of a job, in its slot: its sampler (seed + i), stop rules and token budget."""
+    req = job.request
+    params = req.params
+    if params.seed is not None and i:
+        params = replace(params, seed=params.seed + i)
+    if params.ignore_eos:  # as llama.cpp does it: end-of-generation tokens are never sampled
+        banned = dict.fromkeys(model.eog | req.stop_tokens, float("-inf"))
+        params = replace(params, logit_bias={**params.logit_bias, **banned})
+    sampler = Sampler(params, model.vocab, model.n_vocab, req.constraint, model.piece,
+                      lambda text: model.tokenize_bytes(text.encode(), parse_special=True), model.utf8_tables)
+    budget = n_ctx - len(job.tokens)
+    if params.max_tokens is not None:
+        budget = min(budget, params.max_tokens)
+    return Sequence(i, slot, model, sampler, req.stop_tokens, params.stop, budget, req.logprobs, job.emit)
+
+
+def apply_adapters(ctx: int, model: Model, adapters: Adapters) -> None:
+    """Set the context's LoRA adapters (llama.cpp rebuilds its graph on the next decode)."""
+    n = len(adapters)
+    ptrs = (C.llama_adapter_lora_p_ctypes * n)(*(model.adapters[i] for i, _ in adapters)) if n else None
+    scales = (ctypes.c_float * n)(*(scale for _, scale in adapters)) if n else None
+    C.llama_set_adapters_lora(ctx, ptrs, n, scales)
+
+
+def vacancy(slot: Slot) -> tuple[bool, float, int]:
+    """Which free slot to give up first: an empty one, the lowest first (llama.cpp batches
+    consecutive slot ids in one graph), else the least recently used."""
+    return (not slot.cached, -slot.used_at, -slot.seq_id)
+
+
+def reuse(slot: Slot, job: Job) -> int:
+    """How much of a prompt a slot would serve from its cache, counted only when that is more
+    than half of the prompt (llama-server's slot_prompt_similarity) or keeps at least half of
+    what the slot holds (a chat's next turn with a long new message): prompts that share only
+    a chat template's first tokens go to other slots, so each keeps its own cache. A cache made
+    with other LoRA adapters serves nothing."""
+    tokens = job.tokens
+    if slot.adapters != job.request.adapters:
+        return 0
+    common = common_prefix(slot.cached, tokens)
+    return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    return len(os.path.commonprefix([a, b]))
