@@ -179,3 +179,46 @@ def test_image_limits_name_the_part():
         with pytest.raises(InvalidRequest) as info:
             decode_image(big, "messages.0.content.1", limits)
         assert info.value.param == "messages.0.content.1" and words in info.value.message
+
+
+def test_an_image_on_every_protocol(http: httpx.Client):
+    """Anthropic's base64 image blocks, Responses' input_image parts and Ollama's images reach the
+    same projector: the prompt grows by the image's tokens, and a repeat is read from the cache."""
+    image = png(7)
+    b64 = base64.b64encode(image).decode()
+
+    def anthropic(with_image: bool) -> dict:
+        content = [{"type": "text", "text": "What is it?"}]
+        if with_image:
+            content.append({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}})
+        r = http.post("/v1/messages", json={"model": "tiny-vision", "max_tokens": 2, "temperature": 0,
+                                            "messages": [{"role": "user", "content": content}]})
+        assert r.status_code == 200, r.text
+        u = r.json()["usage"]
+        return {"prompt": u["input_tokens"] + u["cache_read_input_tokens"], "cached": u["cache_read_input_tokens"]}
+
+    def responses(with_image: bool) -> dict:
+        content = [{"type": "input_text", "text": "What is it?"}]
+        if with_image:
+            content.append({"type": "input_image", "image_url": uri(image)})
+        r = http.post("/v1/responses", json={"model": "tiny-vision", "max_output_tokens": 2, "temperature": 0,
+                                             "input": [{"role": "user", "content": content}]})
+        assert r.status_code == 200, r.text
+        u = r.json()["usage"]
+        return {"prompt": u["input_tokens"], "cached": u["input_tokens_details"]["cached_tokens"]}
+
+    def ollama(with_image: bool) -> dict:
+        message = {"role": "user", "content": "What is it?", **({"images": [b64]} if with_image else {})}
+        r = http.post("/api/chat", json={"model": "tiny-vision", "stream": False, "messages": [message],
+                                         "options": {"num_predict": 2, "temperature": 0}})
+        assert r.status_code == 200, r.text
+        return {"prompt": r.json()["prompt_eval_count"], "cached": None}
+
+    for protocol in (anthropic, responses, ollama):
+        plain, seen, again = protocol(False), protocol(True), protocol(True)
+        assert seen["prompt"] == plain["prompt"] + IMAGE_TOKENS + WRAPPERS, protocol.__name__
+        if again["cached"] is not None:
+            assert again["cached"] == again["prompt"] - 1, protocol.__name__
+    r = http.post("/v1/messages", json={"model": "tiny-chatml", "max_tokens": 2, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}}]}]})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("messages.0.content.0: ")

@@ -53,7 +53,7 @@ class FakeEngine:
                  delay: float = 0.0, **_: Any) -> None:
         self.script, self.delay = script, delay
         self.tokenizer = ByteTokenizer(specials)
-        self.n_ctx, self.parallel = n_ctx, parallel
+        self.n_ctx, self.parallel, self.n_adapters = n_ctx, parallel, 0
         self.requests: list[Generate] = []  # every request submitted, for tests to look at
         self._busy = 0
 
@@ -98,6 +98,9 @@ class FakeEngine:
             norm = sum(x * x for x in raw) ** 0.5 or 1.0
             vectors.append([x / norm for x in raw])
         return vectors
+
+    async def rerank(self, prompts: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]:
+        return [len(p) / (len(p) + 1) for p in prompts]  # longer pairs rank higher: enough for ordering tests
 
     def stats(self) -> dict[str, Any]:
         return {"slots": self.parallel, "busy": self._busy, "queued": 0, "n_ctx": self.n_ctx, "bytes": 0,

@@ -62,7 +62,7 @@ def _prompts(loaded: LoadedModel, query: str, documents: list[str]) -> tuple[lis
     """Blocking: one prompt per document, and the judge's (yes, no) token ids when the model is asked."""
     if loaded.info.pooling_type == RANK_POOLING:
         return [_ranked(loaded, query, d) for d in documents], None
-    model = loaded.engine.model
+    model = loaded.engine.tokenizer
     yes, no = (model.tokenize_bytes(word, parse_special=False)[:1] for word in (b"yes", b"no"))
     if not yes or not no or yes == no:
         raise InvalidRequest(f"the model {loaded.spec.name} cannot say yes or no in one token; it cannot rerank",
@@ -73,7 +73,7 @@ def _prompts(loaded: LoadedModel, query: str, documents: list[str]) -> tuple[lis
 def _ranked(loaded: LoadedModel, query: str, document: str) -> list[int]:
     """A reranker's prompt: its template's own text may hold special tokens, the query and
     document never do."""
-    model = loaded.engine.model
+    model = loaded.engine.tokenizer
 
     def plain(text: str) -> list[int]:
         return model.tokenize_bytes(text.encode("utf-8", "replace"), parse_special=False)
@@ -100,4 +100,4 @@ def _judged(loaded: LoadedModel, query: str, document: str) -> list[int]:
     think = loaded.family.reasoning
     if think and prompt.text.rstrip().endswith(think[0]):  # a thinking model: an empty thought, then the answer
         segments.append(("\n" if prompt.text.endswith("\n") else "\n\n") + think[1] + "\n\n", False)
-    return loaded.engine.tokenize(segments)
+    return loaded.engine.tokenizer.tokenize(segments)

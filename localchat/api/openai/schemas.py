@@ -210,7 +210,6 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
         effort = self.reasoning_effort
         return GenerationRequest(
             messages=tuple(_said(i, m) for i, m in enumerate(self.messages)),
-            lora=lora_choice(self.lora),  # type: ignore[arg-type]
             model=self.model,
             sampling=sampling(knobs, stop=self.stop, logit_bias=self.logit_bias, ignore_eos=self.ignore_eos),
             output=self._output_rules(limits),
@@ -219,7 +218,6 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             logprobs=(self.top_logprobs or 0) if self.logprobs else None,
             keep_alive=self.keep_alive,  # type: ignore[arg-type]  # a duration in seconds after validation
             lora=lora_choice(self.lora),
-            media=tuple(media),
         )
 
     def _output_rules(self, limits: Settings) -> OutputRules:
