@@ -63,8 +63,10 @@ def test_waiting_streams_get_keepalives_before_their_first_token(one_slot: Serve
             t.join(120)
     for _, _, key in waiting:
         assert out[key + ".status"] == 200
-        kept = [(t, line) for t, line in out[key] if line in (": keepalive", "event: ping")]
+        kept = [(t, line) for t, line in out[key] if line in (": keepalive", "event: ping", "event: response.in_progress")]
         late = [t for t, line in kept if t >= KEEPALIVE - 1]
         assert late, (key, out[key])  # a keepalive came while it waited, before its first token
-    # Anthropic's keepalive is its own `ping` event; the others send an SSE comment
+    # Anthropic's keepalive is its own `ping` event, the Responses API's a repeated response.in_progress (a
+    # real event: the Codex CLI times a stream out on events, not bytes); chat and completions send a comment
     assert any(line == "event: ping" and t >= KEEPALIVE - 1 for t, line in out["messages"])
+    assert any(line == "event: response.in_progress" and t >= KEEPALIVE - 1 for t, line in out["responses"])

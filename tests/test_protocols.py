@@ -167,7 +167,7 @@ def test_an_error_names_the_protocols_own_field(registry: Registry, path: str, b
 @pytest.mark.parametrize("path, body, keepalive", [
     ("/v1/chat/completions", {"messages": HI, "stream": True}, ": keepalive"),
     ("/v1/messages", {"max_tokens": 5, "messages": HI, "stream": True}, "event: ping"),
-    ("/v1/responses", {"input": "Hi", "stream": True}, ": keepalive"),
+    ("/v1/responses", {"input": "Hi", "stream": True}, "event: response.in_progress"),
     ("/v1/completions", {"prompt": "x", "stream": True}, ": keepalive"),
 ])
 def test_a_slow_stream_sends_keepalives(registry: Registry, monkeypatch: pytest.MonkeyPatch, path: str, body: dict,

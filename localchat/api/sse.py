@@ -36,6 +36,7 @@ def ndjson(data: dict[str, Any]) -> bytes:
 
 DONE = b"data: [DONE]\n\n"
 COMMENT = b": keepalive\n\n"  # an SSE comment: every SSE client skips it
+Keepalive = bytes | Callable[[], bytes] | None  # what a silent stream sends: fixed bytes, or made each time
 KEEPALIVE = 10.0  # seconds a stream may stay silent before a keepalive goes out
 
 
@@ -93,7 +94,7 @@ class EventStream:
     sent whenever the next chunk takes longer than KEEPALIVE seconds to come (None: nothing)."""
 
     def __init__(self, chunks: AsyncIterator[bytes], on_close: Callable[[], None] | None = None,
-                 media_type: str = "text/event-stream; charset=utf-8", keepalive: bytes | None = COMMENT,
+                 media_type: str = "text/event-stream; charset=utf-8", keepalive: Keepalive = COMMENT,
                  headers: dict[str, str] | None = None) -> None:
         self.chunks = chunks
         self.media_type = media_type
@@ -138,7 +139,7 @@ class EventStream:
             pending = asyncio.ensure_future(anext(it))
             try:
                 while not (await asyncio.wait({pending}, timeout=KEEPALIVE))[0]:
-                    yield self.keepalive
+                    yield self.keepalive() if callable(self.keepalive) else self.keepalive
             finally:
                 if not pending.done():  # cancelled, or the client left: the read ends before the stream is closed
                     pending.cancel()

@@ -130,16 +130,26 @@ class Output:
 Keep = Callable[[dict[str, Any], Output], None]  # called with each finished response and its output
 
 
-async def stream(turn: Turn, shell: Shell, keep: Keep) -> AsyncIterator[bytes]:
-    """The whole streamed response: created, in_progress, the items' events, then completed or
-    incomplete; an error once streaming has begun is an `error` event, then `response.failed`."""
-    numbers = itertools.count()
+class Numbered:
+    """The named, numbered SSE events of one streamed response, and its keepalive: a repeated
+    `response.in_progress` (a real event: clients such as the Codex CLI time a stream out on
+    events, and skip SSE comments)."""
 
-    def emit(event: Event) -> bytes:
-        event["sequence_number"] = next(numbers)
+    def __init__(self, shell: Shell) -> None:
+        self.shell, self.out, self._numbers = shell, Output(shell.namespaces), itertools.count()
+
+    def emit(self, event: Event) -> bytes:
+        event["sequence_number"] = next(self._numbers)
         return frame(event, event=event["type"])
 
-    out = Output(shell.namespaces)
+    def keepalive(self) -> bytes:
+        return self.emit({"type": "response.in_progress", "response": self.shell(self.out, "in_progress")})
+
+
+async def stream(turn: Turn, events: Numbered, keep: Keep) -> AsyncIterator[bytes]:
+    """The whole streamed response: created, in_progress, the items' events, then completed or
+    incomplete; an error once streaming has begun is an `error` event, then `response.failed`."""
+    shell, out, emit = events.shell, events.out, events.emit
     yield emit({"type": "response.created", "response": shell(out, "in_progress")})
     yield emit({"type": "response.in_progress", "response": shell(out, "in_progress")})
     try:
