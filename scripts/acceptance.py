@@ -1,6 +1,6 @@
 """Acceptance: the coding agents as they ship, headless, against a real `localchat serve`.
 
-    scripts/acceptance [--only claude|codex] [--port N] [--timeout S]
+    scripts/acceptance [--only claude|codex] [--timeout S]
 
 Installs pinned releases of Claude Code and the Codex CLI with npm into a cache folder (once),
 starts `localchat serve` on a free loopback port with the shipped default config (nothing but
@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from conftest import Server  # noqa: E402  (the launcher the tests use)
+
+from localchat.models import shipped_config  # noqa: E402
 
 CLIENTS = {"@anthropic-ai/claude-code": "2.1.330", "@openai/codex": "0.169.0"}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "localchat" / "acceptance"
@@ -49,41 +53,14 @@ def install() -> Path:
     return folder / "node_modules" / ".bin"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Serve(Server):
+    """`localchat serve` on a free loopback port with the shipped registry (the tests' launcher)."""
 
-
-class Serve:
-    """`localchat serve` with the shipped default config, its log in a file."""
-
-    def __init__(self, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="localchat-acceptance-", suffix=".log")
-        self.proc = subprocess.Popen([sys.executable, "-m", "localchat", "serve", "--port", str(port)],
-                                     stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"localchat serve exited:\n{self.output()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        raise SystemExit(f"localchat serve did not come up:\n{self.output()}")
+    def __init__(self) -> None:
+        super().__init__(shipped_config())
 
     def model(self) -> str:
         return httpx.get(self.url + "/health").json()["model"]
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
 
 
 @dataclass
@@ -175,13 +152,12 @@ CASES: dict[str, Callable[..., Outcome]] = {"claude": claude, "codex": codex}
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=sorted(CASES))
-    parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for one client run")
     args = parser.parse_args()
     if not shutil.which("npm"):
         raise SystemExit("acceptance needs npm (Node.js 22 or newer)")
     bin_dir = install()
-    server = Serve(args.port or free_port())
+    server = Serve()
     failed = 0
     try:
         model = server.model()
@@ -199,9 +175,9 @@ def main() -> int:
                 print(f"{client:7} {case:6} {'PASS' if outcome.ok else 'FAIL'} {outcome.seconds:7.1f} s  {said}",
                       flush=True)
     finally:
-        server.stop()
         print("\nserver access log:")
         print("\n".join(line for line in server.output().splitlines() if " POST " in line))
+        server.stop()
     return 1 if failed else 0
 
 
