@@ -75,9 +75,9 @@ def reuse(slot: Slot, job: Job) -> int:
     than half of the prompt (llama-server's slot_prompt_similarity) or keeps at least half of
     what the slot holds (a chat's next turn with a long new message): prompts that share only
     a chat template's first tokens go to other slots, so each keeps its own cache. A cache made
-    with other LoRA adapters serves nothing."""
+    with other LoRA adapters serves nothing, nor does any cache to a request with cache_prompt off."""
     tokens = job.tokens
-    if slot.adapters != job.request.adapters:
+    if slot.adapters != job.request.adapters or not job.request.cache_prompt:
         return 0
     common = common_prefix(slot.cached, tokens)
     return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0

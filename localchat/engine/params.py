@@ -76,6 +76,7 @@ class Generate:
     # requests with the same set share a decode; a slot's cached prompt serves only its own set.
     adapters: tuple[tuple[int, float], ...] = ()
     media: tuple[Media, ...] = ()  # images and audio (the model needs a projector, `mmproj`)
+    cache_prompt: bool = True  # False: the prompt is decoded whole, in an empty or the least used slot, and not kept
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class TopLogprob:
     token: str
     logprob: float
     bytes: list[int]
+    id: int = -1  # the token's id in the vocabulary
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class TokenLogprob:
     logprob: float
     bytes: list[int]
     top: list[TopLogprob]
+    id: int = -1  # the token's id in the vocabulary
 
 
 @dataclass(frozen=True)

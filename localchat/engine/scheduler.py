@@ -202,7 +202,7 @@ class Scheduler:
             return
         lead = slots[0]
         n = min(common_prefix(lead.cached, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
-        if lead.adapters != req.adapters:  # its cache was computed with other LoRA adapters
+        if lead.adapters != req.adapters or not req.cache_prompt:  # other LoRA adapters' cache, or none wanted
             n, lead.adapters = 0, req.adapters
         if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
             n = span.start
@@ -322,6 +322,10 @@ class Scheduler:
                 job.emit(seq.done(job.n_prompt, job.cached))
         if job.pending:  # cancelled mid-prompt: the cells past what was decoded are the slot's cache
             job.pending = []
+        if not job.request.cache_prompt:  # nothing of it stays: the slots are empty for the next request
+            for slot in job.slots:
+                C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+                slot.keep(0)
         job.emit(None)
         self._release(job)
 

@@ -115,7 +115,8 @@ class Sequence:
         best = np.argpartition(logits, -top)[-top:] if top else np.empty(0, dtype=np.int64)
         best = best[np.argsort(-logits[best], kind="stable")]
         return TokenLogprob(*self._entry(token, float(logits[token]) - lse),
-                            [TopLogprob(*self._entry(int(t), float(logits[t]) - lse)) for t in best])
+                            [TopLogprob(*self._entry(int(t), float(logits[t]) - lse), id=int(t)) for t in best],
+                            id=token)
 
     def _entry(self, token: int, logprob: float) -> tuple[str, float, list[int]]:
         raw = self.model.piece(token)

@@ -17,7 +17,7 @@ from ..errors import InvalidRequest
 from ..logs import current_request
 from ..models.host import Lease, ModelHost
 from . import constraints
-from .prepare import prepare
+from .prepare import prepare, rendered
 from .request import GenerationRequest
 from .stream import OutputSplitter, Piece
 
@@ -132,6 +132,14 @@ class Chat:
         if (record := current_request()) is not None:
             record.model, record.prompt_tokens = loaded.spec.name, n_prompt
         return Turn(loaded.spec.name, request.n, n_prompt, lease, stream, prepared.splitters, loosened)
+
+    async def render(self, request: GenerationRequest) -> str:
+        """The chat prompt as text, as `start` would render it (nothing is generated)."""
+        lease = await self.host.lease(request.model, request.keep_alive)
+        try:
+            return await asyncio.to_thread(rendered, request, lease.model)
+        finally:
+            lease.release()
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
