@@ -4,6 +4,7 @@ or at once, and an error that happens once the stream has begun."""
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlsplit
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -56,9 +57,14 @@ def sampling(fields: dict[str, Any], *, stop: str | list[str] | tuple[str, ...] 
                     logit_bias=dict(logit_bias or {}), ignore_eos=ignore_eos or None)
 
 
-def data_image(url: str, where: str) -> Image:
-    """An image sent as a data URI (`data:image/png;base64,…`); URLs are not fetched."""
-    return Image(data_uri(url, where), None, where)
+def url_image(url: str, where: str, url_where: str | None = None) -> Image:
+    """An image by URL: a data URI (`data:image/png;base64,…`), decoded here, or an http(s) or
+    file URL, which generation loads where the server allows it. Errors about the image name
+    `where` (the part), errors about the URL `url_where`."""
+    url_where = url_where or where
+    if urlsplit(url).scheme.lower() in ("http", "https", "file"):
+        return Image(b"", None, where, url=url, url_where=url_where)
+    return Image(data_uri(url, url_where), None, where)
 
 
 def base64_image(data: str, media_type: str | None, where: str) -> Image:

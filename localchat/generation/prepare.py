@@ -15,8 +15,9 @@ from ..models.host import LoadedModel
 from . import constraints
 from .adapters import resolve_adapters
 from .conversation import render_conversation
+from .fetch import load_url
 from .fim import fim_tokens
-from .media import check_count, check_media, decode_audio, decode_image, marker, place_media
+from .media import check_audio_format, check_count, check_reads, decode_audio, decode_image, marker, place_media
 from .request import Audio, GenerationRequest, Image, Message
 from .stream import OutputSplitter
 
@@ -37,11 +38,10 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     if request.prompt is not None:
         tokens, thinking = _raw_tokens(request, loaded), False
     else:
-        conversation, media = _media(request.messages, settings)
+        conversation, media = _media(request.messages, settings, loaded)
         prompt = render_conversation(request, conversation, loaded)
         thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
         if media:
-            check_media(media, loaded.projector, loaded.spec.name)
             tokens, media = place_media(tokenizer, prompt.segments, media)
         else:
             tokens = tokenizer.tokenize(list(prompt.segments))
@@ -73,8 +73,10 @@ def rendered(request: GenerationRequest, loaded: LoadedModel) -> str:
     return render_conversation(request, conversation, loaded).text
 
 
-def _media(messages: tuple[Message, ...], settings: Settings) -> tuple[tuple[Message, ...], tuple[Media, ...]]:
-    """Images and audio decoded (Pillow), each replaced in its message by a marker where it sits."""
+def _media(messages: tuple[Message, ...], settings: Settings,
+           loaded: LoadedModel) -> tuple[tuple[Message, ...], tuple[Media, ...]]:
+    """Images and audio loaded (URLs) and decoded (Pillow), each replaced in its message by a
+    marker where it sits; first, the model must read them (a projector for their kind)."""
     found = [(i, j, part) for i, m in enumerate(messages) for j, part in enumerate(m.content)
              if isinstance(part, (Image, Audio))]
     if not found:
@@ -88,8 +90,13 @@ def _media(messages: tuple[Message, ...], settings: Settings) -> tuple[tuple[Mes
         parts: list[Any] = []
         for j, part in enumerate(m.content):
             where = getattr(part, "where", "") or f"messages.{i}.content.{j}"
+            if isinstance(part, Audio):
+                check_audio_format(part.format, where)
+            if isinstance(part, (Image, Audio)):
+                check_reads("image" if isinstance(part, Image) else "audio", where, loaded.projector, loaded.spec.name)
             if isinstance(part, Image):
-                media.append(decode_image(part.data, where, settings))
+                data = part.data if part.url is None else load_url(part.url, part.url_where or where, settings)
+                media.append(decode_image(data, where, settings))
             elif isinstance(part, Audio):
                 media.append(decode_audio(part.data, part.format, where, settings))
             parts.append(marker(len(media) - 1) if isinstance(part, (Image, Audio)) else part)

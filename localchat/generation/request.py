@@ -23,12 +23,14 @@ class Text:
 
 @dataclass(frozen=True)
 class Image:
-    """An image as the client sent it (decoded from base64 or a data URI), for a model with a
-    vision projector."""
+    """An image as the client sent it (decoded from base64 or a data URI, or a URL to load), for
+    a model with a vision projector."""
 
     data: bytes
     media_type: str | None = None
     where: str = ""  # where the client sent it, in its protocol's words (`messages.0.content.1`): errors name it
+    url: str | None = None  # an http(s) or file URL to load it from (generation/fetch.py), instead of `data`
+    url_where: str = ""  # where the URL sits (`messages.0.content.1.image_url.url`)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from ...errors import InvalidRequest
 from ...generation import Audio, Message as Said, Part, Text, ToolCall as Called
 from ...generation.media import b64
-from ..common import Lenient as _Lenient, data_image
+from ..common import Lenient as _Lenient, url_image
 
 
 class ImageUrl(_Lenient):
@@ -25,7 +25,7 @@ class InputAudio(_Lenient):
 class ContentPart(_Lenient):
     type: str
     text: str | None = None
-    image_url: ImageUrl | str | None = None  # a data: URI (some clients send the bare string)
+    image_url: ImageUrl | str | None = None  # a data: URI or an http(s) / file URL (some clients send the bare string)
     input_audio: InputAudio | None = None
 
 
@@ -60,7 +60,7 @@ def said(i: int, m: Message) -> Said:
                 parts.append(Text(part.text))
             elif part.type == "image_url" and part.image_url is not None:
                 url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
-                parts.append(data_image(url, f"{where}.{j}.image_url.url"))
+                parts.append(url_image(url, f"{where}.{j}", f"{where}.{j}.image_url.url"))
             elif part.type == "input_audio" and part.input_audio is not None:
                 data = b64(part.input_audio.data, f"{where}.{j}.input_audio.data")
                 parts.append(Audio(data, part.input_audio.format, f"{where}.{j}"))
