@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from conftest import DEFAULT
+from test_vision import png, uri
 
 HI = [{"role": "user", "content": "Write about the sea."}]
 PREFILL = HI + [{"role": "assistant", "content": "The sea is"}]
@@ -275,3 +276,43 @@ def test_an_input_extra_chunk_without_text_is_a_400(http: httpx.Client, extra: l
     ok = http.post("/infill", json={"model": "tiny-coder", "input_prefix": "def f(", "n_predict": 1,
                                     "input_extra": [{"filename": "a.py", "text": "x = 1"}, {"text": "y = 2"}]})
     assert ok.status_code == 200, ok.text
+
+
+# -- prompt_logprobs -------------------------------------------------------------------------------------
+
+def test_prompt_logprobs_are_each_prompt_tokens_given_the_ones_before(http: httpx.Client):
+    """vLLM's shape; the last prompt token's entry equals the log-probability the model gives that
+    token when it generates it after the rest of the prompt (forced by a bias: logprobs are raw)."""
+    text = "the sea is wide and the wind is cold"
+    body = {"model": "tiny-chatml", "max_tokens": 1, "prompt_logprobs": 2, "cache_prompt": False}
+    whole = http.post("/v1/completions", json={**body, "prompt": text}).json()
+    entries, n = whole["choices"][0]["prompt_logprobs"], whole["usage"]["prompt_tokens"]
+    tokens = http.post("/tokenize", json={"model": "tiny-chatml", "content": text, "add_special": True}).json()["tokens"]
+    plain = http.post("/tokenize", json={"model": "tiny-chatml", "content": text}).json()["tokens"]
+    head = http.post("/detokenize", json={"model": "tiny-chatml", "tokens": plain[:-1]}).json()["content"].lstrip(" ")
+    assert len(entries) == n == len(tokens) and entries[0] is None
+    for token, entry in zip(tokens[1:], entries[1:]):
+        assert entry[str(token)]["rank"] >= 1 and entry[str(token)]["logprob"] <= 0
+        assert sorted(e["rank"] for k, e in entry.items() if k != str(token) or e["rank"] <= 2)[:2] == [1, 2]
+    assert whole["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    last = tokens[-1]
+    forced = http.post("/v1/completions", json={"model": "tiny-chatml", "prompt": head, "max_tokens": 1, "logprobs": 0,
+                                                "logit_bias": {str(last): 100}, "cache_prompt": False}).json()
+    assert forced["usage"]["prompt_tokens"] == n - 1
+    said = forced["choices"][0]["logprobs"]
+    assert said["tokens"][0] == entries[-1][str(last)]["decoded_token"]
+    assert abs(said["token_logprobs"][0] - entries[-1][str(last)]["logprob"]) < 1e-2
+
+
+def test_prompt_logprobs_on_chat_and_where_they_are_refused(http: httpx.Client):
+    answer = chat(http, {"messages": HI, "prompt_logprobs": 0})
+    assert len(answer["prompt_logprobs"]) == answer["usage"]["prompt_tokens"]
+    assert all(len(e) == 1 for e in answer["prompt_logprobs"][1:])  # the token itself, no alternatives
+    assert "prompt_logprobs" not in chat(http, {"messages": HI})
+    for path, body in (("/v1/chat/completions", {"messages": HI, "stream": True}),
+                       ("/v1/completions", {"prompt": "x", "stream": True})):
+        assert refused(http, path, {"model": "tiny-chatml", "prompt_logprobs": 1, **body})["param"] == "prompt_logprobs"
+    image = {"type": "image_url", "image_url": {"url": uri(png(40))}}
+    error = refused(http, "/v1/chat/completions", {"model": "tiny-vision", "prompt_logprobs": 1, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}, image]}]})
+    assert error["param"] == "prompt_logprobs"

@@ -41,6 +41,8 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
         conversation, media = _media(request.messages, settings, loaded)
         prompt = render_conversation(request, conversation, loaded)
         thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
+        if media and request.prompt_logprobs is not None:
+            raise InvalidRequest("not computed for a prompt with images or audio", field="prompt_logprobs")
         if media:
             tokens, media = place_media(tokenizer, prompt.segments, media)
         else:
@@ -58,7 +60,7 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
                                 None if raw else family.reasoning, thinking) for _ in range(request.n)]
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
                         adapters=resolve_adapters(loaded, request.lora), media=media,
-                        cache_prompt=request.cache_prompt)
+                        cache_prompt=request.cache_prompt, prompt_logprobs=request.prompt_logprobs)
     return Prepared(generate, splitters)
 
 

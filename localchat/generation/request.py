@@ -116,6 +116,7 @@ class GenerationRequest:
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # more variables for the chat template
     documents: tuple[dict[str, str], ...] = ()  # for retrieval: to a template that takes them, else the system prompt
     cache_prompt: bool = True  # False: the prompt is neither read from a slot's cache nor left in it
+    prompt_logprobs: int | None = None  # k: each prompt token's log-probability and the k most likely
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(Sampling))

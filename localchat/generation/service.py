@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from ..engine import Done, Stream, Text, TokenLogprob
+from ..engine import Done, PromptLogprobs, Stream, Text, TokenLogprob
 from ..errors import InvalidRequest
 from ..logs import current_request
 from ..models.host import Lease, ModelHost
@@ -66,11 +66,15 @@ class Turn:
     _splitters: list[OutputSplitter]
     loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce: "[tool]#/path:keyword"
 
-    async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | Finish]]:
-        """(choice index, event) pairs; each choice ends with its Finish."""
+    async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | PromptLogprobs | Finish]]:
+        """(choice index, event) pairs; each choice ends with its Finish. A request that asked for
+        prompt_logprobs gets them first (choice 0)."""
         record = current_request()
         try:
             async for event in self._stream:
+                if isinstance(event, PromptLogprobs):
+                    yield 0, event
+                    continue
                 split = self._splitters[event.index]
                 if isinstance(event, Text):
                     if record is not None and event.text:

@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...generation import (Chat, Delta, Finish, Logprobs, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn,
-                           Usage, total_usage)
+from ...generation import (Chat, Delta, Finish, Logprobs, PromptLogprobs, ReasoningDelta, ToolCallArguments,
+                           ToolCallStart, Turn, Usage, total_usage)
 from ...errors import LocalchatError
 from ...models import Registry
 from ..body import parse, read_json
@@ -123,6 +123,8 @@ async def _stream(turn: Turn, meta: dict[str, Any], form: _Form, path: str) -> A
             yield chunk(i, {"content": form.echo})
     try:
         async for i, event in turn.events():
+            if isinstance(event, PromptLogprobs):
+                continue  # (not asked for: refused with stream)
             if isinstance(event, Logprobs):
                 pending[i] += [logprob(t, form.token_ids) for t in event.tokens]
             elif isinstance(event, Finish):
@@ -176,11 +178,26 @@ class _Choice:
 
 async def _collect(turn: Turn, meta: dict[str, Any], form: _Form) -> dict[str, Any]:
     choices = [_Choice(form) for _ in range(turn.n)]
+    prompt: dict[str, Any] = {}
     async for i, event in turn.events():
-        choices[i].add(event)
+        if isinstance(event, PromptLogprobs):
+            prompt["prompt_logprobs"] = prompt_logprobs(event)
+        else:
+            choices[i].add(event)
     total = total_usage([c.finish for c in choices if c.finish is not None])
     return {**meta, "object": "chat.completion", "choices": [c.message(i) for i, c in enumerate(choices)],
-            "usage": usage(total)}
+            "usage": usage(total), **prompt}
+
+
+def prompt_logprobs(event: PromptLogprobs) -> list[dict[str, Any] | None]:
+    """vLLM's shape: None for the first prompt token, then for each one {token id: {logprob,
+    rank, decoded_token}} for the token itself and the most likely alternatives."""
+    out: list[dict[str, Any] | None] = [None]
+    for t in event.tokens:
+        entry = {str(x.id): {"logprob": x.logprob, "rank": r, "decoded_token": x.token} for r, x in enumerate(t.top, 1)}
+        entry[str(t.id)] = {"logprob": t.logprob, "rank": t.rank, "decoded_token": t.token}
+        out.append(entry)
+    return out
 
 
 def logprob(t: Any, as_ids: bool = False) -> dict[str, Any]:

@@ -18,13 +18,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...errors import InvalidRequest
-from ...generation import Chat, Delta, Finish, GenerationRequest, Logprobs, OutputRules, Turn, total_usage
+from ...generation import Chat, Delta, Finish, GenerationRequest, Logprobs, OutputRules, PromptLogprobs, Turn, total_usage
 from ...grammars.metaschema import schema_problem
 from ...models import Settings
 from ..body import KeepAlive, parse, read_json
 from .schemas import SamplingFields, StreamOptions
 from ..common import respond, sampling, stream_error
 from ..errors import render
+from .chat import prompt_logprobs
 from ..sse import DONE, frame
 
 
@@ -46,6 +47,7 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     keep_alive: KeepAlive = None
     cache_prompt: bool = True  # extension (llama.cpp's): false: the slot's prompt cache is neither read nor kept
     return_tokens_as_token_ids: bool = False  # extension (vLLM's): logprobs' tokens as `token_id:N`
+    prompt_logprobs: int | None = Field(None, ge=0, le=20)  # extension (vLLM's): the prompt tokens' log-probabilities
     json_schema: dict[str, Any] | bool | None = None  # extension (llama.cpp's): the text is JSON for this schema
     grammar: str | None = None  # extension (llama.cpp's): raw GBNF
 
@@ -72,13 +74,15 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
         knobs = self.model_dump()
         prompts = [self.prompt] if isinstance(self.prompt, str) else self.prompt
         overrides = sampling(knobs, stop=self.stop, logit_bias=self.logit_bias, ignore_eos=self.ignore_eos)
+        if self.prompt_logprobs is not None and self.stream:
+            raise InvalidRequest("prompt_logprobs: not available when streaming (as in vLLM)", param="prompt_logprobs")
         if self.json_schema is not None and self.grammar is not None:
             raise InvalidRequest("json_schema: cannot be combined with grammar", param="json_schema")
         output = OutputRules(json_schema=self.json_schema, grammar=self.grammar,
                              max_grammar_bytes=limits.max_grammar_bytes)
         return [GenerationRequest(model=self.model, prompt=p, suffix=self.suffix, sampling=overrides, n=self.n,
                                   logprobs=self.logprobs, keep_alive=self.keep_alive,  # type: ignore[arg-type]
-                                  cache_prompt=self.cache_prompt, output=output)
+                                  cache_prompt=self.cache_prompt, output=output, prompt_logprobs=self.prompt_logprobs)
                 for p in prompts]
 
 
@@ -142,9 +146,12 @@ async def merged(turns: list[Turn], n: int) -> AsyncIterator[tuple[int, Any]]:
 class _Choice:
     def __init__(self, echo: str) -> None:
         self.text, self.tokens, self.finish = [echo], [], None
+        self.prompt: list | None = None  # prompt_logprobs, when asked for
 
     def add(self, event: Any) -> None:
-        if isinstance(event, Delta):
+        if isinstance(event, PromptLogprobs):
+            self.prompt = prompt_logprobs(event)
+        elif isinstance(event, Delta):
             self.text.append(event.content)
         elif isinstance(event, Logprobs):
             self.tokens += event.tokens
@@ -156,13 +163,15 @@ async def _collect(turns: list[Turn], n: int, meta: dict[str, Any], echo: list[s
                    logprobs: Written) -> dict[str, Any]:
     choices = [_Choice(echo[c // n] if echo else "") for c in range(len(turns) * n)]
     async for c, event in merged(turns, n):
-        choices[c].add(event)
+        for target in (choices[c: c + n] if isinstance(event, PromptLogprobs) else [choices[c]]):
+            target.add(event)  # a prompt's logprobs go to each of its choices
     finishes = [ch.finish for ch in choices if ch.finish is not None]
     usage = total_usage(finishes) if finishes else None
     prompt_tokens = sum(ch.finish.usage.prompt_tokens for k, ch in enumerate(choices) if k % n == 0 and ch.finish)
     return {**meta, "object": "text_completion", "choices": [
         {"text": "".join(ch.text), "index": c, "finish_reason": _reason(ch.finish) if ch.finish else None,
-         "logprobs": logprobs(ch.tokens) if logprobs else None} for c, ch in enumerate(choices)],
+         "logprobs": logprobs(ch.tokens) if logprobs else None,
+         **({"prompt_logprobs": ch.prompt} if ch.prompt is not None else {})} for c, ch in enumerate(choices)],
         "usage": _usage(prompt_tokens, sum(f.usage.completion_tokens for f in finishes),
                         usage.cached_tokens if usage else 0)}
 

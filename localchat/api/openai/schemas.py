@@ -119,6 +119,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     return_tokens_as_token_ids: bool = False
     json_schema: dict[str, Any] | bool | None = None  # extension (llama.cpp's): the answer is JSON for this schema
     cache_prompt: bool = True  # extension (llama.cpp's): false: the slot's prompt cache is neither read nor kept
+    prompt_logprobs: int | None = Field(None, ge=0, le=20)  # extension (vLLM's): the prompt tokens' log-probabilities
 
     @field_validator("json_schema")
     @classmethod
@@ -189,6 +190,8 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
         limits = limits or _DEFAULT_LIMITS
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+        if self.prompt_logprobs is not None and self.stream:
+            raise InvalidRequest("prompt_logprobs: not available when streaming (as in vLLM)", param="prompt_logprobs")
         knobs = self.model_dump()
         knobs["max_tokens"] = self.max_completion_tokens or self.max_tokens  # type: ignore[attr-defined]
         kwargs = dict(self.chat_template_kwargs or {})
@@ -207,6 +210,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             template_kwargs=kwargs,
             documents=tuple(self.documents or ()),
             cache_prompt=self.cache_prompt,
+            prompt_logprobs=self.prompt_logprobs,
         )
 
     def _continue_final(self) -> bool | None:
