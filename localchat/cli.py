@@ -52,6 +52,10 @@ def serve(
                                                "(web search, code execution): 'drop' (default: left out and reported) "
                                                "or 'refuse' (a 400)."),
     no_webui: bool = typer.Option(False, "--no-webui", help="Do not serve the chat page at / (the APIs only)."),
+    fetch_images: bool = typer.Option(False, "--fetch-images", help="Fetch images named by http(s) URLs in requests "
+                                      "(within max_media_bytes and media_timeout; default: refused)."),
+    media_folder: Optional[Path] = typer.Option(None, "--media-folder", help="Read images named by file:// URLs under "
+                                                "this folder, and nowhere else (default: none are read)."),
 ) -> None:
     """Serve the OpenAI chat completion routes on localhost."""
     from .server import PortInUse, ServeRefused, serve as run
@@ -60,7 +64,9 @@ def serve(
     overrides = {k: v for k, v in (("parallel", parallel), ("context_length", ctx_size), ("queue_limit", queue_limit),
                                    ("max_loaded_models", max_loaded_models), ("keep_alive", keep_alive),
                                    ("worker", False if in_process else None), ("hosted_tools", hosted_tools),
-                                   ("log_requests", False if quiet else None)) if v is not None}
+                                   ("log_requests", False if quiet else None),
+                                   ("fetch_images", True if fetch_images else None),
+                                   ("media_folder", str(media_folder) if media_folder else None)) if v is not None}
     try:
         registry.settings = registry.settings.model_validate({**registry.settings.model_dump(), **overrides})
         model = _served_model(registry, model, alias)

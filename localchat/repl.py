@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -19,6 +17,7 @@ from rich.console import Console
 
 from .engine.params import KNOBS
 from .models import Registry, paths
+from .repl_files import Attachment, attach, load_conversation, pasted_image, save_conversation, with_images
 
 HELP = {
     "/help": "this list",
@@ -29,6 +28,7 @@ HELP = {
     "/show": "the model and settings",
     "/clear": "start a new conversation",
     "/retry": "answer the last message again",
+    "/image PATH": "attach an image to the next message (or paste its path alone on a line)",
     "/save FILE": "save the conversation as OpenAI-style JSON messages",
     "/load FILE": "load a conversation saved with /save",
     "/exit": "leave (or Ctrl-D)",
@@ -70,6 +70,7 @@ class Repl:
     system: str | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    attached: list[Attachment] = field(default_factory=list)  # images for the next message
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -86,12 +87,16 @@ class Repl:
                 continue
             except EOFError:
                 break
-            if line.startswith("/"):
+            if (image := pasted_image(line)) is not None:
+                self.cmd_image(image)
+            elif line.startswith("/"):
                 if not self.command(line.strip()):
                     break
             elif line.strip():
-                self.messages.append({"role": "user", "content": line})
-                self.answer()
+                images, self.attached = self.attached, []
+                self.messages.append({"role": "user", "content": with_images(line, images)})
+                if not self.answer():
+                    self.attached = images  # not sent: they go with the next message
         self.console.print("bye")
 
     @staticmethod
@@ -102,7 +107,8 @@ class Repl:
         lines[-1] = lines[-1].rstrip()[:-3]
         return "\n".join(lines).strip("\n")
 
-    def answer(self) -> None:
+    def answer(self) -> bool:
+        """Stream the answer to the last message; False (and the message dropped) on an error."""
         start, first, parts, chunks, usage, thinking = time.perf_counter(), None, [], 0, None, False
         stream, interrupted = None, False
         try:
@@ -126,13 +132,14 @@ class Repl:
         except openai.APIError as exc:
             self.messages.pop()
             self.console.print(f"\n[red]error:[/red] {_message(exc)}", highlight=False)
-            return
+            return False
         finally:
             if stream is not None:
                 stream.close()  # on Ctrl-C this disconnects, and the server stops decoding at once
         self.messages.append({"role": "assistant", "content": "".join(parts)})
         self.console.print()
         self._stats(start, first, usage.completion_tokens if usage else chunks, interrupted)
+        return True
 
     def _request(self) -> dict[str, Any]:
         conversation = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
@@ -217,10 +224,20 @@ class Repl:
         for key in SETTINGS:
             self.console.print(f"{key:11} {self.settings.get(key, 'server default')}", markup=False, highlight=False)
         self.console.print(f"messages    {len(self.messages)}", markup=False, highlight=False)
+        if self.attached:
+            self.console.print(f"attached    {', '.join(map(str, self.attached))}", markup=False, highlight=False)
 
     def cmd_clear(self, _: str) -> None:
         self.messages.clear()
+        self.attached.clear()
         self.console.print("new conversation")
+
+    def cmd_image(self, arg: str) -> None:
+        if not arg:
+            raise ValueError("usage: /image PATH")
+        self.attached.append(attach(arg))
+        self.console.print(f"attached {self.attached[-1]}: it goes with your next message", markup=False,
+                           highlight=False)
 
     def cmd_retry(self, _: str) -> None:
         if self.messages and self.messages[-1]["role"] == "assistant":
@@ -233,19 +250,13 @@ class Repl:
         if not arg:
             raise ValueError("usage: /save FILE")
         conversation = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
-        Path(arg).expanduser().write_text(json.dumps(conversation, ensure_ascii=False, indent=2) + "\n")
+        save_conversation(arg, conversation)
         self.console.print(f"saved {len(conversation)} messages to {arg}", markup=False, highlight=False)
 
     def cmd_load(self, arg: str) -> None:
         if not arg:
             raise ValueError("usage: /load FILE")
-        try:
-            data = json.loads(Path(arg).expanduser().read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{arg} is not JSON: {exc}") from None
-        if not isinstance(data, list) or not all(
-                isinstance(m, dict) and m.get("role") in ("system", "user", "assistant", "tool") for m in data):
-            raise ValueError(f"{arg} is not a list of chat messages")
+        data = load_conversation(arg)
         self.system = data[0].get("content") if data and data[0]["role"] == "system" else None
         self.messages = data[1:] if self.system is not None else data
         self.console.print(f"loaded {len(data)} messages from {arg}", markup=False, highlight=False)

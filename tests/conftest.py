@@ -3,6 +3,7 @@ models, and a real `localchat serve` process on a free loopback port."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -30,6 +31,16 @@ DEFAULT = tomllib.loads(shipped_config().read_text())["default"]
 # A Qwen3-style template: the generation prompt opens a think block.
 THINKING_TEMPLATE = FAMILIES["chatml"].template.replace(
     "<|im_start|>assistant\n{% endif -%}", "<|im_start|>assistant\n<think>\n{% endif -%}")
+
+# A template that prints what a request gives it beyond the messages (a test model's, tiny-kwargs).
+KWARGS_TEMPLATE = (
+    "{%- if documents is defined %}<|im_start|>system\nDOCS:{% for d in documents %} [{{ d.title }}] {{ d.text }}"
+    "{% endfor %}<|im_end|>{{ '\\n' }}{% endif -%}"
+    "{%- if greeting is defined %}<|im_start|>system\n{{ greeting }}<|im_end|>{{ '\\n' }}{% endif -%}"
+    "{%- for m in messages -%}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{{ '\\n' }}{%- endfor -%}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant{{ '\\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>{{ '\\n\\n' }}</think>{{ '\\n\\n' }}"
+    "{% else %}<think>{{ '\\n' }}{% endif %}{% endif -%}")
 
 # Keep the tests (and the servers they start) away from the user's own registry and history.
 _HOME = Path(tempfile.mkdtemp(prefix="localchat-tests-"))
@@ -71,6 +82,10 @@ def registry_file(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPat
     mmproj = write_tiny_mmproj(path.parent / "tiny-vision-mmproj.gguf")
     for name, n_ctx in (("tiny-vision", TINY_CTX), ("tiny-vision-small", 64)):
         lines.append(f'\n[models.{name}]\npath = "{vision}"\nmmproj = "{mmproj}"\ncontext_length = {n_ctx}\n')
+    # a template that reads what a request may give it: documents, a variable of the client's own
+    # (`greeting`, from chat_template_kwargs), Qwen 3's enable_thinking
+    lines.append(f'\n[models.tiny-kwargs]\npath = "{tiny_models["chatml"]}"\ncontext_length = {TINY_CTX}\n'
+                 f"template = {json.dumps(KWARGS_TEMPLATE)}\n")
     # a chat model that reranks by answering yes or no
     lines.append(f'\n[models.tiny-judge]\npath = "{tiny_models["chatml"]}"\ncontext_length = {TINY_CTX}\nrerank = true\n')
     path.write_text("".join(lines))

@@ -110,7 +110,7 @@ def test_templates_are_sandboxed():
 
 def test_tool_markup_is_control_tokens_but_tool_text_stays_plain(tiny_models: dict[str, Path]):
     from localchat.generation.constraints import OutputRules, ToolSpec
-    from localchat.generation.prepare import _with_tools
+    from localchat.generation.conversation import _with_tools
 
     family = FAMILIES["mistral"]
 

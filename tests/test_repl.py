@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -233,5 +234,55 @@ def test_reasoning_is_shown_dimmed(registry_file: Path, tmp_path: Path):
         c.say(f"/save {tmp_path / 't.json'}")
         saved = json.loads((tmp_path / "t.json").read_text())
         assert saved[-1] == {"role": "assistant", "content": ""}  # thoughts are not part of the answer
+    finally:
+        c.close()
+
+
+def _png(path: Path) -> Path:
+    from test_vision import png
+    path.write_bytes(png(31))
+    return path
+
+
+def test_image_command_and_a_pasted_path_attach_images(registry_file: Path, tmp_path: Path):
+    """`/image PATH` and a path pasted alone on a line (bare, quoted, with escaped spaces, as a
+    file:// URL) attach the image to the next message, which the model with a projector reads;
+    /save keeps it as an OpenAI image_url part with a data: URI."""
+    folder = tmp_path / "My Pictures"
+    folder.mkdir()
+    image = _png(folder / "cat.png")
+    c = Chat("--config", str(registry_file), "--model", "tiny-vision", home=tmp_path)
+    try:
+        c.say("/set max_tokens 2")
+        assert "attached cat.png" in c.say(f"/image {image}")
+        for pasted in (f"'{image}'", str(image).replace(" ", "\\ "), image.as_uri()):
+            assert "attached cat.png" in c.say(pasted)
+        assert "attached    cat.png" in c.say("/show")
+        c.ask("What is in these?")
+        out = c.wait(STATS)
+        assert "error" not in out
+        c.ready()
+        assert "attached" not in c.say("/show")  # sent with that message
+        c.say(f"/save {tmp_path / 'seen.json'}")
+        content = json.loads((tmp_path / "seen.json").read_text())[0]["content"]
+        data = base64.b64encode(image.read_bytes()).decode()
+        assert content[0] == {"type": "text", "text": "What is in these?"}
+        assert content[1:] == [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}] * 4
+        assert "no file" in c.say(f"/image {tmp_path / 'missing.png'}")
+        assert "unknown command" in c.say(f"{tmp_path}/missing.png")  # not a file: not an image either
+    finally:
+        c.close()
+
+
+def test_an_image_reaches_the_server(registry_file: Path, tmp_path: Path):
+    """A model without a projector refuses the image: the server saw it. The image stays attached."""
+    image = _png(tmp_path / "cat.png")
+    c = Chat("--config", str(registry_file), "--model", "tiny-chatml", home=tmp_path)
+    try:
+        c.say(f"/image {image}")
+        out = c.say("What is it?")
+        assert "does not read images" in out and "messages.0.content.1" in out
+        assert "attached    cat.png" in c.say("/show") and "messages    0" in c.say("/show")
+        assert "new conversation" in c.say("/clear") and "attached" not in c.say("/show")
     finally:
         c.close()

@@ -19,7 +19,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from conftest import DEFAULT as SHIPPED_DEFAULT, GEMMA
 from localchat.api.responses.request import ResponsesRequest, Store
-from localchat.api.responses.stream import Numbered, Shell, stream
+from localchat.api.responses.stream import Shell, stream
 from localchat.errors import EngineError
 from localchat.families import FAMILIES
 from localchat.generation import Delta
@@ -310,7 +310,7 @@ def test_models_list_has_the_shape_clients_probe(client: openai.OpenAI):
 BAD = [
     ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "What is this?"},
                                              {"type": "input_image", "image_url": "https://x/y.png"}]}]},
-     "input.0.content.1.image_url"),
+     "input.0.content.1"),  # tiny-chatml reads no images
     ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input.0.type"),
     ({"input": [{"type": "function_call", "call_id": "c", "name": "add", "arguments": "{oops"}]}, "input.0.arguments"),
     ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice.type"),
@@ -354,7 +354,7 @@ class FailingTurn:
 def test_error_mid_stream_is_an_error_event_then_failed():
     async def frames() -> list[bytes]:
         shell = Shell(ResponsesRequest(input="Hi"), "m")
-        return [f async for f in stream(FailingTurn(), Numbered(shell), lambda *a: None)]
+        return [f async for f in stream(FailingTurn(), shell, lambda *a: None)]
 
     events = []
     for f in asyncio.run(frames()):

@@ -95,8 +95,9 @@ def test_images_stream_and_agree_with_the_answer_in_one_piece(server, client: op
     (uri(b"hello, not an image"), "messages.0.content.1", "not an image"),
     (uri(png(7)[:40]), "messages.0.content.1", "not an image"),  # a truncated PNG
     ("data:image/png;base64,@@@", "messages.0.content.1.image_url.url", "base64"),
-    ("https://example.com/cat.png", "messages.0.content.1.image_url.url", "not fetched"),
-    ("file:///etc/passwd", "messages.0.content.1.image_url.url", "not fetched"),
+    ("https://example.com/cat.png", "messages.0.content.1.image_url.url", "not fetched"),  # fetch_images is off
+    ("file:///etc/passwd", "messages.0.content.1.image_url.url", "media folder"),  # there is no media_folder
+    ("ftp://example.com/cat.png", "messages.0.content.1.image_url.url", "ftp URLs are not read"),
 ])
 def test_a_bad_image_is_a_400_naming_the_part(http: httpx.Client, url: str, param: str, words: str):
     r = http.post("/v1/chat/completions", json=ask("Look:", url))
@@ -117,7 +118,7 @@ def test_too_many_images_and_other_parts(http: httpx.Client):
     body = ask("Look:")
     body["messages"][0]["content"].append({"type": "file", "file": {"file_id": "x"}})
     r = http.post("/v1/chat/completions", json=body)
-    assert r.status_code == 400 and r.json()["error"]["param"] == "messages.0.content.1"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages.0.content.1"  # the part refused
 
 
 def test_the_images_tokens_count_against_the_context(server):

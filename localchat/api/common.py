@@ -4,6 +4,7 @@ or at once, and an error that happens once the stream has begun."""
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlsplit
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ from ..engine.params import KNOBS
 from ..errors import EngineError, LocalchatError
 from ..generation import Image, Sampling
 from ..generation.media import b64, data_uri
-from .sse import COMMENT, EventStream, Keepalive, json_answer
+from .sse import COMMENT, EventStream, json_answer
 
 log = logging.getLogger("localchat.api")
 SSE = "text/event-stream; charset=utf-8"
@@ -29,7 +30,7 @@ class Lenient(BaseModel):
 
 async def respond(request: Request, stream: bool, chunks: Callable[[], AsyncIterator[bytes]],
                   collect: Callable[[], Awaitable[dict[str, Any]]], close: Callable[[], None],
-                  headers: dict[str, str] | None = None, keepalive: Keepalive = COMMENT,
+                  headers: dict[str, str] | None = None, keepalive: bytes | None = COMMENT,
                   media_type: str = SSE) -> Response:
     """The answer, streamed (`chunks`, with keepalives while nothing comes) or at once
     (`collect`); `close` ends the turn(s) whatever happens."""
@@ -56,10 +57,14 @@ def sampling(fields: dict[str, Any], *, stop: str | list[str] | tuple[str, ...] 
                     logit_bias=dict(logit_bias or {}), ignore_eos=ignore_eos or None)
 
 
-def data_image(url: str, where: str, field: str | None = None) -> Image:
-    """An image sent as a data URI (`data:image/png;base64,…`); URLs are not fetched. `where`: the
-    part (an image that cannot be read is named by it), `field`: the URL's own field."""
-    return Image(data_uri(url, field or where), None, where)
+def url_image(url: str, where: str, url_where: str | None = None) -> Image:
+    """An image by URL: a data URI (`data:image/png;base64,…`), decoded here, or an http(s) or
+    file URL, which generation loads where the server allows it. Errors about the image name
+    `where` (the part), errors about the URL `url_where`."""
+    url_where = url_where or where
+    if urlsplit(url).scheme.lower() in ("http", "https", "file"):
+        return Image(b"", None, where, url=url, url_where=url_where)
+    return Image(data_uri(url, url_where), None, where)
 
 
 def base64_image(data: str, media_type: str | None, where: str) -> Image:

@@ -26,7 +26,9 @@ def openai(status: int, kind: str, message: str, param: str | None, code: str | 
 
 
 OPENAI_FIELDS: Fields = [(r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
-                         (r"json_schema", "response_format.json_schema.schema"), (r"json_object", "response_format")]
+                         (r"json_schema", "response_format.json_schema.schema"), (r"json_object", "response_format"),
+                         (r"continue_final", "continue_final_message"),
+                         (r"template_kwargs\.(.+)", r"chat_template_kwargs.\1")]
 
 
 @dataclass(frozen=True)

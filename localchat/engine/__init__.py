@@ -7,7 +7,8 @@ from .base import Engine, Stream, Tokenizer
 from .engine import LocalEngine
 from .fake import FakeEngine
 from .worker import WorkerEngine
-from .params import Constraint, Done, Event, Generate, SamplingParams, Text, TokenLogprob, TopLogprob
+from .params import Constraint, Done, Event, Generate, PromptLogprobs, SamplingParams, Text, TokenLogprob, TopLogprob
 
-__all__ = ["Constraint", "Done", "Engine", "Event", "FakeEngine", "Generate", "LocalEngine", "SamplingParams", "Stream",
+__all__ = ["Constraint", "Done", "Engine", "Event", "FakeEngine", "Generate", "LocalEngine", "PromptLogprobs",
+           "SamplingParams", "Stream",
            "Text", "TokenLogprob", "Tokenizer", "TopLogprob", "WorkerEngine"]

@@ -14,7 +14,7 @@ from .base import Emit
 from .model import Model
 from .params import Event, Generate, Prepared, Started
 from .sampling import Sampler
-from .slot import Sequence, Slot
+from .slot import Sequence, Slot, token_logprob
 
 if TYPE_CHECKING:
     from .vision import Expanded
@@ -33,6 +33,7 @@ class Job:
         self.prompt: Expanded | None = None  # with media: the prompt expanded by the projector
         self.tokens = request.tokens  # the prompt, with media placeholders once expanded
         self.n_prompt = len(request.tokens)
+        self.prompt_logprobs: list = []  # TokenLogprob of prompt tokens 1…, when the request asks for them
 
     @property
     def lead(self) -> Sequence:
@@ -75,9 +76,9 @@ def reuse(slot: Slot, job: Job) -> int:
     than half of the prompt (llama-server's slot_prompt_similarity) or keeps at least half of
     what the slot holds (a chat's next turn with a long new message): prompts that share only
     a chat template's first tokens go to other slots, so each keeps its own cache. A cache made
-    with other LoRA adapters serves nothing."""
+    with other LoRA adapters serves nothing, nor does any cache to a request with cache_prompt off."""
     tokens = job.tokens
-    if slot.adapters != job.request.adapters:
+    if slot.adapters != job.request.adapters or not job.request.cache_prompt:
         return 0
     common = common_prefix(slot.cached, tokens)
     return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0
@@ -85,3 +86,12 @@ def reuse(slot: Slot, job: Job) -> int:
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     return len(os.path.commonprefix([a, b]))
+
+
+def read_prompt_logprobs(job: Job, model: Model, ctx, start: int, at: int, count: int) -> None:
+    """The log-probabilities of the prompt tokens that follow a chunk's tokens (the prompt's
+    tokens start…start+count-1, decoded at batch indices at…at+count-1), each given the ones before it."""
+    top = job.request.prompt_logprobs or 0
+    for j in range(count):
+        if start + j + 1 < len(job.tokens):
+            job.prompt_logprobs.append(token_logprob(model, ctx, at + j, job.tokens[start + j + 1], top, rank=True))

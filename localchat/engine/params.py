@@ -76,6 +76,8 @@ class Generate:
     # requests with the same set share a decode; a slot's cached prompt serves only its own set.
     adapters: tuple[tuple[int, float], ...] = ()
     media: tuple[Media, ...] = ()  # images and audio (the model needs a projector, `mmproj`)
+    cache_prompt: bool = True  # False: the prompt is decoded whole, in an empty or the least used slot, and not kept
+    prompt_logprobs: int | None = None  # k: each prompt token's log-probability and the k most likely (no cache read)
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class TopLogprob:
     token: str
     logprob: float
     bytes: list[int]
+    id: int = -1  # the token's id in the vocabulary
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class TokenLogprob:
     logprob: float
     bytes: list[int]
     top: list[TopLogprob]
+    id: int = -1  # the token's id in the vocabulary
+    rank: int = 0  # 1: the most likely token; 0: not computed
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,15 @@ class Done:
     stop: str | None = None  # the stop string that ended the text, if one did
 
 
-Event = Text | Done
+@dataclass(frozen=True)
+class PromptLogprobs:
+    """The prompt's tokens after the first, each with its log-probability given the ones before
+    (and its rank), when the request asked for them: sent once, before the first Text."""
+
+    tokens: tuple[TokenLogprob, ...]
+
+
+Event = Text | Done | PromptLogprobs
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,17 @@ import llama_cpp as C
 import numpy as np
 
 from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable, QueueFull
-from .job import Adapters, Emit, Job, apply_adapters, common_prefix, make_sequence, reuse, vacancy
+from .job import Adapters, Emit, Job, apply_adapters, common_prefix, make_sequence, read_prompt_logprobs, reuse, vacancy
 from .media_feed import MediaFeed
 from .model import Model
-from .params import N_BATCH, SWA_FULL, Generate, Started
+from .params import N_BATCH, SWA_FULL, Generate, PromptLogprobs, Started
 from .slot import Sequence, Slot
 from .vision import Projector
 
 _log = logging.getLogger("localchat.engine")
+# Prompt tokens a step while a request wants their log-probabilities: each is a row of logits in
+# llama.cpp's output buffer (32 × a 262k vocabulary: 34 MB), which keeps its largest size.
+PROMPT_LOGPROBS_CHUNK = 32
 
 
 
@@ -204,8 +207,8 @@ class Scheduler:
             return
         lead = slots[0]
         n = min(common_prefix(lead.cached, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
-        if lead.adapters != req.adapters:  # its cache was computed with other LoRA adapters
-            n, lead.adapters = 0, req.adapters
+        if lead.adapters != req.adapters or not req.cache_prompt or req.prompt_logprobs is not None:
+            n, lead.adapters = 0, req.adapters  # other adapters' cache, none wanted, or every token's logits wanted
         if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
             n = span.start
         if n < len(lead.cached) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, lead.keep(n), -1):
@@ -247,27 +250,32 @@ class Scheduler:
         Returns whether anything was decoded."""
         busy = self.media is not None and self.media.decode_heads(jobs, self.ctx, lambda: self._use(adapters),
                                                                   self.n_batch, self._fail)
-        rows: list[tuple[Slot, list[int], Sequence | Job | None]] = []  # tokens for a slot; who samples
+        # tokens for a slot; who samples; with prompt logprobs, the job and the prompt index of its first token
+        rows: list[tuple[Slot, list[int], Sequence | Job | None, tuple[Job, int] | None]] = []
         room = self.n_batch
         for job in jobs:
             for seq in job.seqs:
                 if seq.next_token is not None:
-                    rows.append((seq.slot, [seq.next_token], seq))
+                    rows.append((seq.slot, [seq.next_token], seq, None))
                     room -= 1
         for job in jobs:
             text = self.media.text_room(job) if self.media is not None else len(job.pending)
+            every = job.request.prompt_logprobs is not None
             if job.pending and room > 0 and text > 0:
-                chunk = job.pending[: min(room, text)]
+                chunk = job.pending[: min(room, text, PROMPT_LOGPROBS_CHUNK if every else room)]
+                start = len(job.tokens) - len(job.pending)
                 del job.pending[: len(chunk)]
-                rows.append((job.lead.slot, chunk, None if job.pending else job))
+                rows.append((job.lead.slot, chunk, None if job.pending else job, (job, start) if every else None))
                 room -= len(chunk)
         if not rows:
             return busy
         rows.sort(key=lambda row: row[0].seq_id)  # llama.cpp batches ascending slot ids together
-        n, outputs = 0, []
-        for slot, tokens, who in rows:
+        n, outputs, prompts = 0, [], []
+        for slot, tokens, who, every in rows:
+            if every is not None:
+                prompts.append((*every, n, len(tokens)))
             for token in tokens:
-                self._add(n, slot, token, False)
+                self._add(n, slot, token, every is not None)
                 n += 1
             if who is not None:
                 self._logits[n - 1] = True
@@ -279,6 +287,8 @@ class Scheduler:
             for job in jobs:
                 self._fail(job, EngineError(f"llama_decode returned {rc}"))
             return True
+        for job, start, at, count in prompts:
+            read_prompt_logprobs(job, self.model, self.ctx, start, at, count)
         for item, idx in outputs:
             try:
                 if isinstance(item, Job):
@@ -306,6 +316,8 @@ class Scheduler:
     def _prompt_done(self, job: Job, idx: int) -> None:
         """The prompt is in the lead slot: share its cells with the other slots, then every
         sequence samples its first token from the same logits."""
+        if job.request.prompt_logprobs is not None:
+            job.emit(PromptLogprobs(tuple(job.prompt_logprobs)))
         lead = job.lead.slot
         for seq in job.seqs[1:]:
             C.llama_memory_seq_rm(self.mem, seq.slot.seq_id, -1, -1)
@@ -324,6 +336,10 @@ class Scheduler:
                 job.emit(seq.done(job.n_prompt, job.cached))
         if job.pending:  # cancelled mid-prompt: the cells past what was decoded are the slot's cache
             job.pending = []
+        if not job.request.cache_prompt:  # nothing of it stays: the slots are empty for the next request
+            for slot in job.slots:
+                C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+                slot.keep(0)
         job.emit(None)
         self._release(job)
 

@@ -108,15 +108,21 @@ class Sequence:
                     self.stopper.matched)
 
     def _logprob(self, ctx, idx: int, token: int) -> TokenLogprob:
-        logits = np.ctypeslib.as_array(C.llama_get_logits_ith(ctx, idx), shape=(self.model.n_vocab,))
-        top = max(self.logprobs or 0, 0)
-        peak = float(logits.max())
-        lse = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
-        best = np.argpartition(logits, -top)[-top:] if top else np.empty(0, dtype=np.int64)
-        best = best[np.argsort(-logits[best], kind="stable")]
-        return TokenLogprob(*self._entry(token, float(logits[token]) - lse),
-                            [TopLogprob(*self._entry(int(t), float(logits[t]) - lse)) for t in best])
+        return token_logprob(self.model, ctx, idx, token, max(self.logprobs or 0, 0))
 
-    def _entry(self, token: int, logprob: float) -> tuple[str, float, list[int]]:
-        raw = self.model.piece(token)
-        return raw.decode("utf-8", errors="replace"), min(logprob, 0.0), list(raw)
+
+def token_logprob(model: Model, ctx, idx: int, token: int, top: int, rank: bool = False) -> TokenLogprob:
+    """`token`'s log-probability under the raw distribution at batch index `idx` (softmax of the
+    logits), the `top` most likely tokens, and with `rank` the token's place among them all."""
+    logits = np.ctypeslib.as_array(C.llama_get_logits_ith(ctx, idx), shape=(model.n_vocab,))
+    peak = float(logits.max())
+    lse = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
+    best = np.argpartition(logits, -top)[-top:] if top else np.empty(0, dtype=np.int64)
+    best = best[np.argsort(-logits[best], kind="stable")]
+
+    def entry(t: int) -> tuple[str, float, list[int]]:
+        raw = model.piece(t)
+        return raw.decode("utf-8", errors="replace"), min(float(logits[t]) - lse, 0.0), list(raw)
+
+    place = int((logits > logits[token]).sum()) + 1 if rank else 0
+    return TokenLogprob(*entry(token), [TopLogprob(*entry(int(t)), id=int(t)) for t in best], id=token, rank=place)

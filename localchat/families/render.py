@@ -58,13 +58,19 @@ def render_prompt(
     bos_token: str = "",
     eos_token: str = "",
     add_generation_prompt: bool = True,
+    continue_final: bool | None = None,
+    variables: dict[str, Any] | None = None,
     **extra: Any,
 ) -> Prompt:
     """Render messages (OpenAI-shaped dicts). Content is a string, always plain text, or a
-    list of (text, is_plain) pieces when it mixes our own markup with plain text. A trailing
-    assistant message is a prefill: the answer continues from its text."""
+    list of (text, is_plain) pieces when it mixes our own markup with plain text.
+    `continue_final`: the last message, the assistant's, is a prefill: the generation prompt,
+    then its text, which the answer continues (as llama-server does it); None: when the last
+    message is the assistant's text. `variables`: more for the template (`extra` wins)."""
+    if continue_final is None:
+        continue_final = is_prefill(messages)
     prefill = None
-    if messages and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls"):
+    if continue_final and messages:
         prefill, messages = _plain(messages[-1].get("content")), messages[:-1]
         add_generation_prompt = True
 
@@ -84,8 +90,8 @@ def render_prompt(
               for k, m in enumerate(messages)]
     try:
         rendered = _compile(template).render(
-            messages=masked, add_generation_prompt=add_generation_prompt,
-            bos_token=bos_token, eos_token=eos_token, **extra,
+            **{**(variables or {}), "messages": masked, "add_generation_prompt": add_generation_prompt,
+               "bos_token": bos_token, "eos_token": eos_token, **extra},
         )
     except jinja2.TemplateError as exc:
         raise InvalidRequest(f"the model's chat template rejected the conversation: {exc}", param="messages") from exc
@@ -102,6 +108,11 @@ def render_prompt(
         segments.append((prefill, True))
     dropped = frozenset(set(owner) - shown)
     return Prompt(tuple(s for s in segments if s[0]), dropped)
+
+
+def is_prefill(messages: list[dict[str, Any]]) -> bool:
+    """The last message is the assistant's text (no tool calls): by default, a prefill."""
+    return bool(messages) and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls")
 
 
 def system_first(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

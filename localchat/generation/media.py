@@ -49,19 +49,24 @@ def decode_image(data: bytes, param: str, limits: Settings) -> Media:
 def decode_audio(data: bytes, fmt: str, param: str, limits: Settings) -> Media:
     """An audio file, checked for its format and size here; the projector's side decodes it."""
     _check_size(data, "audio clip", param, limits)
-    if fmt not in AUDIO_FORMATS:
-        raise InvalidRequest(f"{param}: audio format {fmt!r} is not read here; send {', '.join(AUDIO_FORMATS)}",
-                             param=param)
+    check_audio_format(fmt, param)
     return Media(at=-1, kind="audio", data=data, id=hashlib.sha256(b"audio " + data).hexdigest(), param=param)
 
 
+def check_audio_format(fmt: str, param: str) -> None:
+    if fmt not in AUDIO_FORMATS:
+        raise InvalidRequest(f"{param}: audio format {fmt!r} is not read here; send {', '.join(AUDIO_FORMATS)}",
+                             param=param)
+
+
 def data_uri(url: str, param: str) -> bytes:
-    """The bytes of a `data:` URI (base64). Images are not fetched from the network or files."""
+    """The bytes of a `data:` URI (base64)."""
     head, sep, payload = url.partition(",")
     if not url.startswith("data:") or not sep:
-        scheme = url.split(":", 1)[0] if ":" in url else "a bare string"
-        raise InvalidRequest(f"{param}: send the image inline as a data: URI (data:image/png;base64,…); "
-                             f"{scheme} URLs are not fetched", param=param)
+        scheme = url.split(":", 1)[0] + " URLs" if ":" in url else "a bare string"
+        raise InvalidRequest(f"{param}: send the image inline as a data: URI (data:image/png;base64,…), or an "
+                             f"http(s) or file URL where the server allows them; {scheme} are not read",
+                             param=param)
     if not head.endswith(";base64"):
         raise InvalidRequest(f"{param}: a data: URI must be base64 (data:image/png;base64,…)", param=param)
     return b64(payload, param)
@@ -80,16 +85,11 @@ def check_count(n: int, limits: Settings, param: str = "messages") -> None:
                              param=param)
 
 
-def check_media(media: tuple[Media, ...], projector: Any, model: str) -> None:
-    """The model reads these media: it has a projector (`mmproj`) for their kind."""
-    for m in media:
-        check_reads(projector, model, m.kind, m.param)
-
-
-def check_reads(projector: Any, model: str, kind: str, param: str) -> None:
+def check_reads(kind: str, param: str, projector: Any, model: str) -> None:
+    """The model reads this kind of media (image, audio): it has a projector (`mmproj`) for it."""
     if projector is None or not (projector.vision if kind == "image" else projector.audio):
-        what, reader = ("images", "vision projector") if kind == "image" else ("audio", "audio projector")
-        raise InvalidRequest(f"{param}: the model {model} does not read {what}: give it a {reader} that does "
+        what, projector_kind = ("images", "a vision") if kind == "image" else ("audio", "an audio")
+        raise InvalidRequest(f"{param}: the model {model} does not read {what}: give it {projector_kind} projector "
                              "(`mmproj` in models.toml)", param=param)
 
 

@@ -4,21 +4,20 @@ defaults and the server's limits applied once, and a splitter per choice for the
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engine import Generate, SamplingParams
 from ..engine.params import Media
 from ..errors import InvalidRequest
-from ..families import Family, Prompt, render_prompt, system_first
 from ..models import Settings
 from ..models.host import LoadedModel
 from . import constraints
 from .adapters import resolve_adapters
-from .constraints import OutputRules
+from .conversation import render_conversation
+from .fetch import load_url
 from .fim import fim_tokens
-from .media import check_count, check_media, check_reads, decode_audio, decode_image, marker, place_media
+from .media import check_audio_format, check_count, check_reads, decode_audio, decode_image, marker, place_media
 from .request import Audio, GenerationRequest, Image, Message
 from .stream import OutputSplitter
 
@@ -40,14 +39,11 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
         tokens, thinking = _raw_tokens(request, loaded), False
     else:
         conversation, media = _media(request.messages, settings, loaded)
-        messages, extra = _with_tools(_template_messages(conversation, loaded.spec.system_prompt_strip), rules,
-                                      family, loaded)
-        if request.reasoning is not None:
-            extra["enable_thinking"] = request.reasoning  # the switch Qwen 3's templates read
-        prompt = _render(loaded, messages, extra)
+        prompt = render_conversation(request, conversation, loaded)
         thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
+        if media and request.prompt_logprobs is not None:
+            raise InvalidRequest("not computed for a prompt with images or audio", field="prompt_logprobs")
         if media:
-            check_media(media, loaded.projector, loaded.spec.name)
             tokens, media = place_media(tokenizer, prompt.segments, media)
         else:
             tokens = tokenizer.tokenize(list(prompt.segments))
@@ -63,22 +59,31 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     splitters = [OutputSplitter(None if raw or not rules.calls_tools else family.tools,
                                 None if raw else family.reasoning, thinking) for _ in range(request.n)]
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
-                        adapters=resolve_adapters(loaded, request.lora), media=media)
+                        adapters=resolve_adapters(loaded, request.lora), media=media,
+                        cache_prompt=request.cache_prompt, prompt_logprobs=request.prompt_logprobs)
     return Prepared(generate, splitters)
+
+
+MEDIA_TEXT = "<__media__>"  # an image or audio clip in a prompt shown as text (llama-server's marker)
+
+
+def rendered(request: GenerationRequest, loaded: LoadedModel) -> str:
+    """The chat prompt as `prepare` renders it, as text (llama-server's /apply-template); each
+    image or audio clip shows as <__media__>."""
+    conversation = tuple(replace(m, content=tuple((MEDIA_TEXT, False) if isinstance(p, (Image, Audio)) else p
+                                                  for p in m.content)) for m in request.messages)
+    return render_conversation(request, conversation, loaded).text
 
 
 def _media(messages: tuple[Message, ...], settings: Settings,
            loaded: LoadedModel) -> tuple[tuple[Message, ...], tuple[Media, ...]]:
-    """Images and audio decoded (Pillow), each replaced in its message by a marker where it sits;
-    a model that does not read their kind refuses them before anything is decoded."""
+    """Images and audio loaded (URLs) and decoded (Pillow), each replaced in its message by a
+    marker where it sits; first, the model must read them (a projector for their kind)."""
     found = [(i, j, part) for i, m in enumerate(messages) for j, part in enumerate(m.content)
              if isinstance(part, (Image, Audio))]
     if not found:
         return messages, ()
     check_count(len(found), settings)
-    for i, j, part in found:  # images are decoded here: not for a model that cannot read them
-        if isinstance(part, Image):
-            check_reads(loaded.projector, loaded.spec.name, "image", part.where or f"messages.{i}.content.{j}")
     media: list[Media] = []
     out = list(messages)
     for i, m in enumerate(messages):
@@ -87,57 +92,18 @@ def _media(messages: tuple[Message, ...], settings: Settings,
         parts: list[Any] = []
         for j, part in enumerate(m.content):
             where = getattr(part, "where", "") or f"messages.{i}.content.{j}"
+            if isinstance(part, Audio):
+                check_audio_format(part.format, where)
+            if isinstance(part, (Image, Audio)):
+                check_reads("image" if isinstance(part, Image) else "audio", where, loaded.projector, loaded.spec.name)
             if isinstance(part, Image):
-                media.append(decode_image(part.data, where, settings))
+                data = part.data if part.url is None else load_url(part.url, part.url_where or where, settings)
+                media.append(decode_image(data, where, settings))
             elif isinstance(part, Audio):
                 media.append(decode_audio(part.data, part.format, where, settings))
             parts.append(marker(len(media) - 1) if isinstance(part, (Image, Audio)) else part)
         out[i] = replace(m, content=tuple(parts))
     return tuple(out), tuple(media)
-
-
-def _template_messages(messages: tuple[Message, ...], strip: str | None) -> list[dict[str, Any]]:
-    """The conversation as chat templates read it (the Hugging Face convention): `content` a
-    string, `tool_calls` with `function.arguments` objects, `reasoning_content`. System
-    messages lose what `system_prompt_strip` (models.toml) matches."""
-    out = []
-    for i, m in enumerate(messages):
-        text = re.sub(strip, "", m.text) if strip and m.role == "system" else m.text
-        content: Any = text
-        if any(isinstance(p, tuple) for p in m.content):  # media markers: (text, is_plain) pieces
-            content = [p if isinstance(p, tuple) else (p.text, True) for p in m.content]
-        item: dict[str, Any] = {"role": m.role, "content": content}
-        if m.tool_calls:
-            item["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                                  for c in m.tool_calls]
-        if m.tool_call_id is not None:
-            item["tool_call_id"] = m.tool_call_id
-        if m.name is not None:
-            item["name"] = m.name
-        if m.reasoning:
-            item["reasoning_content"] = m.reasoning
-        out.append(item)
-    return out
-
-
-def _render(loaded: LoadedModel, messages: list[dict[str, Any]], extra: dict[str, Any]) -> Prompt:
-    """The prompt. A system message after the first turn is rendered where it stands when the
-    template places it there; when the template refuses it or leaves it out, every system
-    message is merged, in order, into one system prompt at the start."""
-    def render(conversation: list[dict[str, Any]]) -> Prompt:
-        return render_prompt(loaded.template, conversation, bos_token=loaded.bos_token, eos_token=loaded.eos_token,
-                             **extra)
-
-    late = [k for k, m in enumerate(messages) if m["role"] == "system" and k > 0]
-    if not late:
-        return render(messages)
-    try:
-        prompt = render(messages)
-        if not any(messages[k]["role"] == "system" for k in prompt.dropped):
-            return prompt
-    except InvalidRequest:
-        pass
-    return render(system_first(messages))
 
 
 def _raw_tokens(request: GenerationRequest, loaded: LoadedModel) -> list[int]:
@@ -152,32 +118,6 @@ def _raw_tokens(request: GenerationRequest, loaded: LoadedModel) -> list[int]:
         return vocab.tokenize_bytes(text.encode("utf-8", "replace"), parse_special=False)
 
     return fim_tokens(vocab.fim, plain, request.prompt, request.suffix, bos=vocab.bos, extra=request.extra, budget=room)
-
-
-def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Family,
-                loaded: LoadedModel) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Tools and tool history the way the template understands them: a GGUF template that
-    takes `tools` gets them as they are; a family template gets the family's wording."""
-    tools = [{"type": "function", "function": {k: v for k, v in (("name", t.name), ("description", t.description),
-                                                                  ("parameters", t.parameters)) if v is not None}}
-             for t in rules.tools]
-    if "tools" in loaded.template and loaded.template != family.template:
-        return messages, ({"tools": tools} if tools else {})
-    syntax, out = family.tools, []
-    for m in messages:
-        if m["role"] == "assistant" and m.get("tool_calls"):
-            said = [(m["content"], True), ("\n", False)] if m["content"] else []
-            m = {"role": "assistant", "content": said + syntax.format_calls(m["tool_calls"])}
-        elif m["role"] == "tool":
-            m = {**m, "content": syntax.format_result(m["content"])}
-        out.append(m)
-    if tools:
-        described = syntax.describe(tools)
-        if out and out[0]["role"] == "system":
-            out[0] = {**out[0], "content": [(out[0]["content"], True), ("\n\n", False), *described]}
-        else:
-            out.insert(0, {"role": "system", "content": described})
-    return out, {}
 
 
 def _logit_bias(bias: dict[Any, float], n_vocab: int) -> dict[int, float]:

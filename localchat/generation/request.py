@@ -23,12 +23,14 @@ class Text:
 
 @dataclass(frozen=True)
 class Image:
-    """An image as the client sent it (decoded from base64 or a data URI), for a model with a
-    vision projector."""
+    """An image as the client sent it (decoded from base64 or a data URI, or a URL to load), for
+    a model with a vision projector."""
 
     data: bytes
     media_type: str | None = None
     where: str = ""  # where the client sent it, in its protocol's words (`messages.0.content.1`): errors name it
+    url: str | None = None  # an http(s) or file URL to load it from (generation/fetch.py), instead of `data`
+    url_where: str = ""  # where the URL sits (`messages.0.content.1.image_url.url`)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,14 @@ class GenerationRequest:
     logprobs: int | None = None  # None: none; k: the chosen token's and the k most likely
     keep_alive: float | None = None  # seconds the model stays loaded after this request
     lora: LoraChoice = None  # LoRA adapters by name or id (adapters.py); None: the model's defaults
+    # The prompt's end: continue the last message, the assistant's (True: no end of turn, no new turn),
+    # or close it (False); None: continue it when the last message is the assistant's (a prefill).
+    continue_final: bool | None = None
+    generation_prompt: bool = True  # when not continuing: open the assistant's turn (the template's add_generation_prompt)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # more variables for the chat template
+    documents: tuple[dict[str, str], ...] = ()  # for retrieval: to a template that takes them, else the system prompt
+    cache_prompt: bool = True  # False: the prompt is neither read from a slot's cache nor left in it
+    prompt_logprobs: int | None = None  # k: each prompt token's log-probability and the k most likely
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(Sampling))

@@ -12,12 +12,12 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from ..engine import Done, Stream, Text, TokenLogprob
+from ..engine import Done, PromptLogprobs, Stream, Text, TokenLogprob
 from ..errors import InvalidRequest
 from ..logs import current_request
 from ..models.host import Lease, ModelHost
 from . import constraints
-from .prepare import prepare
+from .prepare import prepare, rendered
 from .request import GenerationRequest
 from .stream import OutputSplitter, Piece
 
@@ -66,11 +66,15 @@ class Turn:
     _splitters: list[OutputSplitter]
     loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce: "[tool]#/path:keyword"
 
-    async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | Finish]]:
-        """(choice index, event) pairs; each choice ends with its Finish."""
+    async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | PromptLogprobs | Finish]]:
+        """(choice index, event) pairs; each choice ends with its Finish. A request that asked for
+        prompt_logprobs gets them first (choice 0)."""
         record = current_request()
         try:
             async for event in self._stream:
+                if isinstance(event, PromptLogprobs):
+                    yield 0, event
+                    continue
                 split = self._splitters[event.index]
                 if isinstance(event, Text):
                     if record is not None and event.text:
@@ -132,6 +136,14 @@ class Chat:
         if (record := current_request()) is not None:
             record.model, record.prompt_tokens = loaded.spec.name, n_prompt
         return Turn(loaded.spec.name, request.n, n_prompt, lease, stream, prepared.splitters, loosened)
+
+    async def render(self, request: GenerationRequest) -> str:
+        """The chat prompt as text, as `start` would render it (nothing is generated)."""
+        lease = await self.host.lease(request.model, request.keep_alive)
+        try:
+            return await asyncio.to_thread(rendered, request, lease.model)
+        finally:
+            lease.release()
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""

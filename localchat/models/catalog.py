@@ -86,6 +86,9 @@ class Settings(BaseModel):
     max_media: int = Field(16, ge=0)  # images and audio clips in one request
     max_media_bytes: int = Field(20 * 1024 * 1024, ge=1024)  # one image or audio file, decoded from base64
     max_image_pixels: int = Field(50_000_000, ge=1)  # width × height of one image (a decompression bomb's guard)
+    fetch_images: bool = False  # fetch images named by http(s) URLs (off: a 400 asks for a data: URI)
+    media_timeout: float = Field(10.0, gt=0, le=600)  # seconds one image's fetch may take
+    media_folder: Path | None = None  # file:// URLs are read under this folder only (None: not at all)
     worker: bool = True  # run each model's llama.cpp in a supervised child process (False: in the server)
     # A tool that only a hosted API can run (web search, code execution, MCP connectors): "drop" leaves it out
     # of what the model sees and names it in the x-localchat-dropped-tools header; "refuse" makes it a 400.

@@ -25,7 +25,7 @@ from ...generation import Chat, GenerationRequest, Message as Said, OutputRules,
 from ...models import Settings, sampling_model
 from .. import hosted
 from ..body import KeepAlive, parse, read_json
-from ..common import Lenient as _Lenient, base64_image, respond, sampling
+from ..common import Lenient as _Lenient, base64_image, respond, sampling, url_image
 from ..sse import frame, loosened_headers
 from .stream import collect, stream
 
@@ -227,10 +227,13 @@ def _user(blocks: list[Block], where: str, names: dict[str, str], loaded: set[st
 
 
 def _image(block: Block, where: str) -> Part:
+    """A base64 image, or one by URL (`{type: url, url}`: fetched where the server allows it)."""
     source = block.source or {}
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return url_image(source["url"], where, f"{where}.source.url")
     if source.get("type") != "base64" or not isinstance(source.get("data"), str):
         raise InvalidRequest(f"{where}.source: an image block's source must be {{type: base64, media_type, data}} "
-                             "(this server fetches no URLs)", param=f"{where}.source")
+                             "or {type: url, url}", param=f"{where}.source")
     return base64_image(source["data"], source.get("media_type"), where)
 
 

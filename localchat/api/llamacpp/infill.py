@@ -24,8 +24,10 @@ from ..sse import frame
 
 
 class ExtraFile(_Lenient):
+    """A file of the project, as context: `text` is required (a 400 names the chunk without it), as in llama-server."""
+
     filename: str = "tmp"
-    text: str = ""
+    text: str = Field(strict=True)
 
 
 class InfillRequest(_Lenient):
@@ -46,6 +48,7 @@ class InfillRequest(_Lenient):
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     seed: int | None = None
     stop: list[str] = Field([], max_length=16)
+    cache_prompt: bool = True  # false: the slot's prompt cache is neither read nor kept
 
     def to_request(self) -> GenerationRequest:
         knobs = {**self.model_dump(), "penalty_last_n": self.repeat_last_n,
@@ -53,7 +56,7 @@ class InfillRequest(_Lenient):
                  "max_tokens": self.n_predict if self.n_predict > 0 else 1 if self.n_predict == 0 else None}
         return GenerationRequest(model=self.model, prompt=self.input_prefix + self.prompt, suffix=self.input_suffix,
                                  extra=tuple((f.filename, f.text) for f in self.input_extra),
-                                 sampling=sampling(knobs, stop=self.stop))
+                                 sampling=sampling(knobs, stop=self.stop), cache_prompt=self.cache_prompt)
 
 
 class TokenizeRequest(_Lenient):

@@ -9,8 +9,9 @@ from ...generation import Chat
 from .. import errors
 from . import chat as _chat, completions as _completions, embeddings as _embeddings
 
-errors.register("/v1/completions", fields=[("messages", "prompt"), *errors.OPENAI_FIELDS])
-errors.register("/completions", fields=[("messages", "prompt"), *errors.OPENAI_FIELDS])
+_COMPLETIONS = [("messages", "prompt"), ("json_schema", "json_schema"), *errors.OPENAI_FIELDS]
+errors.register("/v1/completions", fields=_COMPLETIONS)
+errors.register("/completions", fields=_COMPLETIONS)
 
 
 def routes(chat: Chat) -> list[Route]:

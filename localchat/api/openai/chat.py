@@ -7,15 +7,18 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...generation import (Chat, Delta, Finish, Logprobs, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn,
-                           Usage, total_usage)
+from ...generation import (Chat, Delta, Finish, Logprobs, PromptLogprobs, ReasoningDelta, ToolCallArguments,
+                           ToolCallStart, Turn, Usage, total_usage)
+from ...errors import LocalchatError
 from ...models import Registry
 from ..body import parse, read_json
 from ..common import media_capabilities, respond, stream_error
@@ -39,11 +42,13 @@ def routes(chat: Chat) -> list[Route]:
         body = await read_json(request, limits.max_body_bytes)
         # schema checks may take a while: off the event loop
         req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body, limits=limits))
-        turn = await chat.start(req.to_request(limits))
+        with schema_named(req.schema_source()[1]):
+            turn = await chat.start(req.to_request(limits))
         meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return await respond(request, req.stream, lambda: _stream(turn, meta, include_usage, req.logprobs, request.url.path),
-                             lambda: _collect(turn, meta, req.logprobs), turn.close, loosened_headers(turn))
+        form = _Form(req.logprobs, req.return_tokens_as_token_ids, echoed(req),
+                     bool(req.stream_options and req.stream_options.include_usage))
+        return await respond(request, req.stream, lambda: _stream(turn, meta, form, request.url.path),
+                             lambda: _collect(turn, meta, form), turn.close, loosened_headers(turn))
 
     async def models(request: Request) -> Response:
         registry = chat.host.registry
@@ -70,11 +75,43 @@ def _delta(piece: Delta | ReasoningDelta | ToolCallStart | ToolCallArguments) ->
     return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.fragment}}]}
 
 
-async def _stream(turn: Turn, meta: dict[str, Any], include_usage: bool, logprobs: bool,
-                  path: str) -> AsyncIterator[bytes]:
+@dataclass(frozen=True)
+class _Form:
+    """How the answer is written: log-probabilities (their tokens as `token_id:N`), the echo."""
+
+    logprobs: bool = False
+    token_ids: bool = False  # return_tokens_as_token_ids
+    echo: str = ""  # the last message's text, when echo is asked and it is the assistant's (vLLM's)
+    include_usage: bool = False
+
+
+def echoed(req: ChatCompletionRequest) -> str:
+    """vLLM's `echo`: the answer starts with the last message's text when that message is the
+    assistant's (a prefill continued, or a turn the answer follows)."""
+    last = req.messages[-1]
+    if not req.echo or last.role != "assistant":
+        return ""
+    if isinstance(last.content, list):
+        return "".join(p.text or "" for p in last.content if p.type == "text")
+    return last.content or ""
+
+
+@contextmanager
+def schema_named(param: str | None) -> Iterator[None]:
+    """An error about the answer's schema names the field the schema came in (top-level
+    `json_schema`, `response_format.schema`), not the usual `response_format.json_schema.schema`."""
+    try:
+        yield
+    except LocalchatError as exc:
+        if exc.field == "json_schema" and param and param != "response_format.json_schema.schema":
+            exc.field, exc.param, exc.message = None, param, f"{param}: {exc.message}"
+        raise
+
+
+async def _stream(turn: Turn, meta: dict[str, Any], form: _Form, path: str) -> AsyncIterator[bytes]:
     def chunk(i: int, delta: dict[str, Any], finish: str | None = None, lp: list | None = None) -> bytes:
         choice: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": finish}
-        if logprobs:
+        if form.logprobs:
             choice["logprobs"] = {"content": lp, "refusal": None} if lp else None
         return frame({**meta, "object": "chat.completion.chunk", "choices": [choice]})
 
@@ -82,17 +119,21 @@ async def _stream(turn: Turn, meta: dict[str, Any], include_usage: bool, logprob
     finishes: list[Finish] = []
     for i in range(turn.n):
         yield chunk(i, {"role": "assistant", "content": ""})
+        if form.echo:
+            yield chunk(i, {"content": form.echo})
     try:
         async for i, event in turn.events():
+            if isinstance(event, PromptLogprobs):
+                continue  # (not asked for: refused with stream)
             if isinstance(event, Logprobs):
-                pending[i] += [logprob(t) for t in event.tokens]
+                pending[i] += [logprob(t, form.token_ids) for t in event.tokens]
             elif isinstance(event, Finish):
                 finishes.append(event)
                 yield chunk(i, {}, finish_reason(event), pending[i])
             else:
                 lp, pending[i] = (pending[i], []) if isinstance(event, Delta) else (None, pending[i])
                 yield chunk(i, _delta(event), None, lp)
-        if include_usage and finishes:
+        if form.include_usage and finishes:
             yield frame({**meta, "object": "chat.completion.chunk", "choices": [], "usage": usage(total_usage(finishes))})
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
         yield frame(render(path, stream_error(exc)))
@@ -100,8 +141,9 @@ async def _stream(turn: Turn, meta: dict[str, Any], include_usage: bool, logprob
 
 
 class _Choice:
-    def __init__(self) -> None:
-        self.content: list[str] = []
+    def __init__(self, form: _Form) -> None:
+        self.form = form
+        self.content: list[str] = [form.echo] if form.echo else []
         self.reasoning: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.logprobs: list[dict[str, Any]] = []
@@ -118,11 +160,11 @@ class _Choice:
         elif isinstance(event, ToolCallArguments):
             self.calls[event.index]["function"]["arguments"] += event.fragment
         elif isinstance(event, Logprobs):
-            self.logprobs += [logprob(t) for t in event.tokens]
+            self.logprobs += [logprob(t, self.form.token_ids) for t in event.tokens]
         else:
             self.finish = event
 
-    def message(self, index: int, logprobs: bool) -> dict[str, Any]:
+    def message(self, index: int) -> dict[str, Any]:
         text = "".join(self.content)
         message: dict[str, Any] = {"role": "assistant", "content": text if text or not self.calls else None}
         if self.reasoning:
@@ -131,21 +173,40 @@ class _Choice:
             message["tool_calls"] = self.calls
         assert self.finish is not None
         return {"index": index, "message": message, "finish_reason": finish_reason(self.finish),
-                "logprobs": {"content": self.logprobs, "refusal": None} if logprobs else None}
+                "logprobs": {"content": self.logprobs, "refusal": None} if self.form.logprobs else None}
 
 
-async def _collect(turn: Turn, meta: dict[str, Any], logprobs: bool) -> dict[str, Any]:
-    choices = [_Choice() for _ in range(turn.n)]
+async def _collect(turn: Turn, meta: dict[str, Any], form: _Form) -> dict[str, Any]:
+    choices = [_Choice(form) for _ in range(turn.n)]
+    prompt: dict[str, Any] = {}
     async for i, event in turn.events():
-        choices[i].add(event)
+        if isinstance(event, PromptLogprobs):
+            prompt["prompt_logprobs"] = prompt_logprobs(event)
+        else:
+            choices[i].add(event)
     total = total_usage([c.finish for c in choices if c.finish is not None])
-    return {**meta, "object": "chat.completion", "choices": [c.message(i, logprobs) for i, c in enumerate(choices)],
-            "usage": usage(total)}
+    return {**meta, "object": "chat.completion", "choices": [c.message(i) for i, c in enumerate(choices)],
+            "usage": usage(total), **prompt}
 
 
-def logprob(t: Any) -> dict[str, Any]:
-    return {"token": t.token, "logprob": t.logprob, "bytes": t.bytes,
-            "top_logprobs": [{"token": x.token, "logprob": x.logprob, "bytes": x.bytes} for x in t.top]}
+def prompt_logprobs(event: PromptLogprobs) -> list[dict[str, Any] | None]:
+    """vLLM's shape: None for the first prompt token, then for each one {token id: {logprob,
+    rank, decoded_token}} for the token itself and the most likely alternatives."""
+    out: list[dict[str, Any] | None] = [None]
+    for t in event.tokens:
+        entry = {str(x.id): {"logprob": x.logprob, "rank": r, "decoded_token": x.token} for r, x in enumerate(t.top, 1)}
+        entry[str(t.id)] = {"logprob": t.logprob, "rank": t.rank, "decoded_token": t.token}
+        out.append(entry)
+    return out
+
+
+def logprob(t: Any, as_ids: bool = False) -> dict[str, Any]:
+    """A token's entry; `as_ids` (vLLM's return_tokens_as_token_ids): tokens as `token_id:N`."""
+    def name(x: Any) -> str:
+        return f"token_id:{x.id}" if as_ids else x.token
+
+    return {"token": name(t), "logprob": t.logprob, "bytes": t.bytes,
+            "top_logprobs": [{"token": name(x), "logprob": x.logprob, "bytes": x.bytes} for x in t.top]}
 
 
 def usage(u: Usage) -> dict[str, Any]:

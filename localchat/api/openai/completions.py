@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -18,13 +18,18 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...errors import InvalidRequest
-from ...generation import Chat, Delta, Finish, GenerationRequest, Logprobs, Turn, total_usage
+from ...generation import Chat, Delta, Finish, GenerationRequest, Logprobs, OutputRules, PromptLogprobs, Turn, total_usage
+from ...grammars.metaschema import schema_problem
 from ...models import Settings
 from ..body import KeepAlive, parse, read_json
 from .schemas import SamplingFields, StreamOptions
 from ..common import respond, sampling, stream_error
 from ..errors import render
+from .chat import prompt_logprobs
 from ..sse import DONE, frame
+
+
+Written = Callable[[list], dict[str, Any]] | None  # a choice's logprobs in the legacy shape, if asked for
 
 
 class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
@@ -40,6 +45,19 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     logit_bias: dict[str, float] | None = None
     ignore_eos: bool = False
     keep_alive: KeepAlive = None
+    cache_prompt: bool = True  # extension (llama.cpp's): false: the slot's prompt cache is neither read nor kept
+    return_tokens_as_token_ids: bool = False  # extension (vLLM's): logprobs' tokens as `token_id:N`
+    prompt_logprobs: int | None = Field(None, ge=0, le=20)  # extension (vLLM's): the prompt tokens' log-probabilities
+    json_schema: dict[str, Any] | bool | None = None  # extension (llama.cpp's): the text is JSON for this schema
+    grammar: str | None = None  # extension (llama.cpp's): raw GBNF
+
+    @field_validator("json_schema")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | bool | None, info: ValidationInfo) -> dict[str, Any] | bool | None:
+        limits: Settings = (info.context or {}).get("limits") or Settings()
+        if v is not None and (problem := schema_problem(v, limits.max_schema_depth)):
+            raise ValueError(problem)
+        return v
 
     @field_validator("stop")
     @classmethod
@@ -52,12 +70,19 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             raise ValueError(f"a stop string may be at most {limits.max_stop_chars} characters (max_stop_chars)")
         return v
 
-    def requests(self) -> list[GenerationRequest]:
+    def requests(self, limits: Settings) -> list[GenerationRequest]:
         knobs = self.model_dump()
         prompts = [self.prompt] if isinstance(self.prompt, str) else self.prompt
         overrides = sampling(knobs, stop=self.stop, logit_bias=self.logit_bias, ignore_eos=self.ignore_eos)
+        if self.prompt_logprobs is not None and self.stream:
+            raise InvalidRequest("prompt_logprobs: not available when streaming (as in vLLM)", param="prompt_logprobs")
+        if self.json_schema is not None and self.grammar is not None:
+            raise InvalidRequest("json_schema: cannot be combined with grammar", param="json_schema")
+        output = OutputRules(json_schema=self.json_schema, grammar=self.grammar,
+                             max_grammar_bytes=limits.max_grammar_bytes)
         return [GenerationRequest(model=self.model, prompt=p, suffix=self.suffix, sampling=overrides, n=self.n,
-                                  logprobs=self.logprobs, keep_alive=self.keep_alive)  # type: ignore[arg-type]
+                                  logprobs=self.logprobs, keep_alive=self.keep_alive,  # type: ignore[arg-type]
+                                  cache_prompt=self.cache_prompt, output=output, prompt_logprobs=self.prompt_logprobs)
                 for p in prompts]
 
 
@@ -65,7 +90,7 @@ def routes(chat: Chat) -> list[Route]:
     async def completions(request: Request) -> Response:
         settings = chat.host.settings
         req = parse(CompletionRequest, await read_json(request, settings.max_body_bytes), limits=settings)
-        asks = req.requests()
+        asks = req.requests(settings)
         if req.suffix is not None and req.echo:
             raise InvalidRequest("echo cannot be used with suffix", param="echo")
         turns: list[Turn] = []
@@ -79,7 +104,9 @@ def routes(chat: Chat) -> list[Route]:
         meta = {"id": f"cmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turns[0].model}
         echo = [a.prompt or "" for a in asks] if req.echo else None
         close = lambda: [t.close() for t in turns]  # noqa: E731
-        usage, logprobs = bool(req.stream_options and req.stream_options.include_usage), req.logprobs is not None
+        usage = bool(req.stream_options and req.stream_options.include_usage)
+        as_ids = req.return_tokens_as_token_ids
+        logprobs = (lambda tokens: legacy_logprobs(tokens, as_ids)) if req.logprobs is not None else None
         return await respond(request, req.stream, lambda: _stream(turns, req.n, meta, echo, logprobs, usage),
                              lambda: _collect(turns, req.n, meta, echo, logprobs), close)
 
@@ -119,9 +146,12 @@ async def merged(turns: list[Turn], n: int) -> AsyncIterator[tuple[int, Any]]:
 class _Choice:
     def __init__(self, echo: str) -> None:
         self.text, self.tokens, self.finish = [echo], [], None
+        self.prompt: list | None = None  # prompt_logprobs, when asked for
 
     def add(self, event: Any) -> None:
-        if isinstance(event, Delta):
+        if isinstance(event, PromptLogprobs):
+            self.prompt = prompt_logprobs(event)
+        elif isinstance(event, Delta):
             self.text.append(event.content)
         elif isinstance(event, Logprobs):
             self.tokens += event.tokens
@@ -130,26 +160,28 @@ class _Choice:
 
 
 async def _collect(turns: list[Turn], n: int, meta: dict[str, Any], echo: list[str] | None,
-                   logprobs: bool) -> dict[str, Any]:
+                   logprobs: Written) -> dict[str, Any]:
     choices = [_Choice(echo[c // n] if echo else "") for c in range(len(turns) * n)]
     async for c, event in merged(turns, n):
-        choices[c].add(event)
+        for target in (choices[c: c + n] if isinstance(event, PromptLogprobs) else [choices[c]]):
+            target.add(event)  # a prompt's logprobs go to each of its choices
     finishes = [ch.finish for ch in choices if ch.finish is not None]
     usage = total_usage(finishes) if finishes else None
     prompt_tokens = sum(ch.finish.usage.prompt_tokens for k, ch in enumerate(choices) if k % n == 0 and ch.finish)
     return {**meta, "object": "text_completion", "choices": [
         {"text": "".join(ch.text), "index": c, "finish_reason": _reason(ch.finish) if ch.finish else None,
-         "logprobs": legacy_logprobs(ch.tokens) if logprobs else None} for c, ch in enumerate(choices)],
+         "logprobs": logprobs(ch.tokens) if logprobs else None,
+         **({"prompt_logprobs": ch.prompt} if ch.prompt is not None else {})} for c, ch in enumerate(choices)],
         "usage": _usage(prompt_tokens, sum(f.usage.completion_tokens for f in finishes),
                         usage.cached_tokens if usage else 0)}
 
 
-async def _stream(turns: list[Turn], n: int, meta: dict[str, Any], echo: list[str] | None, logprobs: bool,
+async def _stream(turns: list[Turn], n: int, meta: dict[str, Any], echo: list[str] | None, logprobs: Written,
                   include_usage: bool) -> AsyncIterator[bytes]:
     def chunk(c: int, text: str, finish: str | None = None, tokens: list | None = None) -> bytes:
         return frame({**meta, "object": "text_completion", "choices": [{
             "text": text, "index": c, "finish_reason": finish,
-            "logprobs": legacy_logprobs(tokens or []) if logprobs else None}]})
+            "logprobs": logprobs(tokens or []) if logprobs else None}]})
 
     pending: dict[int, list] = {}
     finishes: dict[int, Finish] = {}
@@ -174,15 +206,19 @@ async def _stream(turns: list[Turn], n: int, meta: dict[str, Any], echo: list[st
     yield DONE
 
 
-def legacy_logprobs(tokens: list) -> dict[str, Any]:
+def legacy_logprobs(tokens: list, as_ids: bool = False) -> dict[str, Any]:
     """OpenAI's legacy shape: parallel lists of tokens, their log-probabilities, the top
-    alternatives as {token: logprob}, and each token's offset in the text."""
+    alternatives as {token: logprob}, and each token's offset in the text; `as_ids` (vLLM's
+    return_tokens_as_token_ids): tokens named `token_id:N`."""
+    def name(x: Any) -> str:
+        return f"token_id:{x.id}" if as_ids else x.token
+
     offsets, at = [], 0
     for t in tokens:
         offsets.append(at)
         at += len(t.token)
-    return {"tokens": [t.token for t in tokens], "token_logprobs": [t.logprob for t in tokens],
-            "top_logprobs": [{x.token: x.logprob for x in t.top} for t in tokens], "text_offset": offsets}
+    return {"tokens": [name(t) for t in tokens], "token_logprobs": [t.logprob for t in tokens],
+            "top_logprobs": [{name(x): x.logprob for x in t.top} for t in tokens], "text_offset": offsets}
 
 
 def _usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:

@@ -9,14 +9,15 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from ...errors import InvalidRequest
-from ...generation import (Audio, GenerationRequest, Message as Said, OutputRules, Part, Text, ToolCall as Called,
-                           ToolSpec)
-from ...generation.media import b64
+from ...generation import GenerationRequest, OutputRules, ToolSpec
 from ...grammars.metaschema import schema_problem
 from ...models import Settings, sampling_model
 from ..body import KeepAlive
-from ..common import Lenient as _Lenient, data_image, sampling
+from ..common import Lenient as _Lenient, sampling
 from ..llamacpp.lora import LoraField, lora_choice
+from .messages import Message, call_arguments, said
+
+__all__ = ["ChatCompletionRequest", "SamplingFields", "StreamOptions", "call_arguments"]
 
 _DEFAULT_LIMITS = Settings()
 
@@ -32,43 +33,6 @@ def _checked_schema(schema: Any, info: ValidationInfo) -> Any:
     if problem:
         raise ValueError(problem)
     return schema
-
-
-class ImageUrl(_Lenient):
-    url: str
-    detail: str | None = None  # accepted, not used: the projector decides the resolution
-
-
-class InputAudio(_Lenient):
-    data: str  # base64
-    format: str
-
-
-class ContentPart(_Lenient):
-    type: str
-    text: str | None = None
-    image_url: ImageUrl | str | None = None  # a data: URI (some clients send the bare string)
-    input_audio: InputAudio | None = None
-
-
-class FunctionCall(_Lenient):
-    name: str
-    arguments: str | dict[str, Any] = "{}"
-
-
-class ToolCall(_Lenient):
-    id: str | None = None
-    type: str = "function"
-    function: FunctionCall
-
-
-class Message(_Lenient):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
-    reasoning_content: str | None = None
 
 
 class StreamOptions(_Lenient):
@@ -115,6 +79,12 @@ class JsonSchemaFormat(_Lenient):
 class ResponseFormat(_Lenient):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
+    schema_: dict[str, Any] | bool | None = Field(None, alias="schema")  # llama.cpp's: json_object with a schema
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | bool | None, info: ValidationInfo) -> dict[str, Any] | bool | None:
+        return None if v is None else _checked_schema(v, info)
 
 
 SamplingFields = sampling_model("SamplingFields", optional=True, base=_Lenient)
@@ -140,6 +110,21 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     grammar: str | None = None  # extension: raw GBNF
     reasoning_effort: str | None = None  # "none" / "minimal": no thinking, where the template has the switch
     lora: LoraField = None  # extension (llama-server's, oxillama's): LoRA adapters for this request
+    # extensions (vLLM's): the prompt's end, the template's variables, documents, echo, logprobs' tokens
+    continue_final_message: bool | None = None
+    add_generation_prompt: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    documents: list[dict[str, str]] | None = None
+    echo: bool = False
+    return_tokens_as_token_ids: bool = False
+    json_schema: dict[str, Any] | bool | None = None  # extension (llama.cpp's): the answer is JSON for this schema
+    cache_prompt: bool = True  # extension (llama.cpp's): false: the slot's prompt cache is neither read nor kept
+    prompt_logprobs: int | None = Field(None, ge=0, le=20)  # extension (vLLM's): the prompt tokens' log-probabilities
+
+    @field_validator("json_schema")
+    @classmethod
+    def _top_schema(cls, v: dict[str, Any] | bool | None, info: ValidationInfo) -> dict[str, Any] | bool | None:
+        return None if v is None else _checked_schema(v, info)
 
     @field_validator("stop")
     @classmethod
@@ -205,72 +190,88 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
         limits = limits or _DEFAULT_LIMITS
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+        if self.prompt_logprobs is not None and self.stream:
+            raise InvalidRequest("prompt_logprobs: not available when streaming (as in vLLM)", param="prompt_logprobs")
         knobs = self.model_dump()
         knobs["max_tokens"] = self.max_completion_tokens or self.max_tokens  # type: ignore[attr-defined]
-        effort = self.reasoning_effort
+        kwargs = dict(self.chat_template_kwargs or {})
         return GenerationRequest(
-            messages=tuple(_said(i, m) for i, m in enumerate(self.messages)),
+            messages=tuple(said(i, m) for i, m in enumerate(self.messages)),
             model=self.model,
             sampling=sampling(knobs, stop=self.stop, logit_bias=self.logit_bias, ignore_eos=self.ignore_eos),
             output=self._output_rules(limits),
-            reasoning=None if effort is None else effort not in ("none", "minimal"),
+            reasoning=self._reasoning(kwargs.pop("enable_thinking", None)),
             n=self.n,
             logprobs=(self.top_logprobs or 0) if self.logprobs else None,
             keep_alive=self.keep_alive,  # type: ignore[arg-type]  # a duration in seconds after validation
             lora=lora_choice(self.lora),
+            continue_final=self._continue_final(),
+            generation_prompt=self.add_generation_prompt is not False,
+            template_kwargs=kwargs,
+            documents=tuple(self.documents or ()),
+            cache_prompt=self.cache_prompt,
+            prompt_logprobs=self.prompt_logprobs,
         )
+
+    def _continue_final(self) -> bool | None:
+        """vLLM's two fields, as vLLM reads them; neither sent: a trailing assistant message is
+        continued (a prefill, as llama-server and Anthropic's API do it)."""
+        if self.continue_final_message and self.add_generation_prompt:
+            raise InvalidRequest("continue_final_message: it and add_generation_prompt cannot both be true: the first "
+                                 "continues the last (assistant) message, the second opens a new assistant turn",
+                                 param="continue_final_message")
+        if self.continue_final_message is None and self.add_generation_prompt is None:
+            return None
+        return bool(self.continue_final_message)
+
+    def _reasoning(self, enable_thinking: Any) -> bool | None:
+        """The reasoning switch: `chat_template_kwargs.enable_thinking` (Qwen 3's), or
+        `reasoning_effort` ("none" and "minimal": off); both must agree."""
+        effort = None if self.reasoning_effort is None else self.reasoning_effort not in ("none", "minimal")
+        if enable_thinking is None:
+            return effort
+        if not isinstance(enable_thinking, bool):
+            raise InvalidRequest("chat_template_kwargs.enable_thinking: must be true or false",
+                                 param="chat_template_kwargs.enable_thinking")
+        if effort is not None and effort != enable_thinking:
+            raise InvalidRequest(f"chat_template_kwargs.enable_thinking: it is {str(enable_thinking).lower()} but "
+                                 f"reasoning_effort is {self.reasoning_effort!r}; send one of them",
+                                 param="chat_template_kwargs.enable_thinking")
+        return enable_thinking
 
     def _output_rules(self, limits: Settings) -> OutputRules:
         fmt = self.response_format
         if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is None:
             raise InvalidRequest("response_format.json_schema is required when type is 'json_schema'",
                                  param="response_format.json_schema")
-        choice = self.tool_choice
+        choice, (schema, _) = self.tool_choice, self.schema_source()
         return OutputRules(
             tools=tuple(ToolSpec(t.function.name, t.function.description, t.function.parameters, bool(t.function.strict))
                         for t in self.tools or []),
             tool_choice=choice.function.name if isinstance(choice, NamedToolChoice) else choice or "auto",
             parallel_tool_calls=self.parallel_tool_calls,
-            json_schema=fmt.json_schema.schema_ if fmt and fmt.type == "json_schema" and fmt.json_schema else None,
-            json_object=bool(fmt and fmt.type == "json_object"),
+            json_schema=schema,
+            json_object=bool(fmt and fmt.type == "json_object") and schema is None,
             strict=bool(fmt and fmt.type == "json_schema" and fmt.json_schema and fmt.json_schema.strict),
             grammar=self.grammar,
             max_grammar_bytes=limits.max_grammar_bytes,
         )
 
-
-def _said(i: int, m: Message) -> Said:
-    """One message, neutral: `developer` is `system`, text, image and audio parts, tool calls'
-    arguments as objects."""
-    where = f"messages.{i}.content"
-    parts: list[Part] = []
-    if isinstance(m.content, list):
-        for j, part in enumerate(m.content):
-            if part.type == "text" and part.text is not None:
-                parts.append(Text(part.text))
-            elif part.type == "image_url" and part.image_url is not None:
-                url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
-                parts.append(data_image(url, f"{where}.{j}", f"{where}.{j}.image_url.url"))
-            elif part.type == "input_audio" and part.input_audio is not None:
-                data = b64(part.input_audio.data, f"{where}.{j}.input_audio.data")
-                parts.append(Audio(data, part.input_audio.format, f"{where}.{j}"))
-            else:
-                raise InvalidRequest(f"{where}.{j}: part type {part.type!r} is not supported here; send text, "
-                                     "image_url and input_audio parts", param=f"{where}.{j}")
-    elif m.content is not None:
-        parts.append(Text(m.content))
-    if m.content is None and not (m.role == "assistant" and m.tool_calls):
-        raise InvalidRequest(f"{where} is required for a {m.role} message", param=where)
-    calls = tuple(Called(c.function.name, call_arguments(c.function.arguments), c.id) for c in m.tool_calls or [])
-    return Said("system" if m.role == "developer" else m.role, tuple(parts), calls, m.tool_call_id, m.name,
-                m.reasoning_content)
-
-
-def call_arguments(arguments: str | dict[str, Any]) -> Any:
-    """A tool call's arguments as the JSON value they encode (a string that is not JSON stays)."""
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        return json.loads(arguments)
-    except ValueError:
-        return arguments
+    def schema_source(self) -> tuple[dict[str, Any] | bool | None, str | None]:
+        """The answer's JSON schema and the field it came from: `response_format.json_schema.schema`,
+        llama.cpp's `response_format.schema` (type json_object) or its top-level `json_schema`
+        (which may repeat the response format's schema, not contradict it)."""
+        fmt, top = self.response_format, self.json_schema
+        found: tuple[dict[str, Any] | bool | None, str | None] = (None, None)
+        if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
+            found = (fmt.json_schema.schema_, "response_format.json_schema.schema")
+        elif fmt is not None and fmt.type == "json_object" and fmt.schema_ is not None:
+            found = (fmt.schema_, "response_format.schema")
+        if top is None:
+            return found
+        if found[0] is not None and found[0] != top:
+            raise InvalidRequest(f"json_schema: it and {found[1]} are two different schemas; send one",
+                                 param="json_schema")
+        if self.grammar is not None:
+            raise InvalidRequest("json_schema: cannot be combined with grammar", param="json_schema")
+        return top, found[1] or "json_schema"

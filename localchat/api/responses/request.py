@@ -29,10 +29,10 @@ from ...generation import Chat, GenerationRequest, Image, Message as Said, Outpu
 from ...models import Settings
 from .. import hosted
 from ..body import KeepAlive, parse, read_json
-from ..common import Lenient as _Lenient, data_image, respond, sampling
+from ..common import Lenient as _Lenient, respond, sampling, url_image
 from ..openai.schemas import SamplingFields
 from ..sse import loosened_headers
-from .stream import Numbered, Output, Shell, collect, stream
+from .stream import Output, Shell, collect, stream
 
 STORED = 100  # responses kept for previous_response_id
 
@@ -147,9 +147,8 @@ def routes(chat: Chat) -> list[Route]:
             if req.store:
                 store.put(response, history + req.items() + _kept(out.items))
 
-        events = Numbered(shell)
-        return await respond(request, req.stream, lambda: stream(turn, events, keep), lambda: collect(turn, shell, keep),
-                             turn.close, {**hosted.headers(dropped), **loosened_headers(turn)}, keepalive=events.keepalive)
+        return await respond(request, req.stream, lambda: stream(turn, shell, keep), lambda: collect(turn, shell, keep),
+                             turn.close, {**hosted.headers(dropped), **loosened_headers(turn)})
 
     async def retrieve(request: Request) -> Response:
         entry = store.get(request.path_params["response_id"])
@@ -232,7 +231,7 @@ def _parts(content: str | list[Part], where: str) -> tuple[Text | Image, ...]:
         if part.type in ("input_text", "output_text", "text") and part.text is not None:
             out.append(Text(part.text))
         elif part.type == "input_image" and part.image_url:
-            out.append(data_image(part.image_url, f"{where}.{j}", f"{where}.{j}.image_url"))
+            out.append(url_image(part.image_url, f"{where}.{j}", f"{where}.{j}.image_url"))
         elif part.type != "refusal":
             raise InvalidRequest(f"{where}.{j}.type: {part.type!r} parts are not supported; this server reads "
                                  "text (input_text, output_text) and input_image parts", param=f"{where}.{j}.type")

@@ -1,0 +1,146 @@
+"""A chat request rendered with the model's template: the messages as templates read them,
+tools and documents placed (given to a template that takes them, else written into the system
+prompt), the client's template variables, and the end of the prompt (a prefill continued, a
+new assistant turn opened, or neither)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..errors import InvalidRequest
+from ..families import Family, Prompt, render_prompt, system_first
+from ..models.host import LoadedModel
+from .constraints import OutputRules
+from .request import GenerationRequest, Message
+
+# Template variables a request sets through fields of its own: `template_kwargs` may not set them.
+OWN_VARIABLES = {"messages": "messages", "tools": "tools", "documents": "documents",
+                 "add_generation_prompt": "the prompt's end (add_generation_prompt, continue_final_message)",
+                 "bos_token": "the model", "eos_token": "the model", "enable_thinking": "the reasoning switch"}
+DOCUMENTS_HEADER = "Use the following documents to answer."
+
+
+def render_conversation(request: GenerationRequest, conversation: tuple[Message, ...], loaded: LoadedModel) -> Prompt:
+    """The prompt for a chat request (its media already replaced by markers in `conversation`)."""
+    for key in request.template_kwargs:
+        if key in OWN_VARIABLES:
+            raise InvalidRequest(f"the template's {key!r} is set by the request itself ({OWN_VARIABLES[key]})",
+                                 field=f"template_kwargs.{key}")
+    continue_final = _continue_final(request, conversation)
+    messages = _template_messages(conversation, loaded.spec.system_prompt_strip)
+    messages, extra = _with_documents(messages, request.documents, loaded)
+    messages, tools = _with_tools(messages, request.output, loaded.family, loaded)
+    extra.update(tools)
+    if request.reasoning is not None:
+        extra["enable_thinking"] = request.reasoning  # the switch Qwen 3's templates read
+    options = {"add_generation_prompt": request.generation_prompt, "continue_final": continue_final,
+               "variables": request.template_kwargs, **extra}
+    return _render(loaded, messages, options)
+
+
+def _continue_final(request: GenerationRequest, conversation: tuple[Message, ...]) -> bool:
+    """Whether the last message is continued: as asked, else when it is the assistant's text."""
+    last = conversation[-1] if conversation else None
+    can = last is not None and last.role == "assistant" and not last.tool_calls
+    if request.continue_final and not can:
+        raise InvalidRequest("the last message must be the assistant's text (no tool calls) to be continued",
+                             field="continue_final")
+    return can if request.continue_final is None else request.continue_final
+
+
+def documents_text(documents: tuple[dict[str, str], ...]) -> str:
+    """Documents as the system prompt gets them when the template takes none: a header, then
+    each document numbered, its fields one a line (`title: …`, `text: …`), in the order sent."""
+    blocks = [f"[Document {i}]\n" + "\n".join(f"{k}: {v}" for k, v in doc.items())
+              for i, doc in enumerate(documents, 1)]
+    return "\n\n".join([DOCUMENTS_HEADER, *blocks])
+
+
+def _takes(loaded: LoadedModel, variable: str) -> bool:
+    """The model's own (GGUF) template reads this variable; the families' templates read none."""
+    return variable in loaded.template and loaded.template != loaded.family.template
+
+
+def _with_documents(messages: list[dict[str, Any]], documents: tuple[dict[str, str], ...],
+                    loaded: LoadedModel) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    if not documents:
+        return messages, {}
+    if _takes(loaded, "documents"):
+        return messages, {"documents": [dict(d) for d in documents]}
+    return _add_to_system(messages, [(documents_text(documents), True)]), {}
+
+
+def _add_to_system(messages: list[dict[str, Any]], pieces: list[tuple[str, bool]]) -> list[dict[str, Any]]:
+    """`pieces` after the first system message's text, or as a system message of their own."""
+    if messages and messages[0]["role"] == "system":
+        content = messages[0]["content"]
+        said = [(content, True)] if isinstance(content, str) else list(content)
+        return [{**messages[0], "content": said + [("\n\n", False)] + pieces}, *messages[1:]]
+    return [{"role": "system", "content": pieces}, *messages]
+
+
+def _template_messages(messages: tuple[Message, ...], strip: str | None) -> list[dict[str, Any]]:
+    """The conversation as chat templates read it (the Hugging Face convention): `content` a
+    string, `tool_calls` with `function.arguments` objects, `reasoning_content`. System
+    messages lose what `system_prompt_strip` (models.toml) matches."""
+    out = []
+    for m in messages:
+        text = re.sub(strip, "", m.text) if strip and m.role == "system" else m.text
+        content: Any = text
+        if any(isinstance(p, tuple) for p in m.content):  # media markers: (text, is_plain) pieces
+            content = [p if isinstance(p, tuple) else (p.text, True) for p in m.content]
+        item: dict[str, Any] = {"role": m.role, "content": content}
+        if m.tool_calls:
+            item["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                                  for c in m.tool_calls]
+        if m.tool_call_id is not None:
+            item["tool_call_id"] = m.tool_call_id
+        if m.name is not None:
+            item["name"] = m.name
+        if m.reasoning:
+            item["reasoning_content"] = m.reasoning
+        out.append(item)
+    return out
+
+
+def _render(loaded: LoadedModel, messages: list[dict[str, Any]], options: dict[str, Any]) -> Prompt:
+    """The prompt. A system message after the first turn is rendered where it stands when the
+    template places it there; when the template refuses it or leaves it out, every system
+    message is merged, in order, into one system prompt at the start."""
+    def render(conversation: list[dict[str, Any]]) -> Prompt:
+        return render_prompt(loaded.template, conversation, bos_token=loaded.bos_token, eos_token=loaded.eos_token,
+                             **options)
+
+    late = [k for k, m in enumerate(messages) if m["role"] == "system" and k > 0]
+    if not late:
+        return render(messages)
+    try:
+        prompt = render(messages)
+        if not any(messages[k]["role"] == "system" for k in prompt.dropped):
+            return prompt
+    except InvalidRequest:
+        pass
+    return render(system_first(messages))
+
+
+def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Family,
+                loaded: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Tools and tool history the way the template understands them: a GGUF template that
+    takes `tools` gets them as they are; a family template gets the family's wording."""
+    tools = [{"type": "function", "function": {k: v for k, v in (("name", t.name), ("description", t.description),
+                                                                  ("parameters", t.parameters)) if v is not None}}
+             for t in rules.tools]
+    if "tools" in loaded.template and loaded.template != family.template:
+        return messages, ({"tools": tools} if tools else {})
+    syntax, out = family.tools, []
+    for m in messages:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            said = [(m["content"], True), ("\n", False)] if m["content"] else []
+            m = {"role": "assistant", "content": said + syntax.format_calls(m["tool_calls"])}
+        elif m["role"] == "tool":
+            m = {**m, "content": syntax.format_result(m["content"])}
+        out.append(m)
+    if tools:
+        out = _add_to_system(out, syntax.describe(tools))
+    return out, {}
