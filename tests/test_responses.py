@@ -19,7 +19,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from conftest import DEFAULT as SHIPPED_DEFAULT, GEMMA
 from localchat.api.responses.request import ResponsesRequest, Store
-from localchat.api.responses.stream import Shell, stream
+from localchat.api.responses.stream import Numbered, Shell, stream
 from localchat.errors import EngineError
 from localchat.families import FAMILIES
 from localchat.generation import Delta
@@ -354,7 +354,7 @@ class FailingTurn:
 def test_error_mid_stream_is_an_error_event_then_failed():
     async def frames() -> list[bytes]:
         shell = Shell(ResponsesRequest(input="Hi"), "m")
-        return [f async for f in stream(FailingTurn(), shell, lambda *a: None)]
+        return [f async for f in stream(FailingTurn(), Numbered(shell), lambda *a: None)]
 
     events = []
     for f in asyncio.run(frames()):

@@ -32,7 +32,7 @@ from ..body import KeepAlive, parse, read_json
 from ..common import Lenient as _Lenient, respond, sampling, url_image
 from ..openai.schemas import SamplingFields
 from ..sse import loosened_headers
-from .stream import Output, Shell, collect, stream
+from .stream import Numbered, Output, Shell, collect, stream
 
 STORED = 100  # responses kept for previous_response_id
 
@@ -147,8 +147,9 @@ def routes(chat: Chat) -> list[Route]:
             if req.store:
                 store.put(response, history + req.items() + _kept(out.items))
 
-        return await respond(request, req.stream, lambda: stream(turn, shell, keep), lambda: collect(turn, shell, keep),
-                             turn.close, {**hosted.headers(dropped), **loosened_headers(turn)})
+        events = Numbered(shell)
+        return await respond(request, req.stream, lambda: stream(turn, events, keep), lambda: collect(turn, shell, keep),
+                             turn.close, {**hosted.headers(dropped), **loosened_headers(turn)}, keepalive=events.keepalive)
 
     async def retrieve(request: Request) -> Response:
         entry = store.get(request.path_params["response_id"])
