@@ -16,7 +16,7 @@ from ..engine.params import KNOBS
 from ..errors import EngineError, LocalchatError
 from ..generation import Image, Sampling
 from ..generation.media import b64, data_uri
-from .sse import COMMENT, EventStream, json_answer
+from .sse import COMMENT, EventStream, Keepalive, json_answer
 
 log = logging.getLogger("localchat.api")
 SSE = "text/event-stream; charset=utf-8"
@@ -30,7 +30,7 @@ class Lenient(BaseModel):
 
 async def respond(request: Request, stream: bool, chunks: Callable[[], AsyncIterator[bytes]],
                   collect: Callable[[], Awaitable[dict[str, Any]]], close: Callable[[], None],
-                  headers: dict[str, str] | None = None, keepalive: bytes | None = COMMENT,
+                  headers: dict[str, str] | None = None, keepalive: Keepalive = COMMENT,
                   media_type: str = SSE) -> Response:
     """The answer, streamed (`chunks`, with keepalives while nothing comes) or at once
     (`collect`); `close` ends the turn(s) whatever happens."""
