@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from localchat.api.openai.chat import _stream
+from localchat.api.openai.chat import _Form, _stream
 from localchat.generation import Delta
 from localchat.errors import EngineError
 
@@ -24,8 +24,8 @@ class FailingTurn:
 
 def test_error_after_start_is_an_error_event_then_done():
     async def collect() -> list[bytes]:
-        return [c async for c in _stream(FailingTurn(), {"id": "chatcmpl-x", "created": 1, "model": "m"}, True, False,
-                                        "/v1/chat/completions")]
+        return [c async for c in _stream(FailingTurn(), {"id": "chatcmpl-x", "created": 1, "model": "m"},
+                                        _Form(include_usage=True), "/v1/chat/completions")]
 
     frames = asyncio.run(collect())
     assert frames[-1] == b"data: [DONE]\n\n"
