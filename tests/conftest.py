@@ -50,7 +50,7 @@ def registry_file(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPat
     path = tmp_path_factory.mktemp("config") / "models.toml"
     lines = [shipped_config().read_text()]
     for name, model in tiny_models.items():
-        lines.append(f'\n[models.tiny-{name}]\npath = "{model}"\ncontext_length = {TINY_CTX}\n')
+        lines.append(f'\n[models."tiny-{name}"]\npath = "{model}"\ncontext_length = {TINY_CTX}\n')
     lines.append('\n[models.ghost]\npath = "/nonexistent/ghost.gguf"\n')  # listed, but its file is gone
     path.write_text("".join(lines))
     return path

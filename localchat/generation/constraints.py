@@ -20,7 +20,8 @@ from ..grammars.gbnf import MAX_BYTES
 from ..grammars.metaschema import schema_problem
 from ..models import Settings
 from ..grammars.schema import assemble, convert
-from ..grammars.tools import after_reasoning, tools_grammar
+from ..grammars.tools import after_reasoning
+from ..families.codecs.base import GrammarOptions, Tool
 
 
 @dataclass(frozen=True)
@@ -105,26 +106,33 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
         return Constraint(grammar, after_think, loosened=loosened)
     if not rules.calls_tools:
         return None
-    chosen = [t for t in rules.tools if rules.tool_choice in ("auto", "required", t.name)]
-    tools = [(t.name, t.parameters) for t in chosen]
-    auto, syntax = rules.tool_choice == "auto", family.tools
+    tools = codec_tools(rules)
+    auto, codec = rules.tool_choice == "auto", family.codec
     answer = answer if auto else None  # calls, or else the final answer in JSON: no free text, no trigger
     lazy = auto and answer is None
+    if lazy and not codec.trigger:
+        return None  # no text that starts a call: free output, read leniently
 
     def make_tools() -> tuple[str, tuple[str, ...]]:
         loosened: list[str] = []
-        grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls, trigger=syntax.trigger if lazy else "",
-                                lead=bool(after_think) and not lazy, answer=answer, loosened=loosened,
-                                max_bytes=rules.max_grammar_bytes)
+        grammar = codec.grammar(tools, GrammarOptions(
+            parallel=rules.parallel_tool_calls, lazy=lazy, lead=bool(after_think) and not lazy, answer=answer,
+            loosened=loosened, max_bytes=rules.max_grammar_bytes))
         _validate_made(grammar, rules, "tools")
         return grammar, tuple(loosened)
 
-    key = ("tools", tools, family.name, lazy, answer, rules.parallel_tool_calls, bool(after_think),
-           rules.max_grammar_bytes)
+    key = ("tools", [(t.name, t.parameters) for t in tools], codec.name, lazy, answer, rules.parallel_tool_calls,
+           bool(after_think), rules.max_grammar_bytes)
     grammar, loosened = cached(key, make_tools)
     if lazy:  # free text, then the calls once the trigger is written
-        return Constraint(grammar, (syntax.trigger,), after=after_think[0] if after_think else "", loosened=loosened)
+        return Constraint(grammar, (codec.trigger,), after=after_think[0] if after_think else "", loosened=loosened)
     return Constraint(grammar, after_think, loosened=loosened)
+
+
+def codec_tools(rules: OutputRules) -> list[Tool]:
+    """The tools the model may call now (tool_choice naming one: only that one)."""
+    return [Tool(t.name, t.parameters, t.description) for t in rules.tools
+            if rules.tool_choice in ("auto", "required", "none", t.name)]
 
 
 def refuse_loosened(rules: OutputRules, loosened: tuple[str, ...], refuse_all: bool) -> None:
