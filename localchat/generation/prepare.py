@@ -11,7 +11,7 @@ from typing import Any
 from ..engine import Generate, SamplingParams
 from ..engine.params import Media
 from ..errors import InvalidRequest
-from ..families import Family, Prompt, render_prompt, system_first
+from ..families import Call, Family, Prompt, render_prompt, system_first, template_caps
 from ..models import Settings
 from ..models.host import LoadedModel
 from . import constraints
@@ -42,10 +42,9 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
         conversation, media = _media(request.messages, settings)
         messages, extra = _with_tools(_template_messages(conversation, loaded.spec.system_prompt_strip), rules,
                                       family, loaded)
-        if request.reasoning is not None:
-            extra["enable_thinking"] = request.reasoning  # the switch Qwen 3's templates read
+        extra.update(family.template_vars(request.reasoning))  # the family's switch (enable_thinking, …)
         prompt = _render(loaded, messages, extra)
-        thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
+        thinking = family.opens_reasoning(prompt.text)
         if media:
             check_media(media, loaded.projector, loaded.spec.name)
             tokens, media = place_media(tokenizer, prompt.segments, media)
@@ -60,8 +59,9 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     if check:
         loaded.engine.check_fits(tokens)
     raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
-    splitters = [OutputSplitter(None if raw or not rules.calls_tools else family.tools,
-                                None if raw else family.reasoning, thinking) for _ in range(request.n)]
+    strict = constraint is not None and rules.calls_tools  # the calls follow the codec's grammar
+    splitters = [OutputSplitter() if raw else family.splitter(constraints.codec_tools(rules), thinking, strict,
+                                                                 calls=rules.calls_tools) for _ in range(request.n)]
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
                         adapters=resolve_adapters(loaded, request.lora), media=media)
     return Prepared(generate, splitters)
@@ -151,28 +151,30 @@ def _raw_tokens(request: GenerationRequest, loaded: LoadedModel) -> list[int]:
 
 def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Family,
                 loaded: LoadedModel) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Tools and tool history the way the template understands them: a GGUF template that
-    takes `tools` gets them as they are; a family template gets the family's wording."""
-    tools = [{"type": "function", "function": {k: v for k, v in (("name", t.name), ("description", t.description),
-                                                                  ("parameters", t.parameters)) if v is not None}}
-             for t in rules.tools]
-    if "tools" in loaded.template and loaded.template != family.template:
-        return messages, ({"tools": tools} if tools else {})
-    syntax, out = family.tools, []
+    """Tools and tool history the way the template understands them: what a GGUF template does
+    itself (list the tools, write calls and results: found by rendering it) it gets as it is; the
+    rest the family's codec writes."""
+    tools = constraints.codec_tools(rules)
+    caps = template_caps(loaded.template) if loaded.template != family.template else None
+    extra = {"tools": [t.openai() for t in tools]} if tools and caps and caps.tools else {}
+    if caps and caps.calls:
+        return (family.history(messages) if family.history else messages), extra
+    codec, out = family.codec, []
     for m in messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
             said = [(m["content"], True), ("\n", False)] if m["content"] else []
-            m = {"role": "assistant", "content": said + syntax.format_calls(m["tool_calls"])}
+            calls = [Call(c["function"]["name"], c["function"]["arguments"], c.get("id") or "") for c in m["tool_calls"]]
+            m = {"role": "assistant", "content": said + codec.format_calls(calls)}
         elif m["role"] == "tool":
-            m = {**m, "content": syntax.format_result(m["content"])}
+            m = {**m, "content": codec.format_result(m["content"])}
         out.append(m)
-    if tools:
-        described = syntax.describe(tools)
+    if tools and not extra:
+        described = codec.describe(tools)
         if out and out[0]["role"] == "system":
             out[0] = {**out[0], "content": [(out[0]["content"], True), ("\n\n", False), *described]}
         else:
             out.insert(0, {"role": "system", "content": described})
-    return out, {}
+    return out, extra
 
 
 def _logit_bias(bias: dict[Any, float], n_vocab: int) -> dict[int, float]:
