@@ -47,6 +47,11 @@ EXPECTED = {
     'mistral3': '<s>[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]hello[/INST]the sea</s>[INST]and the world[/INST]',
     'phi4-mini': '<|system|>\nBe brief.<|end|>\n<|user|>\nhello<|end|>\n<|assistant|>\nthe sea<|end|>\n<|user|>\nand the world<|end|>\n<|assistant|>\n',
     'granite': '<|start_of_role|>system<|end_of_role|>Be brief.<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>hello<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>the sea<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>and the world<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>',
+    'gpt-oss': '<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nReasoning: medium\n\n'
+               '# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>'
+               '<|start|>developer<|message|># Instructions\n\nBe brief.<|end|><|start|>user<|message|>hello<|end|>'
+               '<|start|>assistant<|channel|>final<|message|>the sea<|end|><|start|>user<|message|>and the world<|end|>'
+               '<|start|>assistant',
     'granite4': '<|start_of_role|>system<|end_of_role|>Be brief.<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>hello<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>the sea<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>and the world<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>',
 }
 
