@@ -207,6 +207,21 @@ def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     assert not any(isinstance(p, Delta) and p.content.strip() for p in pieces)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_output_cut_off_after_a_call_shows_no_markup(family: str):
+    """Strict: max_tokens anywhere after the first call: the rest, a cut-off call, is not text
+    (and reading ends: a harmony header cut off once looped forever)."""
+    codec = FAMILIES[family].codec
+    one = "".join(t for t, _ in codec.format_calls([Call("add", {"a": 1, "b": 2})]))
+    two = "".join(t for t, _ in codec.format_calls([Call("add", {"a": 1, "b": 2}), Call("get_weather", PARIS)]))
+    common = next((i for i, (a, b) in enumerate(zip(one, two)) if a != b), min(len(one), len(two)))
+    for cut in range(common, len(two)):
+        splitter = FAMILIES[family].splitter(TOOLS, False, True)
+        pieces = splitter.push(two[:cut]) + splitter.finish()
+        assert [p.name for p in pieces if isinstance(p, ToolCallStart)][:1] == ["add"], two[:cut]
+        assert not "".join(p.content for p in pieces if isinstance(p, Delta)).strip(), two[:cut]
+
+
 # -- writing and reading back ---------------------------------------------------------------------
 
 CALLS = [Call("write_file", WRITE_ARGS, "call_1"), Call("get_weather", PARIS, "call_2")]

@@ -48,8 +48,8 @@ class HarmonySplitter:
         if at < 0:
             if self.buf and not looks and not START.startswith(self.buf) and not CHANNEL.startswith(self.buf):
                 self.kind, self.state = "content", "body"  # plain text: no harmony header
-            elif final and self.buf:
-                self.kind, self.state = "content", "body"
+            elif final:
+                self.buf = ""  # the output ended inside a header: markup, not text
             return []
         header, self.buf = self.buf[:at], self.buf[at + len(MESSAGE):]
         channel = (m.group(1) if (m := _CHANNEL.search(header)) else "final").lower()

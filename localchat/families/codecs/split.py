@@ -81,6 +81,11 @@ class Splitter:
         assert self.block is not None
         text, self._pending, self.buf = self._pending + self.buf, "", ""
         out = self.block.push(text, final)
+        if final and self.strict and self.block.done and self.calls + self.block.calls:
+            # strict: the output ended inside the calls the grammar forces (max_tokens, a stop
+            # string): what could not be read is the start of a cut-off call, not text
+            out = [p for p in out if not isinstance(p, Delta)]
+            self.block.leftover = ""
         if self._space and out and isinstance(out[0], Delta) and not self.block.calls:  # no calls after all
             out[0] = Delta(self._space + out[0].content)
         if out or self.block.done:
