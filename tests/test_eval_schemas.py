@@ -37,7 +37,7 @@ def test_totals_on_a_small_folder(tmp_path: Path, registry_file: Path):
     assert total(out, "converted and validated") == 3
     assert total(out, "accepted by llama.cpp") == 3
     assert total(out, "rejected") == 2
-    assert "dangling_ref.json: $ref '#/$defs/nope' points nowhere" in out
+    assert "dangling_ref.json: at '#': $ref '#/$defs/nope' points nowhere" in out
 
 
 def test_generate_fills_the_schemas_under_their_grammars(tmp_path: Path, registry_file: Path):

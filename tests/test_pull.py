@@ -22,7 +22,7 @@ from conftest import Server
 from fakehub import FakeHub, Served
 from localchat.families import FAMILIES
 from test_repl import STATS, Chat
-from tinymodels import write_tiny_model
+from tinymodels import write_tiny_mmproj, write_tiny_model
 
 MiB = 1 << 20
 CHUNK = 10 * MiB  # huggingface_hub writes a download to disk 10 MiB at a time
@@ -35,7 +35,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     split = write_tiny_model(d / "Split-Q4_K_M.gguf", chatml, n_ctx=4096, split_tensors=10)
     return {"q4": write_tiny_model(d / "q4.gguf", chatml, n_ctx=4096),
             "q8": write_tiny_model(d / "q8.gguf", chatml, n_ctx=4096, seed=1),
-            "mmproj": write_tiny_model(d / "mmproj.gguf", chatml, n_ctx=512, seed=2),  # any GGUF stands in for one
+            "mmproj": write_tiny_mmproj(d / "mmproj.gguf"),  # a tiny vision projector: the pulled model loads it
             "big": write_tiny_model(d / "big.gguf", chatml, n_ctx=4096, padding=12 * MiB),
             **{f"split{i}": p for i, p in enumerate(sorted(split.parent.glob("Split-Q4_K_M-*.gguf")), 1)}}
 

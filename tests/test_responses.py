@@ -310,7 +310,7 @@ def test_models_list_has_the_shape_clients_probe(client: openai.OpenAI):
 BAD = [
     ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "What is this?"},
                                              {"type": "input_image", "image_url": "https://x/y.png"}]}]},
-     "input.0.content.1.type"),
+     "input.0.content.1.image_url"),
     ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input.0.type"),
     ({"input": [{"type": "function_call", "call_id": "c", "name": "add", "arguments": "{oops"}]}, "input.0.arguments"),
     ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice.type"),

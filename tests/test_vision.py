@@ -117,7 +117,7 @@ def test_too_many_images_and_other_parts(http: httpx.Client):
     body = ask("Look:")
     body["messages"][0]["content"].append({"type": "file", "file": {"file_id": "x"}})
     r = http.post("/v1/chat/completions", json=body)
-    assert r.status_code == 400 and r.json()["error"]["param"] == "messages.0.content"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages.0.content.1"
 
 
 def test_the_images_tokens_count_against_the_context(server):

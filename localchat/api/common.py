@@ -56,9 +56,10 @@ def sampling(fields: dict[str, Any], *, stop: str | list[str] | tuple[str, ...] 
                     logit_bias=dict(logit_bias or {}), ignore_eos=ignore_eos or None)
 
 
-def data_image(url: str, where: str) -> Image:
-    """An image sent as a data URI (`data:image/png;base64,…`); URLs are not fetched."""
-    return Image(data_uri(url, where), None, where)
+def data_image(url: str, where: str, field: str | None = None) -> Image:
+    """An image sent as a data URI (`data:image/png;base64,…`); URLs are not fetched. `where`: the
+    part (an image that cannot be read is named by it), `field`: the URL's own field."""
+    return Image(data_uri(url, field or where), None, where)
 
 
 def base64_image(data: str, media_type: str | None, where: str) -> Image:

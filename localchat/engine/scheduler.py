@@ -144,6 +144,8 @@ class Scheduler:
             # First: a request cancelled during the last step frees its slot, and the prompt it had
             # read stays there as that slot's cache, so a client's immediate retry is admitted into it.
             self._drop_cancelled()
+            if self.after_step is not None:
+                self.after_step()  # what the drop emitted goes out before the loop sleeps (a worker's batch)
             with self._cond:
                 if not self._stopping and not self.running and not self.queue:
                     self._cond.wait()  # then one turn, if only to flush (a request refused while preparing)

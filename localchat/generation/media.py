@@ -83,10 +83,14 @@ def check_count(n: int, limits: Settings, param: str = "messages") -> None:
 def check_media(media: tuple[Media, ...], projector: Any, model: str) -> None:
     """The model reads these media: it has a projector (`mmproj`) for their kind."""
     for m in media:
-        if projector is None or not (projector.vision if m.kind == "image" else projector.audio):
-            what = "images" if m.kind == "image" else "audio"
-            raise InvalidRequest(f"{m.param}: the model {model} does not read {what}: give it a projector that does "
-                                 "(`mmproj` in models.toml)", param=m.param)
+        check_reads(projector, model, m.kind, m.param)
+
+
+def check_reads(projector: Any, model: str, kind: str, param: str) -> None:
+    if projector is None or not (projector.vision if kind == "image" else projector.audio):
+        what, reader = ("images", "vision projector") if kind == "image" else ("audio", "audio projector")
+        raise InvalidRequest(f"{param}: the model {model} does not read {what}: give it a {reader} that does "
+                             "(`mmproj` in models.toml)", param=param)
 
 
 def place_media(model: Any, segments: tuple[tuple[str, bool], ...] | list[tuple[str, bool]],

@@ -18,7 +18,7 @@ from . import constraints
 from .adapters import resolve_adapters
 from .constraints import OutputRules
 from .fim import fim_tokens
-from .media import check_count, check_media, decode_audio, decode_image, marker, place_media
+from .media import check_count, check_media, check_reads, decode_audio, decode_image, marker, place_media
 from .request import Audio, GenerationRequest, Image, Message
 from .stream import OutputSplitter
 
@@ -39,7 +39,7 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     if request.prompt is not None:
         tokens, thinking = _raw_tokens(request, loaded), False
     else:
-        conversation, media = _media(request.messages, settings)
+        conversation, media = _media(request.messages, settings, loaded)
         messages, extra = _with_tools(_template_messages(conversation, loaded.spec.system_prompt_strip), rules,
                                       family, loaded)
         extra.update(family.template_vars(request.reasoning))  # the family's switch (enable_thinking, …)
@@ -67,13 +67,18 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     return Prepared(generate, splitters)
 
 
-def _media(messages: tuple[Message, ...], settings: Settings) -> tuple[tuple[Message, ...], tuple[Media, ...]]:
-    """Images and audio decoded (Pillow), each replaced in its message by a marker where it sits."""
+def _media(messages: tuple[Message, ...], settings: Settings,
+           loaded: LoadedModel) -> tuple[tuple[Message, ...], tuple[Media, ...]]:
+    """Images and audio decoded (Pillow), each replaced in its message by a marker where it sits;
+    a model that does not read their kind refuses them before anything is decoded."""
     found = [(i, j, part) for i, m in enumerate(messages) for j, part in enumerate(m.content)
              if isinstance(part, (Image, Audio))]
     if not found:
         return messages, ()
     check_count(len(found), settings)
+    for i, j, part in found:  # images are decoded here: not for a model that cannot read them
+        if isinstance(part, Image):
+            check_reads(loaded.projector, loaded.spec.name, "image", part.where or f"messages.{i}.content.{j}")
     media: list[Media] = []
     out = list(messages)
     for i, m in enumerate(messages):

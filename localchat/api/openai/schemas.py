@@ -250,7 +250,7 @@ def _said(i: int, m: Message) -> Said:
                 parts.append(Text(part.text))
             elif part.type == "image_url" and part.image_url is not None:
                 url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
-                parts.append(data_image(url, f"{where}.{j}.image_url.url"))
+                parts.append(data_image(url, f"{where}.{j}", f"{where}.{j}.image_url.url"))
             elif part.type == "input_audio" and part.input_audio is not None:
                 data = b64(part.input_audio.data, f"{where}.{j}.input_audio.data")
                 parts.append(Audio(data, part.input_audio.format, f"{where}.{j}"))

@@ -232,7 +232,7 @@ def _parts(content: str | list[Part], where: str) -> tuple[Text | Image, ...]:
         if part.type in ("input_text", "output_text", "text") and part.text is not None:
             out.append(Text(part.text))
         elif part.type == "input_image" and part.image_url:
-            out.append(data_image(part.image_url, f"{where}.{j}"))
+            out.append(data_image(part.image_url, f"{where}.{j}", f"{where}.{j}.image_url"))
         elif part.type != "refusal":
             raise InvalidRequest(f"{where}.{j}.type: {part.type!r} parts are not supported; this server reads "
                                  "text (input_text, output_text) and input_image parts", param=f"{where}.{j}.type")
