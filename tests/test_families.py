@@ -120,6 +120,13 @@ def test_a_template_that_raises_is_a_clear_invalid_request():
         render_prompt(template, [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}])
 
 
+def test_hugging_faces_generation_tag_renders_what_it_encloses():
+    template = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}A:{{ m.content }}"
+                "{% endgeneration %}{% else %}U:{{ m.content }}{% endif %}{% endfor %}")
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}, {"role": "user", "content": "x"}]
+    assert render_prompt(template, messages).text == "U:hiA:yoU:x"
+
+
 def test_templates_are_sandboxed():
     from localchat.errors import InvalidRequest
     with pytest.raises(InvalidRequest):

@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 import jinja2
+import jinja2.ext
 from jinja2.sandbox import SandboxedEnvironment
 
 from ..errors import InvalidRequest
@@ -42,11 +43,22 @@ def _plain(content: str | list[tuple[str, bool]] | None) -> str:
     return content if isinstance(content, str) else "".join(t for t, _ in content or [])
 
 
+class _Generation(jinja2.ext.Extension):
+    """Hugging Face's `{% generation %}…{% endgeneration %}` (it marks the assistant's text for
+    training masks; LFM2.5's and Laguna's templates use it): renders what it encloses."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> Any:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
 @lru_cache(maxsize=16)
 def _compile(source: str) -> jinja2.Template:
     # Sandboxed (no attribute access outside the data, no Python); lists the template builds may
     # change (`ns.ids.append(…)`, as Kimi's and others' templates do): it only ever sees copies.
-    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _Generation])
     env.filters["tojson"] = lambda value, indent=None, **_: json.dumps(value, ensure_ascii=False, indent=indent)
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
