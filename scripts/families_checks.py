@@ -33,9 +33,11 @@ SCHEMAS = {"get_weather": WEATHER, "add": ADD}
 ARGS = {"city": "Paris", "days": 2}
 CALL = {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": ARGS}}
 ASK = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Weather in Paris?"}]
+# (the assistant answers the result before the next user turn: Mistral's templates refuse two
+# user turns with only a call between them)
 HISTORY = [*ASK, {"role": "assistant", "content": "", "tool_calls": [CALL]},
            {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "21 degrees"},
-           {"role": "user", "content": "And tomorrow?"}]
+           {"role": "assistant", "content": "21 degrees."}, {"role": "user", "content": "And tomorrow?"}]
 # Texts in a template that are special tokens in its model's vocabulary.
 _CONTROL = re.compile(r"<\|[^|<>\s'\"]{1,40}\|>|<｜[^｜\s'\"]{1,40}｜>|\[/?[A-Z][A-Z_]{1,30}\]|<\|[a-z_\"]{1,20}>|"
                       r"<[a-z_]{1,20}\|>|<(?:BOS_TOKEN|EOS_TOKEN)>|\[gMASK\]|<sop>|<s>|</s>|<bos>|<eos>")
