@@ -34,7 +34,7 @@ def models(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
 
 
 def _describe(spec: ModelSpec, settings: Settings) -> tuple[str, str, str, str, str]:
-    from .families import detect
+    from .families import choose
     from .models.host import size_model
 
     where = spec.location()
@@ -46,7 +46,7 @@ def _describe(spec: ModelSpec, settings: Settings) -> tuple[str, str, str, str, 
         info = inspect(where)
     except LocalchatError:
         return (spec.family or "?", "?", human_bytes(where.stat().st_size), "?", "[red]not a GGUF file[/red]")
-    family = spec.family or detect(info.architecture, info.chat_template, info.tokens).name
+    family = choose(spec.family, info, spec.template).family.name
     try:
         context = str(size_model(spec, info, settings).context)
     except ModelTooLarge:
@@ -63,7 +63,7 @@ def show(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Print what a model's GGUF file says about itself, and the memory it needs."""
-    from .families import detect
+    from .families import choose
 
     registry = load_registry(config)
     try:
@@ -71,8 +71,8 @@ def show(
         info = inspect(spec.file())
     except LocalchatError as exc:
         raise fail(exc.message) from None
-    detected = detect(info.architecture, info.chat_template, info.tokens)
-    family = spec.family or detected.name
+    detected = choose(None, info).family
+    chosen = choose(spec.family, info, spec.template).family
     files = f"  (+{len(info.files) - 1} more parts)" if len(info.files) > 1 else ""
     rows = [
         ("name", spec.name + (f"  (aliases: {', '.join(spec.aliases)})" if spec.aliases else "")),
@@ -85,7 +85,8 @@ def show(
         *_memory_rows(spec, info, registry.settings, ctx_size, parallel),
         ("chat template", f"in the GGUF ({len(info.chat_template)} characters)" if info.chat_template
          else "none in the GGUF: the family's template is used"),
-        ("family", f"{family}" + (" (set in models.toml)" if spec.family else " (detected)")),
+        ("family", f"{chosen.name}" + (" (set in models.toml)" if spec.family else " (detected)")),
+        ("tool calls", chosen.codec.name + (f", reasoning in {' '.join(chosen.reasoning)}" if chosen.reasoning else "")),
         ("BOS / EOS", f"{info.bos_token or '-'} / {info.eos_token or '-'}"),
         ("special tokens", _special_tokens(info.tokens, detected.control_tokens)),
     ]

@@ -70,7 +70,7 @@ def registry_file(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPat
     path = tmp_path_factory.mktemp("config") / "models.toml"
     lines = [shipped_config().read_text()]
     for name, model in tiny_models.items():
-        lines.append(f'\n[models.tiny-{name}]\npath = "{model}"\ncontext_length = {TINY_CTX}\n')
+        lines.append(f'\n[models."tiny-{name}"]\npath = "{model}"\ncontext_length = {TINY_CTX}\n')
     lines.append('\n[models.ghost]\npath = "/nonexistent/ghost.gguf"\n')  # listed, but its file is gone
     # a chat model with two LoRA adapters, both off by default
     one, two = (write_tiny_lora(path.parent / f"lora-{name}.gguf", seed=seed) for name, seed in (("one", 1), ("two", 2)))

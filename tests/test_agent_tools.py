@@ -15,8 +15,8 @@ import pytest
 from agent_tools import agent_tools
 from localchat.engine import Done, LocalEngine, Generate, SamplingParams, Text
 from localchat.families import FAMILIES, render_prompt
-from localchat.generation.constraints import OutputRules, ToolSpec, build
-from localchat.generation.stream import OutputSplitter, ToolCallArguments, ToolCallStart
+from localchat.generation.constraints import OutputRules, ToolSpec, build, codec_tools
+from localchat.generation.stream import ToolCallArguments, ToolCallStart
 from tinymodels import write_tiny_model
 
 TOOLS = agent_tools()
@@ -48,7 +48,7 @@ def test_forced_calls_from_an_agent_sized_tool_set_validate(tmp_path: Path, fami
     fam = FAMILIES[family]
     constraint = build(RULES, fam, thinking=False)
     engine = LocalEngine(write_tiny_model(tmp_path / "m.gguf", fam, n_ctx=1024), n_ctx=1024, parallel=1,
-                    visible=fam.tools.visible_tokens)
+                    visible=fam.visible_tokens)
     try:
         prompt = engine.tokenizer.tokenize(render_prompt(fam.template, [{"role": "user", "content": "go"}]).segments)
         complete = 0
@@ -59,7 +59,7 @@ def test_forced_calls_from_an_agent_sized_tool_set_validate(tmp_path: Path, fami
             if finish == "length":
                 continue  # a random model may write a long string; cut off, it cannot be judged
             complete += 1
-            split = OutputSplitter(fam.tools)
+            split = fam.splitter(codec_tools(RULES))
             pieces = split.push(text) + split.finish()
             names = [p.name for p in pieces if isinstance(p, ToolCallStart)]
             args: dict[int, str] = {}

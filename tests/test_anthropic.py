@@ -27,7 +27,7 @@ TOOLS = [{"name": "get_weather", "description": "Weather in a city", "input_sche
          {"name": "add", "input_schema": ADD}]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 CHATML = vocabulary(FAMILIES["chatml"])[0]
-TRIGGER = str(CHATML.index(FAMILIES["chatml"].tools.trigger))  # <tool_call>
+TRIGGER = str(CHATML.index(FAMILIES["chatml"].codec.trigger))  # <tool_call>
 END = str(CHATML.index(FAMILIES["chatml"].eos_token))  # <|im_end|>
 # tiny-chatml's end-of-turn tokens pushed down: the answer runs to max_tokens, whatever the model picks
 NO_END = {str(CHATML.index(t)): -100 for t in FAMILIES["chatml"].stop_tokens if t in CHATML}

@@ -35,6 +35,24 @@ EXPECTED = {
                    "<｜User｜>and the world<｜Assistant｜><think>\n",
     "chatml": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n"
               "<|im_start|>assistant\nthe sea<|im_end|>\n<|im_start|>user\nand the world<|im_end|>\n<|im_start|>assistant\n",
+    'command-r7b': '<BOS_TOKEN><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>Be brief.<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>hello<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_RESPONSE|>the sea<|END_RESPONSE|><|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>and the world<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>',
+    'kimi-k2': '<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>hello<|im_end|><|im_assistant|>assistant<|im_middle|>the sea<|im_end|><|im_user|>user<|im_middle|>and the world<|im_end|><|im_assistant|>assistant<|im_middle|>',
+    'deepseek-v3.1': '<｜begin▁of▁sentence｜>Be brief.<｜User｜>hello<｜Assistant｜>the sea<｜end▁of▁sentence｜><｜User｜>and the world<｜Assistant｜><think></think>',
+    'glm-4.7': '[gMASK]<sop><|system|>\nBe brief.<|user|>\nhello<|assistant|>\nthe sea<|user|>\nand the world<|assistant|>\n',
+    'glm': '[gMASK]<sop><|system|>\nBe brief.<|user|>\nhello<|assistant|>\nthe sea<|user|>\nand the world<|assistant|>\n',
+    'qwen3-coder': '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nthe sea<|im_end|>\n<|im_start|>user\nand the world<|im_end|>\n<|im_start|>assistant\n',
+    'functionary-v3.1': '<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nhello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nthe sea<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nand the world<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n',
+    'firefunction-v2': '<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nhello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nthe sea<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nand the world<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n',
+    'mistral-small-3.2': '<s>[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]hello[/INST]the sea</s>[INST]and the world[/INST]',
+    'mistral3': '<s>[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]hello[/INST]the sea</s>[INST]and the world[/INST]',
+    'phi4-mini': '<|system|>\nBe brief.<|end|>\n<|user|>\nhello<|end|>\n<|assistant|>\nthe sea<|end|>\n<|user|>\nand the world<|end|>\n<|assistant|>\n',
+    'granite': '<|start_of_role|>system<|end_of_role|>Be brief.<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>hello<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>the sea<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>and the world<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>',
+    'gpt-oss': '<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nReasoning: medium\n\n'
+               '# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>'
+               '<|start|>developer<|message|># Instructions\n\nBe brief.<|end|><|start|>user<|message|>hello<|end|>'
+               '<|start|>assistant<|channel|>final<|message|>the sea<|end|><|start|>user<|message|>and the world<|end|>'
+               '<|start|>assistant',
+    'granite4': '<|start_of_role|>system<|end_of_role|>Be brief.<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>hello<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>the sea<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>and the world<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>',
 }
 
 
@@ -56,7 +74,7 @@ def test_family_is_detected_from_gguf_metadata(name: str, tiny_models: dict[str,
     assert detect(info.architecture, info.chat_template, info.tokens).name == name
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", [n for n, f in FAMILIES.items() if f.vocabulary_markers])
 def test_family_is_detected_from_vocabulary_without_a_template(name: str, tmp_path: Path):
     info = inspect(write_tiny_model(tmp_path / "m.gguf", FAMILIES[name], chat_template=None))
     assert info.chat_template is None
@@ -100,6 +118,13 @@ def test_a_template_that_raises_is_a_clear_invalid_request():
     template = "{% if messages[0].role != 'user' %}{{ raise_exception('Conversations must start with a user turn') }}{% endif %}"
     with pytest.raises(InvalidRequest, match="must start with a user turn"):
         render_prompt(template, [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}])
+
+
+def test_hugging_faces_generation_tag_renders_what_it_encloses():
+    template = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}A:{{ m.content }}"
+                "{% endgeneration %}{% else %}U:{{ m.content }}{% endif %}{% endfor %}")
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}, {"role": "user", "content": "x"}]
+    assert render_prompt(template, messages).text == "U:hiA:yoU:x"
 
 
 def test_templates_are_sandboxed():

@@ -16,17 +16,27 @@ WORDS = ["the", "a", "and", "to", "of", "hello", "world", "sea", "call", "tool",
 
 
 def extra_tokens(family: Family) -> list[str]:
-    extra = [family.tools.trigger] if family.tools.trigger not in family.control_tokens else []
-    return extra + list(family.reasoning or ())
+    """Single tokens for the text that opens calls, the codec's markup and the think tags."""
+    codec = family.codec
+    texts = (codec.trigger, *codec.visible_tokens, *(family.reasoning or ()), *value_ends(family))
+    return [t for t in dict.fromkeys(texts) if t not in family.control_tokens]
 
 
-def vocabulary(family: Family, extra: tuple[str, ...] = ()) -> tuple[list[str], list[int]]:
+def value_ends(family: Family) -> tuple[str, ...]:
+    """The tag that ends an XML-style argument's raw value: a random model never spells it out
+    letter by letter, so the tests' models have it as one token (and the tests favour it)."""
+    xml = getattr(getattr(family.codec, "shape", None), "xml", None)
+    return (xml.value_close,) if xml else ()
+
+
+def vocabulary(family: Family, extra: tuple[str, ...] = (), control: tuple[str, ...] = ()) -> tuple[list[str], list[int]]:
+    """control: more control tokens (a chat template's own)."""
     tokens, types = ["<unk>"], [TokenType.UNKNOWN]
-    for t in family.control_tokens:
+    for t in dict.fromkeys((*family.control_tokens, *control)):
         tokens.append(t)
         types.append(TokenType.CONTROL)
-    # Single tokens for the tool-call trigger and think tags, as real vocabularies have them.
-    for t in (*extra_tokens(family), *extra):
+    # Single tokens for the tool-call markers and think tags, as real vocabularies have them.
+    for t in dict.fromkeys(t for t in (*extra_tokens(family), *extra) if t not in tokens):
         tokens.append(t)
         types.append(TokenType.USER_DEFINED)
     for b in range(256):
@@ -49,17 +59,18 @@ RERANK_TEMPLATE = ("<|im_start|>system\nJudge whether the Document meets the Que
 def write_tiny_model(path: Path, family: Family, *, n_ctx: int = 512, seed: int = 0,
                      chat_template: str | None = "family", extra: tuple[str, ...] = (), fim: bool = False,
                      pooling: int | None = None, split_tensors: int = 0, padding: int = 0, arch: str = "llama",
-                     reranker: bool = False) -> Path:
+                     reranker: bool = False, control: tuple[str, ...] = ()) -> Path:
     """fim: the vocabulary has fill-in-the-middle tokens, declared in the GGUF as llama.cpp reads
     them; pooling: the GGUF declares this pooling type (1 mean, 2 cls, 3 last), as embedding models do;
     split_tensors: write a split GGUF (`NAME-00001-of-0000N.gguf`, …) of this many tensors a part,
     as gguf-split does; the first part's path is returned; padding: a metadata string of this many
     bytes (llama.cpp ignores it) makes the file that much larger; arch: llama or qwen3 (per-head
     Q/K norms); reranker: a Qwen3-Reranker-shaped model (qwen3, rank pooling, a yes/no classifier
-    head `cls.output`, a `rerank` prompt template)."""
+    head `cls.output`, a `rerank` prompt template); control: more control tokens (those a chat
+    template uses)."""
     if reranker:
         arch, pooling = "qwen3", 4
-    tokens, types = vocabulary(family, (*extra, *(FIM.values() if fim else ())))
+    tokens, types = vocabulary(family, (*extra, *(FIM.values() if fim else ())), control)
     index = {t: i for i, t in enumerate(tokens)}
     eos = family.eos_token if family.eos_token in index else family.stop_tokens[0]
     rng = np.random.default_rng(seed)

@@ -17,6 +17,11 @@ from ..errors import ContextOverflow, ModelUnavailable
 from .utf8guard import Utf8Tables
 
 LONG_TEXT, LONG_TEXTS_KEPT = 4096, 32  # texts this long (bytes) have their tokens kept; how many
+# Control tokens llama.cpp turns into user-defined ones when it loads a vocabulary (its "always
+# render" hack for gpt-oss's harmony tokens; `<|end|>` too where `<|return|>` and `<|call|>` end
+# turns): a user-defined token is matched even in text tokenized without special tokens, so
+# message text could forge a harmony turn. Plain text is cut inside each of these (_tokenize).
+PROMOTED = ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>")
 _backend_ready = False
 _log = logging.getLogger("localchat.llama")
 
@@ -69,6 +74,8 @@ class Model:
         self.fim = {k: t for k, f in fim.items() if (t := f(self.vocab)) >= 0}  # fill-in-the-middle tokens
         self.bos = self._bos if self._add_bos and self._bos >= 0 else None  # the BOS a prompt starts with
         self.adapters: list[int] = []  # LoRA adapters (llama.cpp pointers), freed with the model
+        self._guarded = tuple(t for t in PROMOTED if (i := self.token_id(t)) is not None
+                              and C.llama_vocab_get_attr(self.vocab, i) & C.LLAMA_TOKEN_ATTR_USER_DEFINED)
 
     def load_adapters(self, paths: Iterable[str]) -> None:
         for path in paths:
@@ -108,6 +115,16 @@ class Model:
         return tokens
 
     def _tokenize(self, data: bytes, parse_special: bool) -> list[int]:
+        if not parse_special and self._guarded and any(t.encode() in data for t in self._guarded):
+            # plain text holding a promoted control token's text: cut one byte into each
+            # occurrence, so that no piece holds the whole text (it stays plain characters)
+            text = data.decode("utf-8", "replace")
+            cuts = sorted({at + 1 for t in self._guarded for at in _occurrences(text, t)})
+            pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+            return [tok for piece in pieces for tok in self._llama_tokenize(piece.encode(), False)]
+        return self._llama_tokenize(data, parse_special)
+
+    def _llama_tokenize(self, data: bytes, parse_special: bool) -> list[int]:
         cap = len(data) + 8
         buf = (C.llama_token * cap)()
         n = C.llama_tokenize(self.vocab, data, len(data), buf, cap, False, parse_special)
@@ -170,3 +187,11 @@ class Model:
         if self.ptr:
             C.llama_model_free(self.ptr)
             self.ptr = None
+
+
+def _occurrences(text: str, needle: str) -> list[int]:
+    out, at = [], text.find(needle)
+    while at >= 0:
+        out.append(at)
+        at = text.find(needle, at + 1)
+    return out

@@ -1,18 +1,41 @@
-"""Model families: an explicit registry, detection from GGUF metadata, prompt rendering."""
+"""Model families: an explicit registry, detection in one place (`choose`), prompt rendering."""
 
 from __future__ import annotations
 
-from . import chatml, deepseek, gemma, llama3, mistral, phi
+from dataclasses import dataclass
+from typing import Protocol
+
+from . import chatml, command_r, deepseek, gemma, glm, gptoss, granite, kimi, llama3, mistral, phi, qwen3coder
 from .base import Family
-from .render import Prompt, render_prompt, system_first
+from .codecs.base import Call, Codec, Tool
+from .render import Prompt, TemplateCaps, render_prompt, system_first, template_caps
 
 # Order matters for detection: a more specific template marker comes before a general one
-# (Phi-4's `<|im_sep|>` template also contains ChatML's `<|im_start|>`).
+# (Qwen3-Coder's template is ChatML with XML tool calls; Phi-4's `<|im_sep|>` template also
+# contains ChatML's `<|im_start|>`).
 FAMILIES: dict[str, Family] = {
-    f.name: f for f in (gemma.FAMILY, llama3.FAMILY, mistral.FAMILY, deepseek.FAMILY, phi.PHI4, phi.PHI3,
-                        chatml.FAMILY)
+    f.name: f for f in (
+        gptoss.FAMILY, command_r.FAMILY, kimi.FAMILY, deepseek.V31, deepseek.FAMILY, glm.GLM_47, glm.FAMILY,
+        qwen3coder.FAMILY, gemma.FAMILY, llama3.FUNCTIONARY_31, llama3.FIREFUNCTION_2, llama3.FAMILY,
+        mistral.MISTRAL_CALL_ID, mistral.MISTRAL_ARGS, mistral.FAMILY, phi.PHI4, phi.PHI4_MINI, phi.PHI3,
+        granite.FAMILY, granite.GRANITE4, chatml.FAMILY)
 }
 DEFAULT_FAMILY = chatml.FAMILY
+
+
+class GgufFacts(Protocol):
+    """What detection reads from a GGUF header (models.gguf.ModelInfo has it)."""
+
+    architecture: str
+    chat_template: str | None
+    tokens: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Choice:
+    family: Family
+    template: str  # the chat template the model renders with
+    detected: bool  # the family was told by the GGUF (not named in models.toml)
 
 
 def get_family(name: str) -> Family:
@@ -26,10 +49,11 @@ def detect(architecture: str, chat_template: str | None, tokens: frozenset[str])
     """The family of a GGUF model: by its chat template, then its vocabulary, then its architecture."""
     if chat_template:
         for family in FAMILIES.values():
-            if any(marker in chat_template for marker in family.template_markers):
+            if family.matches(chat_template):
                 return family
     for family in FAMILIES.values():
-        if family.stop_tokens[0] in tokens and all(t in tokens for t in family.template_markers):
+        markers = family.vocabulary_markers
+        if markers and family.stop_tokens[0] in tokens and all(t in tokens for t in markers):
             return family
     for family in FAMILIES.values():
         if architecture in family.architectures:
@@ -37,4 +61,20 @@ def detect(architecture: str, chat_template: str | None, tokens: frozenset[str])
     return DEFAULT_FAMILY
 
 
-__all__ = ["FAMILIES", "Family", "Prompt", "detect", "get_family", "render_prompt", "system_first"]
+def choose(family: str | None, gguf: GgufFacts | None, template: str | None = None) -> Choice:
+    """The family and chat template a model gets: models.toml's `family` if it names one, else
+    the family the template (models.toml's, else the GGUF's), vocabulary or architecture tells;
+    models.toml's `template`, else the GGUF's own (unless models.toml names the family: then the
+    family's)."""
+    if family:
+        chosen = get_family(family)
+    elif gguf is not None:
+        chosen = detect(gguf.architecture, template or gguf.chat_template, gguf.tokens)
+    else:
+        chosen = DEFAULT_FAMILY
+    own = gguf.chat_template if gguf is not None and not family else None
+    return Choice(chosen, template or own or chosen.template, not family)
+
+
+__all__ = ["FAMILIES", "Call", "Choice", "Codec", "Family", "Prompt", "TemplateCaps", "Tool", "choose", "detect",
+           "get_family", "render_prompt", "system_first", "template_caps"]

@@ -1,64 +1,24 @@
-"""What a model family is: everything localchat knows about one prompt format."""
+"""What a model family is: everything localchat knows about one prompt format and its models'
+output: the template (when the GGUF has none), stop and control tokens, reasoning tags and the
+switch that turns reasoning on or off, and the tool-call codec."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .codecs.base import Codec, Segments, Tool
+from .codecs.json_codecs import GENERIC
+from .codecs.split import Splitter
 
-@dataclass(frozen=True)
-class ToolSyntax:
-    """How a family's model calls tools: calls are JSON objects {"name": …, args_key: {…}},
-    each wrapped in call_open/call_close, joined by separator, the whole in open/close.
-    `trigger` is the text that starts the calls when tool_choice is "auto"."""
-
-    open: str = ""
-    close: str = ""
-    call_open: str = ""
-    call_close: str = ""
-    separator: str = "\n"
-    args_key: str = "arguments"
-    trigger: str = ""
-    # Prompt wording when the chat template has no `tools` variable of its own.
-    instructions: str = ("You can call these tools. To call tools, answer with nothing but the calls, "
-                         "written as: {example}\nThe tools, as JSON schemas:\n{tools}")
-    result_open: str = ""
-    result_close: str = ""
-    visible_tokens: tuple[str, ...] = ()  # control tokens that must appear in the output text
-    tools_separator: str = "\n"  # between the tools' schemas in `instructions`
-
-    def format_calls(self, calls: list[dict[str, Any]]) -> Segments:
-        """Assistant tool calls from the history, written the way the model writes them: our
-        markup as template text, the calls' JSON as plain text."""
-        out: Segments = [(self.open, False)]
-        for i, c in enumerate(calls):
-            call = {"name": c["function"]["name"], self.args_key: c["function"]["arguments"]}
-            out += [(self.separator if i else "", False), (self.call_open, False),
-                    (json.dumps(call, ensure_ascii=False), True), (self.call_close, False)]
-        return _tidy(out + [(self.close, False)])
-
-    def describe(self, tools: list[dict[str, Any]]) -> Segments:
-        """The tools in the family's wording (the tools' own text stays plain)."""
-        example = "".join(t for t, _ in self.format_calls(
-            [{"function": {"name": "tool_name", "arguments": {"argument": "value"}}}]))
-        listing = self.tools_separator.join(json.dumps(t, ensure_ascii=False) for t in tools)
-        before, _, after = self.instructions.format(example=example, tools="\x00").partition("\x00")
-        return _tidy([(before, False), (listing, True), (after, False)])
-
-    def format_result(self, content: str) -> Segments:
-        return _tidy([(self.result_open, False), (content, True), (self.result_close, False)])
+Marker = str | tuple[str, ...]  # a text in the chat template; a tuple: all of them ("!text": not that text)
+Messages = list[dict[str, Any]]
 
 
-Segments = list[tuple[str, bool]]  # (text, is_plain): only plain=False text may hold control tokens
-
-
-def _tidy(segments: Segments) -> Segments:
-    return [s for s in segments if s[0]]
-
-
-GENERIC_TOOLS = ToolSyntax(open='{"tool_calls": [', close="]}", separator=", ", trigger='{"tool_calls":',
-                           result_open="Tool result: ")
+def _found(marker: Marker, template: str) -> bool:
+    texts = (marker,) if isinstance(marker, str) else marker
+    return all((t[1:] not in template) if t.startswith("!") else (t in template) for t in texts)
 
 
 @dataclass(frozen=True)
@@ -71,11 +31,54 @@ class Family:
     stop_tokens: tuple[str, ...]
     # Every control token of the family's vocabulary (also what the test fixtures put in a tiny model).
     control_tokens: tuple[str, ...]
-    # Substrings that identify this family's chat template.
-    template_markers: tuple[str, ...]
+    # Texts that identify this family's chat template (any one of them).
+    template_markers: tuple[Marker, ...]
     # GGUF `general.architecture` values that imply this family when nothing else tells.
     architectures: tuple[str, ...] = ()
     bos_token: str = ""
     eos_token: str = ""
-    tools: ToolSyntax = GENERIC_TOOLS
+    codec: Codec = GENERIC
     reasoning: tuple[str, str] | None = None  # (open, close) think tags, for families that think
+    thinking_switch: str = "enable_thinking"  # the template variable that turns reasoning on or off
+    effort_switch: str = ""  # or the one that sets its effort (harmony's reasoning_effort)
+    history: Callable[[Messages], Messages] | None = None  # fixes a GGUF template needs in the history
+    models: str = ""  # which models use it (for people)
+
+    def matches(self, template: str) -> bool:
+        return any(_found(m, template) for m in self.template_markers)
+
+    @property
+    def vocabulary_markers(self) -> tuple[str, ...]:
+        """A marker whose texts are all tokens of the family's vocabulary (for detection without a
+        template); none when the vocabulary cannot tell this family from another."""
+        for marker in self.template_markers:
+            texts = [t for t in ((marker,) if isinstance(marker, str) else marker) if not t.startswith("!")]
+            if all(t in self.control_tokens for t in texts):
+                return tuple(texts)
+        return ()
+
+    @property
+    def visible_tokens(self) -> tuple[str, ...]:
+        """Control tokens that must show in the output text: the codec's and the think tags."""
+        return tuple(dict.fromkeys((*self.codec.visible_tokens, *(self.reasoning or ()))))
+
+    def template_vars(self, reasoning: bool | str | None = None) -> dict[str, Any]:
+        """Template variables for a reasoning switch: None leaves the template's default; True /
+        False turn it on or off; "low" / "medium" / "high" set its effort where the family has one."""
+        if reasoning is None:
+            return {}
+        if self.effort_switch:
+            return {self.effort_switch: reasoning if isinstance(reasoning, str) else "medium" if reasoning else "low"}
+        return {self.thinking_switch: bool(reasoning)} if self.thinking_switch else {}
+
+    def opens_reasoning(self, prompt: str) -> bool:
+        """Whether the rendered prompt leaves the model inside a think block."""
+        return bool(self.reasoning) and prompt.rstrip().endswith(self.reasoning[0])  # type: ignore[index]
+
+    def splitter(self, tools: Sequence[Tool] = (), thinking: bool = False, strict: bool = True,
+                 calls: bool = True) -> Splitter:
+        """What splits this family's output into reasoning, content and (with `calls`) tool calls."""
+        return self.codec.splitter(self.reasoning, thinking, tools if calls else None, strict)
+
+    def describe_tools(self, tools: Sequence[Tool]) -> Segments:
+        return self.codec.describe(tools)

@@ -1,7 +1,9 @@
 """Gemma (1, 2, 3): `<start_of_turn>user` / `<start_of_turn>model`; no system role, so the
-system prompt opens the first user turn, as Google's own template does."""
+system prompt opens the first user turn, as Google's own template does. No tool syntax of its
+own: calls are asked for as JSON in a ```tool_call fence (a ```json fence or bare JSON is read too)."""
 
 from .base import Family
+from .codecs.json_codecs import GEMMA3
 
 TEMPLATE = (
     "{{ bos_token }}"
@@ -26,4 +28,6 @@ FAMILY = Family(
     architectures=("gemma", "gemma2", "gemma3", "gemma3n"),
     bos_token="<bos>",
     eos_token="<eos>",
+    codec=GEMMA3,
+    models="Gemma 2, Gemma 3, Gemma 3n",
 )

@@ -1,14 +1,10 @@
-"""Llama 3 / 3.1 / 3.2 / 3.3: header tokens around each role, `<|eot_id|>` ends a turn."""
+"""Llama 3 / 3.1 / 3.2 / 3.3: header tokens around each role, `<|eot_id|>` ends a turn. Tool
+calls: a JSON object {"name": …, "parameters": …}, also read after `<|python_tag|>`."""
 
-from .base import Family, ToolSyntax
+from dataclasses import replace
 
-# Llama 3.1's JSON-based tool calling.
-TOOLS = ToolSyntax(
-    args_key="parameters", separator="\n", trigger='{"name":',
-    instructions=("Given the following functions, please respond with a JSON for a function call with its proper "
-                  "arguments that best answers the given prompt.\n\nRespond in the format {example}. "
-                  "Do not use variables.\n\n{tools}"),
-)
+from .base import Family
+from .codecs.json_codecs import FIREFUNCTION, FUNCTIONARY, LLAMA3
 
 TEMPLATE = (
     "{{ bos_token }}"
@@ -30,5 +26,14 @@ FAMILY = Family(
     template_markers=("<|start_header_id|>",),
     bos_token="<|begin_of_text|>",
     eos_token="<|end_of_text|>",
-    tools=TOOLS,
+    codec=LLAMA3,
+    models="Llama 3.1 / 3.2 / 3.3 (and Llama 3 fine-tunes)",
 )
+
+# Llama 3.1 fine-tunes with their own syntax.
+FUNCTIONARY_31 = replace(FAMILY, name="functionary-v3.1", codec=FUNCTIONARY,
+                         template="{#- calls: <function=NAME>{…}</function> -#}" + TEMPLATE,
+                         template_markers=(("<|start_header_id|>", "<function="),), models="Functionary v3.1")
+FIREFUNCTION_2 = replace(FAMILY, name="firefunction-v2", codec=FIREFUNCTION,
+                         template="{#- calls: functools[{…}] -#}" + TEMPLATE,
+                         template_markers=(("<|start_header_id|>", "functools"),), models="Firefunction v2")

@@ -1,6 +1,10 @@
-"""Phi: Phi-3 / 3.5 (`<|user|>` … `<|end|>`) and Phi-4 (ChatML with `<|im_sep|>`)."""
+"""Phi: Phi-3 / 3.5 (`<|user|>` … `<|end|>`), Phi-4-mini (the same turns; tools listed in
+`<|tool|>`, calls as `functools[…]`) and Phi-4 (ChatML with `<|im_sep|>`)."""
+
+from dataclasses import replace
 
 from .base import Family
+from .codecs.json_codecs import FIREFUNCTION
 
 PHI3_TEMPLATE = (
     "{%- for m in messages -%}"
@@ -24,7 +28,13 @@ PHI3 = Family(
     template_markers=("<|assistant|>", "<|end|>"),
     architectures=("phi3",),
     eos_token="<|endoftext|>",
+    models="Phi-3, Phi-3.5",
 )
+
+PHI4_MINI = replace(PHI3, name="phi4-mini", codec=FIREFUNCTION, architectures=(),
+                    template="{#- tools in <|tool|>…<|/tool|>; calls: functools[{…}] -#}" + PHI3_TEMPLATE, template_markers=(("<|assistant|>", "<|tool|>"),),
+                    control_tokens=PHI3.control_tokens + ("<|tool|>", "<|/tool|>", "<|tool_call|>", "<|/tool_call|>"),
+                    models="Phi-4-mini (function calling)")
 
 PHI4 = Family(
     name="phi4",
@@ -33,4 +43,5 @@ PHI4 = Family(
     control_tokens=("<|endoftext|>", "<|im_start|>", "<|im_sep|>", "<|im_end|>"),
     template_markers=("<|im_sep|>",),
     eos_token="<|endoftext|>",
+    models="Phi-4",
 )

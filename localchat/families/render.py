@@ -17,7 +17,8 @@ from functools import lru_cache
 from typing import Any
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+import jinja2.ext
+from jinja2.sandbox import SandboxedEnvironment
 
 from ..errors import InvalidRequest
 
@@ -42,9 +43,22 @@ def _plain(content: str | list[tuple[str, bool]] | None) -> str:
     return content if isinstance(content, str) else "".join(t for t, _ in content or [])
 
 
+class _Generation(jinja2.ext.Extension):
+    """Hugging Face's `{% generation %}…{% endgeneration %}` (it marks the assistant's text for
+    training masks; LFM2.5's and Laguna's templates use it): renders what it encloses."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> Any:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
 @lru_cache(maxsize=16)
 def _compile(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    # Sandboxed (no attribute access outside the data, no Python); lists the template builds may
+    # change (`ns.ids.append(…)`, as Kimi's and others' templates do): it only ever sees copies.
+    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _Generation])
     env.filters["tojson"] = lambda value, indent=None, **_: json.dumps(value, ensure_ascii=False, indent=indent)
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -86,14 +100,15 @@ def render_prompt(
         owner.extend([k] * len(pieces))
         return "".join(f"\ue000{nonce}:{i}\ue001" for i in range(start, len(texts)))
 
-    masked = [{**m, "content": hide(k, m["content"])} if isinstance(m.get("content"), (str, list)) else m
+    masked = [{**m, "content": hide(k, m["content"])} if isinstance(m.get("content"), (str, list)) else
+              {**m, "content": ""} if m.get("tool_calls") else dict(m)  # templates concatenate it
               for k, m in enumerate(messages)]
     try:
         rendered = _compile(template).render(
             **{**(variables or {}), "messages": masked, "add_generation_prompt": add_generation_prompt,
                "bos_token": bos_token, "eos_token": eos_token, **extra},
         )
-    except jinja2.TemplateError as exc:
+    except (jinja2.TemplateError, TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as exc:
         raise InvalidRequest(f"the model's chat template rejected the conversation: {exc}", param="messages") from exc
 
     segments: list[tuple[str, bool]] = []
@@ -126,3 +141,33 @@ def system_first(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         content = m.get("content") or ""
         parts += ([("\n\n", False)] if parts else []) + ([(content, True)] if isinstance(content, str) else content)
     return [{"role": "system", "content": parts}, *(m for m in messages if m.get("role") != "system")]
+
+
+@dataclass(frozen=True)
+class TemplateCaps:
+    """What a chat template does with tools, found by rendering it."""
+
+    tools: bool  # lists the request's tools itself
+    calls: bool  # writes an assistant's tool calls (and the tools' results) itself
+
+
+_PROBE_TOOL = {"type": "function", "function": {"name": "zz_probe_tool", "description": "probe",
+                                                  "parameters": {"type": "object", "properties": {
+                                                      "zz_arg": {"type": "string"}}}}}
+
+
+@lru_cache(maxsize=16)
+def template_caps(template: str) -> TemplateCaps:
+    def renders(messages: list[dict[str, Any]], needle: str, **extra: Any) -> bool:
+        try:
+            return needle in render_prompt(template, messages, **extra).text
+        except (InvalidRequest, TypeError, ValueError, LookupError, AttributeError, jinja2.TemplateError):
+            return False
+
+    ask = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    call = {"id": "call00001", "type": "function",
+            "function": {"name": "zz_probe_call", "arguments": {"zz_arg": "v"}}}
+    history = [*ask, {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "call00001", "name": "zz_probe_call", "content": "r"}]
+    return TemplateCaps(tools=renders(ask, "zz_probe_tool", tools=[_PROBE_TOOL]),
+                        calls=renders(history, "zz_probe_call", tools=[_PROBE_TOOL]))

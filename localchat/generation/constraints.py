@@ -21,7 +21,8 @@ from ..grammars.gbnf import MAX_BYTES
 from ..grammars.metaschema import schema_problem
 from ..models import Settings
 from ..grammars.schema import assemble, convert
-from ..grammars.tools import after_reasoning, tools_grammar
+from ..grammars.tools import after_reasoning
+from ..families.codecs.base import GrammarOptions, Tool
 
 
 @dataclass(frozen=True)
@@ -104,30 +105,43 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
         return Constraint(grammar, after_think, loosened=loosened)
     if not rules.calls_tools:
         return None
-    chosen = [i for i, t in enumerate(rules.tools) if rules.tool_choice in ("auto", "required", t.name)]
-    tools = [(rules.tools[i].name, rules.tools[i].parameters) for i in chosen]
-    auto, syntax = rules.tool_choice == "auto", family.tools
+    chosen = _chosen(rules)
+    tools = codec_tools(rules)
+    auto, codec = rules.tool_choice == "auto", family.codec
     answer = answer if auto else None  # calls, or else the final answer in JSON: no free text, no trigger
     lazy = auto and answer is None
+    if lazy and not codec.trigger:
+        return None  # no text that starts a call: free output, read leniently
 
     def make_tools() -> tuple[str, tuple[str, ...]]:
         loosened: list[str] = []
         try:
-            grammar = tools_grammar(tools, syntax, parallel=rules.parallel_tool_calls,
-                                    trigger=syntax.trigger if lazy else "", lead=bool(after_think) and not lazy,
-                                    answer=answer, loosened=loosened, max_bytes=rules.max_grammar_bytes)
+            grammar = codec.grammar(tools, GrammarOptions(
+                parallel=rules.parallel_tool_calls, lazy=lazy, lead=bool(after_think) and not lazy, answer=answer,
+                loosened=loosened, max_bytes=rules.max_grammar_bytes))
         except GrammarError as exc:  # the converter names the schema's field: tools.K.parameters or json_schema
             field = re.sub(r"^tools\.(\d+)", lambda m: f"tools.{chosen[int(m[1])]}", exc.param or "tools")
             raise neutral(exc, field) from None
         _validate_made(grammar, rules, "tools")
         return grammar, tuple(loosened)
 
-    key = ("tools", tools, family.name, lazy, answer, rules.parallel_tool_calls, bool(after_think),
-           rules.max_grammar_bytes)
+    key = ("tools", [(t.name, t.parameters) for t in tools], codec.name, lazy, answer, rules.parallel_tool_calls,
+           bool(after_think), rules.max_grammar_bytes)
     grammar, loosened = cached(key, make_tools)
     if lazy:  # free text, then the calls once the trigger is written
-        return Constraint(grammar, (syntax.trigger,), after=after_think[0] if after_think else "", loosened=loosened)
+        return Constraint(grammar, (codec.trigger,), after=after_think[0] if after_think else "", loosened=loosened)
     return Constraint(grammar, after_think, loosened=loosened)
+
+
+def codec_tools(rules: OutputRules) -> list[Tool]:
+    """The tools the model may call now (tool_choice naming one: only that one)."""
+    return [Tool(rules.tools[i].name, rules.tools[i].parameters, rules.tools[i].description) for i in _chosen(rules)]
+
+
+def _chosen(rules: OutputRules) -> list[int]:
+    """The indexes in `rules.tools` of the tools codec_tools gives (a grammar error names a tool
+    by its place among them: mapped back to the request's)."""
+    return [i for i, t in enumerate(rules.tools) if rules.tool_choice in ("auto", "required", "none", t.name)]
 
 
 def refuse_loosened(rules: OutputRules, loosened: tuple[str, ...], refuse_all: bool) -> None:

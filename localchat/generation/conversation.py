@@ -9,8 +9,9 @@ import re
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..families import Family, Prompt, render_prompt, system_first
+from ..families import Call, Family, Prompt, render_prompt, system_first, template_caps
 from ..models.host import LoadedModel
+from . import constraints
 from .constraints import OutputRules
 from .request import GenerationRequest, Message
 
@@ -32,8 +33,7 @@ def render_conversation(request: GenerationRequest, conversation: tuple[Message,
     messages, extra = _with_documents(messages, request.documents, loaded)
     messages, tools = _with_tools(messages, request.output, loaded.family, loaded)
     extra.update(tools)
-    if request.reasoning is not None:
-        extra["enable_thinking"] = request.reasoning  # the switch Qwen 3's templates read
+    extra.update(loaded.family.template_vars(request.reasoning))  # the family's switch (enable_thinking, …)
     options = {"add_generation_prompt": request.generation_prompt, "continue_final": continue_final,
                "variables": request.template_kwargs, **extra}
     return _render(loaded, messages, options)
@@ -126,21 +126,23 @@ def _render(loaded: LoadedModel, messages: list[dict[str, Any]], options: dict[s
 
 def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Family,
                 loaded: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Tools and tool history the way the template understands them: a GGUF template that
-    takes `tools` gets them as they are; a family template gets the family's wording."""
-    tools = [{"type": "function", "function": {k: v for k, v in (("name", t.name), ("description", t.description),
-                                                                  ("parameters", t.parameters)) if v is not None}}
-             for t in rules.tools]
-    if "tools" in loaded.template and loaded.template != family.template:
-        return messages, ({"tools": tools} if tools else {})
-    syntax, out = family.tools, []
+    """Tools and tool history the way the template understands them: what a GGUF template does
+    itself (list the tools, write calls and results: found by rendering it) it gets as it is; the
+    rest the family's codec writes."""
+    tools = constraints.codec_tools(rules)
+    caps = template_caps(loaded.template) if loaded.template != family.template else None
+    extra = {"tools": [t.openai() for t in tools]} if tools and caps and caps.tools else {}
+    if caps and caps.calls:
+        return (family.history(messages) if family.history else messages), extra
+    codec, out = family.codec, []
     for m in messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
             said = [(m["content"], True), ("\n", False)] if m["content"] else []
-            m = {"role": "assistant", "content": said + syntax.format_calls(m["tool_calls"])}
+            calls = [Call(c["function"]["name"], c["function"]["arguments"], c.get("id") or "") for c in m["tool_calls"]]
+            m = {"role": "assistant", "content": said + codec.format_calls(calls)}
         elif m["role"] == "tool":
-            m = {**m, "content": syntax.format_result(m["content"])}
+            m = {**m, "content": codec.format_result(m["content"])}
         out.append(m)
-    if tools:
-        out = _add_to_system(out, syntax.describe(tools))
-    return out, {}
+    if tools and not extra:
+        out = _add_to_system(out, codec.describe(tools))
+    return out, extra

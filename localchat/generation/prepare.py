@@ -40,7 +40,7 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     else:
         conversation, media = _media(request.messages, settings, loaded)
         prompt = render_conversation(request, conversation, loaded)
-        thinking = bool(family.reasoning) and prompt.text.rstrip().endswith(family.reasoning[0])
+        thinking = family.opens_reasoning(prompt.text)
         if media and request.prompt_logprobs is not None:
             raise InvalidRequest("not computed for a prompt with images or audio", field="prompt_logprobs")
         if media:
@@ -56,8 +56,9 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     if check:
         loaded.engine.check_fits(tokens)
     raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
-    splitters = [OutputSplitter(None if raw or not rules.calls_tools else family.tools,
-                                None if raw else family.reasoning, thinking) for _ in range(request.n)]
+    strict = constraint is not None and rules.calls_tools  # the calls follow the codec's grammar
+    splitters = [OutputSplitter() if raw else family.splitter(constraints.codec_tools(rules), thinking, strict,
+                                                                 calls=rules.calls_tools) for _ in range(request.n)]
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
                         adapters=resolve_adapters(loaded, request.lora), media=media,
                         cache_prompt=request.cache_prompt, prompt_logprobs=request.prompt_logprobs)

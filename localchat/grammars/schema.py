@@ -76,13 +76,17 @@ class Converter(RefRules):
 
     def run(self, schema: Schema) -> str:
         self.root_rule = self.visit(schema, "#")
+        self.drain()
+        return self.root_rule
+
+    def drain(self) -> None:
+        """Convert the `$ref` targets met so far (and those they meet)."""
         while self._todo:
             name, target, path, key, self._chain = self._todo.popleft()
             try:
                 self.rules[name] = self.visit(target, path)
             except Unsatisfiable:
                 raise _Dead(key) from None
-        return self.root_rule
 
     def grammar(self, root_body: str) -> str:
         return assemble(root_body, self.rules)
@@ -314,14 +318,15 @@ def _dump(value: Any) -> str:
 
 
 def convert(schema: Schema, prefix: str = "", rules: dict[str, str] | None = None, param: str = "schema", *,
-            max_depth: int = DEPTH_CAP, max_bytes: int = MAX_BYTES) -> Converter:
+            max_depth: int = DEPTH_CAP, max_bytes: int = MAX_BYTES, kind: type[Converter] = Converter) -> Converter:
     """Convert `schema`; the result's `grammar(root_rule)` has start rule `root`, and
-    `loosened` lists what was not enforced exactly."""
+    `loosened` lists what was not enforced exactly. (`kind`: a Converter whose `run` converts
+    other parts of the schema.)"""
     before = dict(rules or {})
     dead: set[Any] = set()
     try:
         for _ in range(MAX_TRIES):  # each try learns of one more unsatisfiable $ref target
-            converter = Converter(schema, prefix, rules, max_depth=max_depth, max_bytes=max_bytes)
+            converter = kind(schema, prefix, rules, max_depth=max_depth, max_bytes=max_bytes)
             converter.dead = dead
             try:
                 converter.run(schema)

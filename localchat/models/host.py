@@ -14,7 +14,8 @@ from typing import Any
 
 from ..engine import Engine, LocalEngine, WorkerEngine
 from ..errors import LocalchatError, ModelTooLarge
-from ..families import Family, detect, get_family
+from ..families import Family
+from ..families import choose as choose_family
 from .catalog import ModelSpec, Registry, Settings
 from .fit import Shape, Sizing, choose, free_memory
 from .gguf import ModelInfo, ProjectorInfo, inspect, inspect_projector
@@ -93,19 +94,14 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
     path = spec.file()
     info = info or inspect(path)
     sizing = size_model(spec, info, settings)  # ModelTooLarge (a 503) before llama.cpp tries
-    family = get_family(spec.family) if spec.family else detect(info.architecture, info.chat_template, info.tokens)
-    if spec.template:
-        template = spec.template
-    elif info.chat_template and not spec.family:
-        template = info.chat_template
-    else:
-        template = family.template
+    chosen = choose_family(spec.family, info, spec.template)
+    family, template = chosen.family, chosen.template
     projector = inspect_projector(spec.mmproj) if spec.mmproj else None
     embeds = info.pooling_type not in (None, RANK_POOLING)  # a reranker's rank pooling makes no embeddings
     pooling = None if embeds else 1 if spec.embedding else None  # 1: mean
     started = engine(path, worker=settings.worker, name=spec.name, n_ctx=sizing.context, parallel=sizing.slots,
                      max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
-                     visible=family.tools.visible_tokens, pooling=pooling, loras=[lora.path for lora in spec.loras],
+                     visible=family.visible_tokens, pooling=pooling, loras=[lora.path for lora in spec.loras],
                      mmproj=str(spec.mmproj) if spec.mmproj else None,
                      rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None)
     stop_ids = frozenset(i for t in family.stop_tokens if (i := started.tokenizer.token_id(t)) is not None)

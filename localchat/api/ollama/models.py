@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...errors import LocalchatError
-from ...families import DEFAULT_FAMILY, Family, detect, get_family
+from ...families import Family, choose
 from ...generation import Chat, LoadedModel
 from ...models import ModelInfo, ModelSpec, inspect
 from ...models.fit import Sizing
@@ -153,10 +153,8 @@ def _family(spec: ModelSpec, info: ModelInfo | None, loaded: LoadedModel | None)
     """The family and template the model has, or will have once loaded (as load_model picks them)."""
     if loaded is not None:
         return loaded.family, loaded.template
-    family = (get_family(spec.family) if spec.family else
-              detect(info.architecture, info.chat_template, info.tokens) if info else DEFAULT_FAMILY)
-    own = info.chat_template if info and not spec.family else None
-    return family, spec.template or own or family.template
+    chosen = choose(spec.family, info, spec.template)
+    return chosen.family, chosen.template
 
 
 def _parameters(spec: ModelSpec, family: Family) -> str:

@@ -1,0 +1,197 @@
+"""Most tool-call syntaxes are one shape: an optional opening, then calls (each a name and its
+arguments between fixed texts), separated, then an optional closing. A `Shape` says which texts;
+`ShapeCodec` writes calls in it, makes its grammar and reads it back (reader.py).
+
+    Hermes     <tool_call>\\n{"name": N, "arguments": A}\\n</tool_call>     (name in the JSON)
+    Mistral    [TOOL_CALLS]N[ARGS]A                                      (name between texts)
+    Qwen3-Coder <tool_call>\\n<function=N>\\n<parameter=K>\\nV\\n</parameter>\\n</function>\\n</tool_call>
+
+Fixed texts may hold `{index}` (the call's number) and `{id}` (a 9-character call id)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...grammars.gbnf import literal
+from ...grammars.schema import assemble, convert
+from ...grammars.text import fixed
+from .base import BlockParser, Call, Codec, GrammarOptions, Segments, Tool, tidy
+from .pattern import fill
+from .xmlargs import XmlArgs, args_rule, is_text, properties
+
+LEAD = "[ \\n]{0,4} "  # the blank lines a model writes after its reasoning
+
+
+@dataclass(frozen=True)
+class Shape:
+    open: str = ""  # before the first call
+    close: str = ""  # after the last
+    call_open: str = ""  # before each call
+    separator: str = ""  # between calls
+    call_close: str = ""  # after each call
+    name_key: str = ""  # the name inside a JSON object: {"<name_key>": N, "<args_key>": A}
+    args_key: str = "arguments"
+    id_key: str = ""  # that object starts with a call number: {"<id_key>": "0", …}
+    name_end: str = ""  # else the name is followed by this text, then the arguments
+    name_ends: tuple[str, ...] = ()  # other texts a model writes there (read, never written)
+    args_open: str = ""  # around JSON arguments (a code fence)
+    args_close: str = ""
+    xml: XmlArgs | None = None  # arguments as elements instead of JSON
+    marker: str = ""  # the text that opens a block (default: the fixed text before the first name)
+
+    @property
+    def json_form(self) -> bool:
+        return bool(self.name_key)
+
+    @property
+    def pre(self) -> str:
+        """The fixed text before a call's name."""
+        if self.json_form:
+            head = f'"{self.id_key}": "{{index}}", ' if self.id_key else ""
+            return self.call_open + "{" + head + f'"{self.name_key}": '
+        return self.call_open
+
+    @property
+    def mids(self) -> tuple[str, ...]:
+        """The fixed text between the name and the arguments (the canonical one first)."""
+        if self.json_form:
+            return (f', "{self.args_key}": ',)
+        return tuple(m + self.args_open for m in (self.name_end, *self.name_ends))
+
+    @property
+    def post(self) -> str:
+        return ("}" + self.call_close) if self.json_form else self.args_close + self.call_close
+
+    @property
+    def opener(self) -> str:
+        """The text a block starts with: its first fixed piece (for a bare JSON object, `{"name"`)."""
+        if self.marker:
+            return self.marker
+        start = (self.open or self.call_open).lstrip()
+        cut = min([len(start)] + [m.start() for m in re.finditer(r"\s|\{index\}|\{id\}", start)])
+        return start[:cut] or ('{"' + self.name_key + '"' if self.json_form else "")
+
+
+def short_id(call_id: str) -> str:
+    """A 9-character alphanumeric id for a call id (Mistral's templates require them)."""
+    if re.fullmatch(r"[A-Za-z0-9]{9}", call_id):
+        return call_id
+    return hashlib.sha1(call_id.encode()).hexdigest()[:9]
+
+
+@dataclass(frozen=True)
+class ShapeCodec(Codec):
+    name: str
+    shape: Shape
+    alternatives: tuple[Shape, ...] = ()  # other shapes models write unasked (read leniently)
+    trigger: str = ""  # default: the shape's opener
+    instructions: str = ("You can call these tools. To call tools, answer with nothing but the calls, "
+                         "written as: {example}\nThe tools, as JSON schemas:\n{tools}")
+    result_open: str = ""
+    result_close: str = ""
+    visible_tokens: tuple[str, ...] = ()
+    tools_separator: str = "\n"
+    describe_as: str = "openai"  # how each tool is listed: "openai" ({"type": "function", …}) or "function"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.trigger:
+            object.__setattr__(self, "trigger", self.shape.opener)
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(m for m in (self.trigger, self.shape.opener,
+                                                *(s.opener for s in self.alternatives)) if m))
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def format_calls(self, calls: Sequence[Call]) -> Segments:
+        s = self.shape
+        out: Segments = [(s.open, False)]
+        for i, call in enumerate(calls):
+            cid = short_id(call.id or f"call{i}")
+            out.append((fill(s.separator, i, cid) if i else "", False))
+            if s.json_form:
+                obj = ({s.id_key: str(i)} if s.id_key else {}) | {s.name_key: call.name, s.args_key: call.arguments}
+                out += [(fill(s.call_open, i, cid), False), (json.dumps(obj, ensure_ascii=False), True),
+                        (fill(s.call_close, i, cid), False)]
+                continue
+            out += [(fill(s.call_open, i, cid), False), (call.name, True), (fill(s.mids[0], i, cid), False)]
+            out += self._xml_args(call.arguments) if s.xml else [(json.dumps(call.arguments, ensure_ascii=False), True)]
+            out.append((fill(s.post, i, cid), False))
+        return tidy(out + [(s.close, False)])
+
+    def _xml_args(self, arguments: Any) -> Segments:
+        xml, out = self.shape.xml, []
+        assert xml is not None
+        nl = "\n" if xml.newline else ""
+        for key, value in (arguments.items() if isinstance(arguments, dict) else ()):
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            out += [(xml.key_open, False), (key, True), (xml.key_close + nl, False), (text, True),
+                    (nl + xml.value_close + xml.between, False)]
+        return out
+
+    def format_result(self, content: str, call: Call | None = None) -> Segments:
+        return tidy([(self.result_open, False), (content, True), (self.result_close, False)])
+
+    def describe(self, tools: Sequence[Tool]) -> Segments:
+        example = "".join(t for t, _ in self.format_calls([Call("tool_name", {"argument": "value"})]))
+        listed = [t.openai() if self.describe_as == "openai" else t.openai()["function"] for t in tools]
+        listing = self.tools_separator.join(json.dumps(t, ensure_ascii=False) for t in listed)
+        before, _, after = self.instructions.format(example=example, tools="\x00").partition("\x00")
+        return tidy([(before, False), (listing, True), (after, False)])
+
+    # -- the grammar -----------------------------------------------------------------------
+
+    def grammar(self, tools: Sequence[Tool], options: GrammarOptions) -> str:
+        s, rules = self.shape, {}
+        loosened = options.loosened if options.loosened is not None else []
+        choices = []
+        for i, tool in enumerate(tools):
+            args = self._args_rule(tool, i, rules, loosened, options.max_bytes)
+            name = json.dumps(tool.name, ensure_ascii=False) if s.json_form else tool.name
+            choices.append(f"{literal(name)} {fixed(s.mids[0])} {args}" if s.mids[0] else f"{literal(name)} {args}")
+        rules["call"] = f"( {' | '.join(choices)} )" + (f" {fixed(s.post)}" if s.post else "")
+        start = s.open + s.pre
+        trigger = self.trigger if options.lazy else ""
+        if not start.startswith(trigger):
+            raise ValueError(f"trigger {trigger!r} does not start the tool calls {start!r}")
+        parts = [fixed(start[len(trigger):]) if start[len(trigger):] else "", "call"]
+        if options.parallel:
+            parts.append(f"( {fixed(s.separator + s.pre)} call )*")
+        parts.append(fixed(s.close) if s.close else "")
+        body = " ".join(p for p in parts if p)
+        if options.answer is not None:
+            converter = convert(options.answer, prefix="answer-", rules=rules,
+                                param="json_schema", max_bytes=options.max_bytes)
+            loosened += converter.loosened
+            body = f"( {body} ) | {converter.root_rule}"
+        return assemble(f"{LEAD} ( {body} )" if options.lead else body, rules)
+
+    def _args_rule(self, tool: Tool, i: int, rules: dict[str, str], loosened: list[str], max_bytes: int) -> str:
+        parameters = tool.parameters if tool.parameters is not None else {"type": "object"}
+        found: list[str] = []
+        if self.shape.xml is not None:
+            rule = args_rule(self.shape.xml, parameters, i, rules, found, max_bytes)
+        else:
+            converter = convert(parameters, prefix=f"t{i}-", rules=rules, param=f"tools.{i}.parameters",
+                                max_bytes=max_bytes)
+            rule, found = converter.root_rule, list(converter.loosened)
+        loosened += [tool.name + entry for entry in found]
+        return rule
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
+        from .reader import ShapeParser
+
+        shape = next((s for s in (self.shape, *self.alternatives) if s.opener == marker), self.shape)
+        return ShapeParser(shape, {t.name: t for t in tools}, first, strict and shape is self.shape, marker)
+
+
+__all__ = ["Shape", "ShapeCodec", "XmlArgs", "is_text", "properties", "short_id"]

@@ -1,0 +1,109 @@
+"""Splitting generated text into what the client sees: reasoning, content, tool calls.
+
+Reasoning until the family's closing think tag; content, holding back anything that could still
+become a marker that opens calls; from a marker on, the codec's parser reads the calls, and
+what follows them is content again."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .base import BlockParser, Codec, Delta, Piece, ReasoningDelta, Tool
+from .pattern import find_first, held_back
+
+
+class Splitter:
+    def __init__(self, codec: Codec | None = None, reasoning: tuple[str, str] | None = None, thinking: bool = False,
+                 tools: Sequence[Tool] = (), strict: bool = True) -> None:
+        self.codec, self.tools, self.strict = codec, tuple(tools), strict
+        self.markers = codec.markers if codec is not None else ()
+        self.think_open, self.think_close = reasoning or ("", "")
+        self.state = "reasoning" if thinking and reasoning else "content"
+        self.buf = ""
+        self.calls = 0
+        self.block: BlockParser | None = None
+        self._pending = ""  # the text from a marker on, for the parser it opened
+        self._space = ""  # the whitespace before that marker
+        self._started = False  # content has begun (a think tag no longer opens reasoning)
+        self._strip = ""  # characters not to show at the start of the content that follows (reasoning, calls)
+
+    def push(self, text: str) -> list[Piece]:
+        self.buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Piece]:
+        return self._run(final=True)
+
+    def _run(self, final: bool) -> list[Piece]:
+        out: list[Piece] = []
+        while True:
+            before = (self.state, len(self.buf), self.block)
+            out += getattr(self, f"_{self.state}")(final)
+            if (self.state, len(self.buf), self.block) == before:
+                return out
+
+    # -- states ----------------------------------------------------------------------------
+
+    def _reasoning(self, final: bool) -> list[Piece]:
+        at = self.buf.find(self.think_close)
+        if at >= 0:
+            text, self.buf, self.state = self.buf[:at], self.buf[at + len(self.think_close):], "content"
+            self._strip = "\n"
+            return [ReasoningDelta(text)] if text else []
+        return self._release(ReasoningDelta, (self.think_close,), final)
+
+    def _content(self, final: bool) -> list[Piece]:
+        if self._strip:
+            self.buf = self.buf.lstrip(self._strip)
+            if not self.buf:
+                return []
+            self._strip = ""
+        if not self._started and self.think_open:
+            stripped = self.buf.lstrip()
+            if stripped.startswith(self.think_open):
+                self.buf, self.state = stripped[len(self.think_open):], "reasoning"
+                return []
+            if self.think_open.startswith(stripped) and not final:
+                return []  # could still be the opening think tag
+        at, marker = find_first(self.buf, self.markers)
+        if at >= 0:
+            text, self._pending = self.buf[:at].rstrip(), self.buf[at:]  # (space before calls: not shown)
+            self._space = self.buf[len(text):at]
+            self.buf, self.state = "", "calls"
+            self.block = self.codec.parser(self.tools, marker, self.calls, self.strict)  # type: ignore[union-attr]
+            return [Delta(text)] if text else []
+        out = self._release(Delta, self.markers, final, spaces=True)
+        if out:
+            self._started = True
+        return out
+
+    def _calls(self, final: bool) -> list[Piece]:
+        assert self.block is not None
+        text, self._pending, self.buf = self._pending + self.buf, "", ""
+        out = self.block.push(text, final)
+        if final and self.strict and self.block.done and self.calls + self.block.calls:
+            # strict: the output ended inside the calls the grammar forces (max_tokens, a stop
+            # string): what could not be read is the start of a cut-off call, not text
+            out = [p for p in out if not isinstance(p, Delta)]
+            self.block.leftover = ""
+        if self._space and out and isinstance(out[0], Delta) and not self.block.calls:  # no calls after all
+            out[0] = Delta(self._space + out[0].content)
+        if out or self.block.done:
+            self._space = ""
+        if self.block.done:
+            calls = self.block.calls
+            self.calls += calls
+            self.buf, self.block, self.state = self.block.leftover, None, "content"
+            self._strip = " \t\r\n" if calls else ""
+            self._started = True
+        return out
+
+    def _release(self, kind: type, markers: tuple[str, ...], final: bool, spaces: bool = False) -> list[Piece]:
+        """Emit all but a tail that could be the start of a marker (and, for content, trailing
+        whitespace: it is not shown before calls, whichever chunk it came in)."""
+        keep = 0 if final else held_back(self.buf, markers)
+        if spaces and not final:
+            body = self.buf[:len(self.buf) - keep]
+            keep += len(body) - len(body.rstrip())
+        text, self.buf = self.buf[: len(self.buf) - keep], self.buf[len(self.buf) - keep:]
+        return [kind(text)] if text else []

@@ -1,0 +1,53 @@
+"""Syntaxes whose arguments are XML-style elements, values typed by the schema."""
+
+from __future__ import annotations
+
+from .shape import Shape, ShapeCodec
+from .xmlargs import XmlArgs
+
+# Qwen3-Coder, Qwen 3.5, Nemotron 3 Nano, StepFun 3.5.
+QWEN_XML = ShapeCodec(
+    "qwen3-coder-xml",
+    Shape(call_open="<tool_call>\n<function=", name_end=">\n", call_close="</function>\n</tool_call>", separator="\n",
+          xml=XmlArgs("<parameter=", ">", "</parameter>", "\n", newline=True)),
+    trigger="<tool_call>",
+    instructions=("# Tools\n\nYou have access to the following functions:\n\n<tools>\n{tools}\n</tools>\n\n"
+                  "If you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
+                  "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n"
+                  "</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the "
+                  "specified format\n- Required parameters MUST be specified\n</IMPORTANT>"),
+    result_open="<tool_response>\n", result_close="\n</tool_response>", describe_as="function")
+
+_GLM_INSTRUCTIONS = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n"
+                     "</tools>\n\nFor each function call, output the function name and arguments within the following "
+                     "XML format:\n{example}")
+# GLM 4.5 / 4.6 (and Laguna, Spark): NAME then <arg_key>/<arg_value> pairs, one a line.
+GLM = ShapeCodec(
+    "glm-xml",
+    Shape(call_open="<tool_call>", name_end="\n", call_close="</tool_call>", separator="\n",
+          xml=XmlArgs("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>", "\n")),
+    instructions=_GLM_INSTRUCTIONS, result_open="<tool_response>\n", result_close="\n</tool_response>",
+    describe_as="function")
+# GLM 4.7: the same on one line.
+GLM47 = ShapeCodec(
+    "glm-4.7-xml",
+    Shape(call_open="<tool_call>", call_close="</tool_call>",
+          xml=XmlArgs("<arg_key>", "</arg_key><arg_value>", "</arg_value>", "")),
+    instructions=_GLM_INSTRUCTIONS, result_open="<tool_response>\n", result_close="\n</tool_response>",
+    describe_as="function")
+
+# MiniMax M2: <invoke name="NAME"><parameter name="KEY">VALUE</parameter></invoke> in <minimax:tool_call>.
+MINIMAX = ShapeCodec(
+    "minimax-xml",
+    Shape(open="<minimax:tool_call>\n", close="</minimax:tool_call>", call_open='<invoke name="', name_end='">\n',
+          call_close="</invoke>\n", xml=XmlArgs('<parameter name="', '">', "</parameter>", "\n")),
+    trigger="<minimax:tool_call>", result_open="<response>", result_close="</response>")
+
+# ByteDance Seed-OSS: Qwen3-Coder's elements, values inline, in <seed:tool_call>.
+SEED = ShapeCodec(
+    "seed-xml",
+    Shape(call_open="<seed:tool_call>\n<function=", name_end=">\n", call_close="</function>\n</seed:tool_call>",
+          separator="\n", xml=XmlArgs("<parameter=", ">", "</parameter>", "\n")),
+    trigger="<seed:tool_call>", visible_tokens=("<seed:tool_call>", "</seed:tool_call>", "<seed:think>",
+                                                "</seed:think>"))

@@ -1,0 +1,99 @@
+"""Reading arguments written as XML-style elements, as they stream, into the text of a JSON
+object: a raw-text value streams as a JSON string; a typed value is held until its closing tag,
+then parsed (strict: as JSON; lenient: as JSON, a Python literal, or else kept as text)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .pattern import FAIL, PARTIAL, held_back, match
+from .xmlargs import XmlArgs, is_text, typed
+
+MAX_KEY = 256
+
+
+class XmlArgsReader:
+    def __init__(self, xml: XmlArgs, props: dict[str, Any], post: str, strict: bool) -> None:
+        self.xml, self.props, self.post, self.strict = xml, props, post, strict
+        self.phase, self.count, self.key, self.raw = "key", 0, "", True
+        self.key_stop = xml.key_close.strip().split("\n")[0] or xml.key_close
+
+    def read(self, buf: str, pos: int, final: bool, cut: bool = False) -> tuple[list[str], int, bool | None]:
+        """(JSON fragments, where reading stopped, finished: True / False (wants more) / None
+        (cannot be read)). `cut`: the output ended here; close what is open."""
+        out: list[str] = []
+        while True:
+            phase = self.phase
+            if phase == "key":
+                at = match(self.xml.key_open, buf, pos, final)
+                if at >= 0:
+                    pos, self.phase = at, "name"
+                    continue
+                end = match(self.post, buf, pos, final)
+                if (at == PARTIAL or end == PARTIAL) and not cut:
+                    return out, pos, False
+                return out + [self._close()], pos, True  # the call's closing text, or a repair
+            if phase == "name":
+                at = buf.find(self.key_stop, pos)
+                if at < 0 or at - pos > MAX_KEY or "\n" in buf[pos:at]:
+                    if at < 0 and len(buf) - pos <= MAX_KEY and "\n" not in buf[pos:] and not (final or cut):
+                        return out, pos, False
+                    return (out + [self._close()], pos, True) if cut else (out, pos, None)
+                self.key, pos, self.phase = buf[pos:at].strip(), at, "close-key"
+            elif phase == "close-key":
+                at = match(self.xml.key_close, buf, pos, final)
+                if at == PARTIAL and not cut:
+                    return out, pos, False
+                if at < 0:
+                    return (out + [self._close()], pos, True) if cut else (out, pos, None)
+                schema = self.props.get(self.key)
+                self.raw = is_text(schema) or (schema is None and not self.strict)
+                out.append(("{" if not self.count else ", ") + json.dumps(self.key, ensure_ascii=False) + ": "
+                           + ('"' if self.raw else ""))
+                pos, self.phase = at, "value-start"
+            elif phase == "value-start":
+                if self.xml.newline:
+                    if pos >= len(buf) and not (final or cut):
+                        return out, pos, False
+                    pos += buf.startswith("\n", pos)
+                self.phase = "value"
+            elif phase == "value":
+                pos, finished = self._value(buf, pos, final or cut, out)
+                if not finished:
+                    return out, pos, False
+                if cut and pos >= len(buf):
+                    return out + [self._close()], pos, True
+            else:  # after a value
+                at = match(self.xml.between, buf, pos, final or cut)
+                if at == PARTIAL:
+                    return out, pos, False
+                pos, self.phase = max(at, pos), "key"
+
+    def _value(self, buf: str, pos: int, final: bool, out: list[str]) -> tuple[int, bool]:
+        closer = self.xml.value_close
+        at = buf.find(closer, pos)
+        if at < 0 and not final:
+            if self.raw:  # stream what cannot be the closing tag
+                safe = len(buf) - held_back(buf[pos:], (closer,))
+                if self.xml.newline and safe > pos and buf[safe - 1] == "\n":
+                    safe -= 1
+                out.append(json.dumps(buf[pos:safe], ensure_ascii=False)[1:-1]) if safe > pos else None
+                return safe, False
+            return pos, False
+        end = at if at >= 0 else len(buf)
+        text = buf[pos:end]
+        if self.xml.newline and text.endswith("\n"):
+            text = text[:-1]
+        if self.raw:
+            out.append(json.dumps(text, ensure_ascii=False)[1:-1] + '"')
+        else:
+            value = typed(text, self.props.get(self.key), strict=False)
+            out.append(json.dumps(value, ensure_ascii=False))
+        self.count += 1
+        self.phase = "after"
+        return (end + len(closer) if at >= 0 else end), True
+
+    def _close(self) -> str:
+        self.phase = "done"
+        return "}" if self.count else "{}"

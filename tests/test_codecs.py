@@ -1,0 +1,259 @@
+"""Every codec's streaming parser, on what models write (outputs written from each format's
+documentation: long values with newlines and `<`, several calls, a call after reasoning, text
+before a call, cut-off calls) and on what its own grammar lets a model write. Fed in random
+chunk sizes: the result must not depend on the chunking."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import pytest
+
+from gbnf_sample import Grammar
+from localchat.families import FAMILIES
+from localchat.families.codecs.base import (Call, Delta, GrammarOptions, Piece, ReasoningDelta, Tool,
+                                            ToolCallArguments, ToolCallStart)
+from localchat.grammars import validate
+from tool_schemas import ADD, WEATHER
+
+WRITE = {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"},
+                                          "mode": {"type": "integer"}, "tags": {"type": "array"}},
+         "required": ["path", "content"]}
+TOOLS = [Tool("write_file", WRITE, "Write a file"), Tool("get_weather", WEATHER, "Weather in a city"), Tool("add", ADD)]
+SCHEMAS = {t.name: t.parameters for t in TOOLS}
+CODE = 'def f(x):\n    if x < 3 and x > -1:\n        return "<b>" + str(x)  # </b> <tool_call>\n\n    return None\n'
+JCODE = json.dumps(CODE)
+WRITE_ARGS = {"path": "src/a.py", "content": CODE}
+PARIS = {"city": "Paris", "days": 2}
+
+
+def split(family: str, text: str, *, strict: bool = True, thinking: bool = False, chunks: int | None = None,
+          tools: list[Tool] = TOOLS) -> tuple[str, str, list[tuple[str, dict]]]:
+    """(content, reasoning, [(name, arguments)]) for `text`, fed whole or in random chunks."""
+    splitter = FAMILIES[family].splitter(tools, thinking, strict)
+    pieces: list[Piece] = []
+    if chunks is None:
+        pieces += splitter.push(text)
+    else:
+        rng, i = random.Random(chunks), 0
+        while i < len(text):
+            n = rng.choice((1, 1, 2, 3, 5, 8, 13))
+            pieces += splitter.push(text[i:i + n])
+            i += n
+    pieces += splitter.finish()
+    return merge(pieces)
+
+
+def merge(pieces: list[Piece]) -> tuple[str, str, list[tuple[str, dict]]]:
+    content, reasoning, calls = "", "", {}
+    for p in pieces:
+        if isinstance(p, Delta):
+            content += p.content
+        elif isinstance(p, ReasoningDelta):
+            reasoning += p.text
+        elif isinstance(p, ToolCallStart):
+            assert p.index not in calls and p.id
+            calls[p.index] = [p.name, ""]
+        elif isinstance(p, ToolCallArguments):
+            calls[p.index][1] += p.fragment
+    assert list(calls) == list(range(len(calls))), "calls are numbered in order"
+    return content, reasoning, [(name, json.loads(args)) for name, args in calls.values()]
+
+
+def check(family: str, text: str, expected: tuple, *, strict: bool = True, thinking: bool = False) -> None:
+    whole = split(family, text, strict=strict, thinking=thinking)
+    assert whole == expected
+    for seed in range(12):
+        assert split(family, text, strict=strict, thinking=thinking, chunks=seed) == whole, f"chunking {seed}"
+
+
+# -- what models write ----------------------------------------------------------------------------
+
+OUTPUTS = [
+    # (family, output, thinking, expected (content, reasoning, calls)); each checked strict and lenient
+    ("chatml", f'I will write it.\n<tool_call>\n{{"name": "write_file", "arguments": {{"path": "src/a.py", '
+               f'"content": {JCODE}}}}}\n</tool_call>\n<tool_call>\n{{"name": "get_weather", "arguments": '
+               f'{{"city": "Paris", "days": 2}}}}\n</tool_call>', False,
+     ("I will write it.", "", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("chatml", 'The user asks for the weather.\nI should call get_weather.\n</think>\n\n<tool_call>\n'
+               '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>', True,
+     ("", "The user asks for the weather.\nI should call get_weather.\n", [("get_weather", PARIS)])),
+    ("chatml", '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>', False,  # SmolLM3: no newlines
+     ("", "", [("add", {"a": 1, "b": 2})])),
+    ("qwen3-coder", f"Writing the file now.\n\n<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/a.py\n"
+                    f"</parameter>\n<parameter=content>\n{CODE}\n</parameter>\n<parameter=mode>\n420\n</parameter>\n"
+                    "<parameter=tags>\n[\"x\", \"<y>\"]\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+                    "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n"
+                    "</function>\n</tool_call>", False,
+     ("Writing the file now.", "", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}),
+                                    ("get_weather", PARIS)])),
+    ("qwen3-coder", "Let me look.\n</think>\n\n<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n"
+                    "<parameter=b>\n2.5\n</parameter>\n</function>\n</tool_call>", True,  # Qwen 3.5 thinks first
+     ("", "Let me look.\n", [("add", {"a": 1, "b": 2.5})])),
+    ("gpt-oss", "<|channel|>analysis<|message|>Need the weather; call get_weather.<|end|><|start|>assistant"
+                "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                '{"city":"Paris","days":2}', False,
+     ("", "Need the weather; call get_weather.", [("get_weather", PARIS)])),
+    ("gpt-oss", "<|channel|>analysis<|message|>Easy: 2 < 3.<|end|><|start|>assistant<|channel|>final<|message|>"
+                "Yes, <b>2 < 3</b>.\nDone.", False, ("Yes, <b>2 < 3</b>.\nDone.", "Easy: 2 < 3.", [])),
+    ("gpt-oss", '<|start|>assistant to=functions.add<|channel|>commentary json<|message|>{"a": 1, "b": 2}', False,
+     ("", "", [("add", {"a": 1, "b": 2})])),  # the recipient before the channel, as gpt-oss's template writes it
+    ("mistral3", f'[TOOL_CALLS]write_file[ARGS]{{"path": "src/a.py", "content": {JCODE}}}'
+                 '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 2}', False,
+     ("", "", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("mistral3", '[THINK]Weather, so get_weather.[/THINK]Checking.[TOOL_CALLS]get_weather[ARGS]'
+                 '{"city": "Paris", "days": 2}', False,  # Magistral reasons first
+     ("Checking.", "Weather, so get_weather.", [("get_weather", PARIS)])),
+    ("mistral-small-3.2", '[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Paris", "days": 2}'
+                          '[TOOL_CALLS]add[CALL_ID]zzzzzzzz9[ARGS]{"a": 1, "b": 2}', False,
+     ("", "", [("get_weather", PARIS), ("add", {"a": 1, "b": 2})])),
+    ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, '
+                '{"name": "add", "arguments": {"a": 1, "b": 2}, "id": "abcdefghi"}]', False,
+     ("", "", [("get_weather", PARIS), ("add", {"a": 1, "b": 2})])),
+    ("llama3", '{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}', False,
+     ("", "", [("get_weather", PARIS)])),
+    ("deepseek-r1", 'The weather tool fits.\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function'
+                    '<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris", "days": 2}\n```<｜tool▁call▁end｜>\n'
+                    '<｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n{"a": 1, "b": 2}\n```'
+                    '<｜tool▁call▁end｜><｜tool▁calls▁end｜>', True,
+     ("", "The weather tool fits.\n", [("get_weather", PARIS), ("add", {"a": 1, "b": 2})])),
+    ("deepseek-v3.1", 'Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>'
+                      '{"city": "Paris", "days": 2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>', False,
+     ("Sure.", "", [("get_weather", PARIS)])),
+    ("glm", f"\n<think>Write it.</think>\n<tool_call>write_file\n<arg_key>path</arg_key>\n<arg_value>src/a.py"
+            f"</arg_value>\n<arg_key>content</arg_key>\n<arg_value>{CODE}</arg_value>\n</tool_call>", False,
+     ("", "Write it.", [("write_file", WRITE_ARGS)])),
+    ("glm-4.7", "<tool_call>add<arg_key>a</arg_key><arg_value>1</arg_value><arg_key>b</arg_key><arg_value>2"
+                "</arg_value></tool_call><tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>"
+                "<arg_key>days</arg_key><arg_value>2</arg_value></tool_call>", False,
+     ("", "", [("add", {"a": 1, "b": 2}), ("get_weather", PARIS)])),
+    ("kimi-k2", "I'll check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+                '<|tool_call_argument_begin|>{"city": "Paris", "days": 2}<|tool_call_end|><|tool_call_begin|>'
+                'functions.add:1<|tool_call_argument_begin|>{"a": 1, "b": 2}<|tool_call_end|>'
+                "<|tool_calls_section_end|>", False,
+     ("I'll check.", "", [("get_weather", PARIS), ("add", {"a": 1, "b": 2})])),
+    ("granite", '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]', False,
+     ("", "", [("get_weather", PARIS)])),
+    ("granite4", '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>', False,
+     ("", "", [("add", {"a": 1, "b": 2})])),
+    ("phi4-mini", 'functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]', False,
+     ("", "", [("get_weather", PARIS)])),
+    ("command-r7b", '<|START_THINKING|>I will look up the weather.<|END_THINKING|><|START_ACTION|>[\n'
+                    '    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris", "days": 2}}\n'
+                    ']<|END_ACTION|>', False,
+     ("", "I will look up the weather.", [("get_weather", PARIS)])),
+    ("gemma", '```tool_call\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n```', False,
+     ("", "", [("get_weather", PARIS)])),
+]
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "lenient"])
+@pytest.mark.parametrize("family, text, thinking, expected", OUTPUTS, ids=[f"{o[0]}-{i}" for i, o in enumerate(OUTPUTS)])
+def test_what_models_write_parses_whatever_the_chunking(family: str, text: str, thinking: bool, expected: tuple,
+                                                         strict: bool):
+    check(family, text, expected, strict=strict, thinking=thinking)
+
+
+LENIENT = [
+    # (family, what an unconstrained model wrote, expected)
+    ("chatml", '<tool_call>\n{"arguments": {"a": 1, "b": 2}, "name": "add"}\n</tool_call>',  # keys in any order
+     ("", "", [("add", {"a": 1, "b": 2})])),
+    ("chatml", '<tool_call>\n{"name": "add", "arguments": "{\\"a\\": 1, \\"b\\": 2}"}\n</tool_call>',  # as a string
+     ("", "", [("add", {"a": 1, "b": 2})])),
+    ("chatml", 'See <tool_call> in the docs, and {"name": "x"}.',  # a marker in prose: text
+     ('See <tool_call> in the docs, and {"name": "x"}.', "", [])),
+    ("chatml", 'Calling:\n<tool_call>\n{"name": "no_such_tool", "arguments": {}}\n</tool_call>',  # unknown tool: text
+     ('Calling:\n<tool_call>\n{"name": "no_such_tool", "arguments": {}}\n</tool_call>', "", [])),
+    ("chatml", '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}',  # no closing tag: repaired
+     ("", "", [("add", {"a": 1, "b": 2})])),
+    ("chatml", '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": [2',  # cut off: closed
+     ("", "", [("add", {"a": 1, "b": [2]})])),
+    ("chatml", '<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>\n<tool_call>\n{"name": "add", "argu',
+     ("<tool_call>\n{\"name\": \"add\", \"argu", "", [("add", {"a": 1})])),  # a second call that cannot be read
+    ("qwen3-coder", "<tool_call>\n<function=write_file>\n<parameter=path>\na.py\n</parameter>\n<parameter=content>\n"
+                    "line 1\nline <2>", ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
+    ("qwen3-coder", "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n</function>",  # no </tool_call>
+     ("", "", [("add", {"a": 1})])),
+    ("qwen3-coder", "<tool_call>\n<function=add>\n<parameter=a>\nTrue\n</parameter>\n</function>\n</tool_call>",
+     ("", "", [("add", {"a": True})])),  # a template's Python literal
+    ("llama3", '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}',
+     ("", "", [("get_weather", PARIS)])),
+    ("gemma", 'Here:\n```json\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n```',
+     ("Here:", "", [("add", {"a": 1, "b": 2})])),
+    ("gemma", '```json\n{"not": "a call"}\n```', ('```json\n{"not": "a call"}\n```', "", [])),
+    ("gpt-oss", '<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 1, "b"',  # cut off
+     ('{"a": 1, "b"', "", [])),
+]
+
+
+@pytest.mark.parametrize("family, text, expected", LENIENT, ids=[f"{o[0]}-{i}" for i, o in enumerate(LENIENT)])
+def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expected: tuple):
+    check(family, text, expected, strict=False)
+
+
+@pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss"])
+def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
+    """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
+    text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))
+    cut = text[:text.index("return") + 6]
+    content, _, calls = split(family, cut + "\n", strict=True) if False else (None, None, None)
+    splitter = FAMILIES[family].splitter(TOOLS, False, True)
+    pieces = splitter.push(cut) + splitter.finish()
+    starts = [p for p in pieces if isinstance(p, ToolCallStart)]
+    assert [s.name for s in starts] == ["write_file"] and splitter.calls == 1
+    assert "if x < 3" in "".join(p.fragment for p in pieces if isinstance(p, ToolCallArguments))
+    assert not any(isinstance(p, Delta) and p.content.strip() for p in pieces)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_output_cut_off_after_a_call_shows_no_markup(family: str):
+    """Strict: max_tokens anywhere after the first call: the rest, a cut-off call, is not text
+    (and reading ends: a harmony header cut off once looped forever)."""
+    codec = FAMILIES[family].codec
+    one = "".join(t for t, _ in codec.format_calls([Call("add", {"a": 1, "b": 2})]))
+    two = "".join(t for t, _ in codec.format_calls([Call("add", {"a": 1, "b": 2}), Call("get_weather", PARIS)]))
+    common = next((i for i, (a, b) in enumerate(zip(one, two)) if a != b), min(len(one), len(two)))
+    for cut in range(common, len(two)):
+        splitter = FAMILIES[family].splitter(TOOLS, False, True)
+        pieces = splitter.push(two[:cut]) + splitter.finish()
+        assert [p.name for p in pieces if isinstance(p, ToolCallStart)][:1] == ["add"], two[:cut]
+        assert not "".join(p.content for p in pieces if isinstance(p, Delta)).strip(), two[:cut]
+
+
+# -- writing and reading back ---------------------------------------------------------------------
+
+CALLS = [Call("write_file", WRITE_ARGS, "call_1"), Call("get_weather", PARIS, "call_2")]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "lenient"])
+def test_calls_written_by_the_codec_read_back(family: str, strict: bool):
+    codec = FAMILIES[family].codec
+    calls = CALLS[:1] if family == "gpt-oss" else CALLS  # (harmony: one call a turn)
+    text = "".join(t for t, _ in codec.format_calls(calls))
+    assert split(family, text, strict=strict) == ("", "", [(c.name, c.arguments) for c in calls])
+
+
+# -- what the grammar lets a model write ----------------------------------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("lazy", [False, True], ids=["required", "auto"])
+def test_every_sentence_of_the_grammar_parses_into_valid_calls(family: str, lazy: bool):
+    codec = FAMILIES[family].codec
+    tools = [Tool("get_weather", WEATHER), Tool("add", ADD)]
+    grammar = codec.grammar(tools, GrammarOptions(parallel=family != "gpt-oss", lazy=lazy))
+    validate(grammar)
+    sentences, rng = Grammar(grammar), random.Random(7)
+    before = "<|channel|>analysis<|message|>Call it.<|end|><|start|>assistant<|channel|>commentary " \
+        if family == "gpt-oss" else "Let me call it. "
+    prefix = before + codec.trigger if lazy else ""
+    for i in range(25):
+        text = prefix + sentences.sample(rng, budget=120)
+        content, _, calls = split(family, text, strict=True, tools=tools, chunks=i)
+        assert calls, text
+        assert content.strip() in ("", "Let me call it."), (content, text)  # (gpt-oss: "Call it." is reasoning)
+        for name, arguments in calls:
+            jsonschema.validate(arguments, {"add": ADD, "get_weather": WEATHER}[name])
+        assert split(family, text, strict=True, tools=tools) == (content, "", calls) or family == "gpt-oss"
