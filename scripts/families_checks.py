@@ -19,7 +19,7 @@ import jsonschema
 
 from localchat.families import Family, choose, render_prompt
 from localchat.generation.constraints import OutputRules, ToolSpec
-from localchat.generation.prepare import _with_tools
+from localchat.generation.conversation import _with_tools
 from tinymodels import value_ends, vocabulary, write_tiny_model
 from tool_schemas import ADD, WEATHER
 

@@ -365,8 +365,10 @@ def test_system_prompt_strip_keeps_the_prefix_cache(registry_file: Path, tmp_pat
     """A client that puts a fresh id at the start of its system prompt misses the prefix cache
     every turn, unless models.toml strips it."""
     config = tmp_path / "models.toml"
+    head = '[models."tiny-chatml"]\n'
+    assert head in registry_file.read_text()
     config.write_text(registry_file.read_text().replace(
-        '[models.tiny-chatml]\n', '[models.tiny-chatml]\nsystem_prompt_strip = "request-id: [0-9a-f]+\\\\n"\n'))
+        head, head + 'system_prompt_strip = "request-id: [0-9a-f]+\\\\n"\n'))
     s = Server(config, "--model", "tiny-chatml")
     try:
         def ask(request_id: str, model: str) -> dict:
