@@ -144,3 +144,31 @@ class Codec(ABC):
         """A parser for a block opened by `marker` (one of `markers`); calls are numbered from
         `first`. Strict: the text follows this codec's grammar; lenient: anything a model wrote
         (what parses becomes calls, what does not stays text)."""
+
+
+class Stepped:
+    """A splitter's driving loop: text is added to `buf`, then `_step` runs until it changes
+    nothing `_mark` sees (a state machine that may consume several pieces per push)."""
+
+    buf: str
+
+    def push(self, text: str) -> list[Piece]:
+        self.buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Piece]:
+        return self._run(final=True)
+
+    def _run(self, final: bool) -> list[Piece]:
+        out: list[Piece] = []
+        while True:
+            before = self._mark()
+            out += self._step(final)
+            if self._mark() == before:
+                return out
+
+    def _mark(self) -> tuple:
+        raise NotImplementedError
+
+    def _step(self, final: bool) -> list[Piece]:
+        raise NotImplementedError

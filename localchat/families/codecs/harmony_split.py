@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from .base import Delta, Piece, ReasoningDelta, Tool, ToolCallArguments, ToolCallStart, new_call_id
+from .base import Delta, Piece, ReasoningDelta, Stepped, Tool, ToolCallArguments, ToolCallStart, new_call_id
 from .harmony import CALL, CHANNEL, END, MESSAGE, RETURN, START
 from .jsonscan import loads_object
 from .pattern import find_first, held_back
@@ -18,7 +18,7 @@ _CHANNEL = re.compile(r"<\|channel\|>\s*(\w+)")
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 
 
-class HarmonySplitter:
+class HarmonySplitter(Stepped):
     def __init__(self, tools: Sequence[Tool] | None, strict: bool) -> None:
         self.tools = {t.name: t for t in tools} if tools is not None else None
         self.strict = strict
@@ -27,20 +27,11 @@ class HarmonySplitter:
         self.calls = 0
         self.args = ""  # the current call's arguments (lenient: held until the message ends)
 
-    def push(self, text: str) -> list[Piece]:
-        self.buf += text
-        return self._run(final=False)
+    def _mark(self) -> tuple:
+        return self.state, len(self.buf)
 
-    def finish(self) -> list[Piece]:
-        return self._run(final=True)
-
-    def _run(self, final: bool) -> list[Piece]:
-        out: list[Piece] = []
-        while True:
-            before = (self.state, len(self.buf))
-            out += self._header(final) if self.state == "header" else self._body(final)
-            if (self.state, len(self.buf)) == before:
-                return out
+    def _step(self, final: bool) -> list[Piece]:
+        return self._header(final) if self.state == "header" else self._body(final)
 
     def _header(self, final: bool) -> list[Piece]:
         at = self.buf.find(MESSAGE)

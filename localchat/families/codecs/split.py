@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import BlockParser, Codec, Delta, Piece, ReasoningDelta, Tool
+from .base import BlockParser, Codec, Delta, Piece, ReasoningDelta, Stepped, Tool
 from .pattern import find_first, held_back
 
 
-class Splitter:
+class Splitter(Stepped):
     def __init__(self, codec: Codec | None = None, reasoning: tuple[str, str] | None = None, thinking: bool = False,
                  tools: Sequence[Tool] = (), strict: bool = True) -> None:
         self.codec, self.tools, self.strict = codec, tuple(tools), strict
@@ -27,20 +27,11 @@ class Splitter:
         self._started = False  # content has begun (a think tag no longer opens reasoning)
         self._strip = ""  # characters not to show at the start of the content that follows (reasoning, calls)
 
-    def push(self, text: str) -> list[Piece]:
-        self.buf += text
-        return self._run(final=False)
+    def _mark(self) -> tuple:
+        return self.state, len(self.buf), self.block
 
-    def finish(self) -> list[Piece]:
-        return self._run(final=True)
-
-    def _run(self, final: bool) -> list[Piece]:
-        out: list[Piece] = []
-        while True:
-            before = (self.state, len(self.buf), self.block)
-            out += getattr(self, f"_{self.state}")(final)
-            if (self.state, len(self.buf), self.block) == before:
-                return out
+    def _step(self, final: bool) -> list[Piece]:
+        return getattr(self, f"_{self.state}")(final)
 
     # -- states ----------------------------------------------------------------------------
 
