@@ -265,6 +265,30 @@ def test_the_next_turn_reads_the_prompt_from_the_cache(claude: anthropic.Anthrop
                                                                                    messages=longer)
 
 
+def billing(nonce: str) -> dict:
+    return {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.330.{nonce[:3]}; cc_entrypoint=cli; "
+                                    f"cch={nonce};"}
+
+
+def test_claude_codes_billing_line_is_not_part_of_the_prompt(claude: anthropic.Anthropic):
+    system = [{"type": "text", "text": "You are an agent. " * 20}]
+    plain = count(claude, model="tiny-chatml", system=system, messages=ASK)
+    assert count(claude, model="tiny-chatml", system=[billing("36ee5"), *system], messages=ASK) == plain
+    # a billing line inside a system string goes too; any other line stays
+    text = "x-anthropic-billing-header: cc_version=1; cch=0aaa9;\nBe brief."
+    assert count(claude, model="tiny-chatml", system=text, messages=ASK) == count(
+        claude, model="tiny-chatml", system="Be brief.", messages=ASK)
+
+
+def test_a_new_billing_nonce_still_reads_the_prompt_from_the_cache(claude: anthropic.Anthropic):
+    system = [{"type": "text", "text": "You are an agent that works on code, carefully and well. " * 12}]
+    first = claude.messages.create(model="tiny-llama3", max_tokens=2, system=[billing("11111"), *system],
+                                   messages=ASK, extra_body={"seed": 1})
+    again = claude.messages.create(model="tiny-llama3", max_tokens=2, system=[billing("22222"), *system],
+                                   messages=ASK, extra_body={"seed": 1})
+    assert again.usage.cache_read_input_tokens > (first.usage.input_tokens + first.usage.cache_read_input_tokens) // 2
+
+
 def test_a_reasoning_model_thinks_in_thinking_blocks(claude: anthropic.Anthropic, http: httpx.Client):
     body = {"model": "tiny-qwen3", "max_tokens": 10, "messages": ASK, "thinking": {"type": "enabled", "budget_tokens": 1024}}
     thinks = {**NO_END, str(CHATML.index("</think>")): -100}  # it thinks for all 10 tokens

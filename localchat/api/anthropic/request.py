@@ -12,6 +12,7 @@ The response side (blocks, SSE events) is in anthropic_stream.py."""
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 from typing import Any, Literal
 
@@ -168,7 +169,7 @@ def _tools(req: CountRequest, settings: Settings, loaded: set[str], dropped: lis
 
 def conversation(req: CountRequest, loaded: set[str] | None = None) -> tuple[Said, ...]:
     out: list[Said] = []
-    system = req.system if isinstance(req.system, str) else _texts(req.system or [], "system")
+    system = _without_billing(req.system if isinstance(req.system, str) else _texts(req.system or [], "system"))
     if system:
         out.append(Said.of("system", system))
     names: dict[str, str] = {}  # tool_use id → tool name, for the tool messages answering them
@@ -184,6 +185,16 @@ def conversation(req: CountRequest, loaded: set[str] | None = None) -> tuple[Sai
         else:
             out += _user(m.content, where, names, loaded)
     return tuple(out)
+
+
+# Claude Code (2.1.36+) opens its system prompt with a line that changes with every request
+# (`x-anthropic-billing-header: cc_version=2.1.330.440; cc_entrypoint=cli; cch=36ee5;`): kept, it
+# would make every request miss the prompt cache after ~20 tokens. It tells the model nothing.
+_BILLING = re.compile(r"^x-anthropic-billing-header:[^\n]*(?:\n|$)", re.MULTILINE)
+
+
+def _without_billing(system: str) -> str:
+    return _BILLING.sub("", system).strip("\n") if "x-anthropic-billing-header:" in system else system
 
 
 def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> Said:
