@@ -146,6 +146,23 @@ OUTPUTS = [
      ("", "I will look up the weather.", [("get_weather", PARIS)])),
     ("gemma", '```tool_call\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n```', False,
      ("", "", [("get_weather", PARIS)])),
+    # famB
+    ("deepseek-v3.2", f'I will write it.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="write_file">\n'
+                      f'<｜DSML｜parameter name="path" string="true">src/a.py</｜DSML｜parameter>\n'
+                      f'<｜DSML｜parameter name="content" string="true">{CODE}</｜DSML｜parameter>\n'
+                      '<｜DSML｜parameter name="mode" string="false">420</｜DSML｜parameter>\n'
+                      '<｜DSML｜parameter name="tags" string="false">["x", "<y>"]</｜DSML｜parameter>\n'
+                      '</｜DSML｜invoke>\n<｜DSML｜invoke name="get_weather">\n'
+                      '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+                      '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n'
+                      '</｜DSML｜invoke>\n</｜DSML｜function_calls>', False,
+     ("I will write it.", "", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}),
+                               ("get_weather", PARIS)])),
+    ("deepseek-v4", 'The weather tool fits; 2 < 3 days.</think>\n\n<｜DSML｜tool_calls>\n'
+                    '<｜DSML｜invoke name="add">\n<｜DSML｜parameter name="a" string="false">1</｜DSML｜parameter>\n'
+                    '<｜DSML｜parameter name="b" string="false">2.5</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+                    '</｜DSML｜tool_calls>', True,
+     ("", "The weather tool fits; 2 < 3 days.", [("add", {"a": 1, "b": 2.5})])),
 ]
 
 
@@ -185,6 +202,14 @@ LENIENT = [
     ("gemma", '```json\n{"not": "a call"}\n```', ('```json\n{"not": "a call"}\n```', "", [])),
     ("gpt-oss", '<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 1, "b"',  # cut off
      ('{"a": 1, "b"', "", [])),
+    # famB
+    ("deepseek-v4", '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="write_file">\n<｜DSML｜parameter name="path" '
+                    'string="true">a.py</｜DSML｜parameter>\n<｜DSML｜parameter name="content" string="true">'
+                    'line 1\nline <2>', ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
+    ("deepseek-v4", '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
+                    'string="false">"Paris"</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="true">2'
+                    '</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',  # the attribute mistaken
+     ("", "", [("get_weather", PARIS)])),
 ]
 
 
@@ -193,7 +218,8 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
     check(family, text, expected, strict=False)
 
 
-@pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss"])
+@pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
+                                    "deepseek-v3.2"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

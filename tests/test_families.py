@@ -53,6 +53,11 @@ EXPECTED = {
                '<|start|>assistant<|channel|>final<|message|>the sea<|end|><|start|>user<|message|>and the world<|end|>'
                '<|start|>assistant',
     'granite4': '<|start_of_role|>system<|end_of_role|>Be brief.<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>hello<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>the sea<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>and the world<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>',
+    # famB
+    'deepseek-v3.2': '<｜begin▁of▁sentence｜>Be brief.<｜User｜>hello<｜Assistant｜>the sea<｜end▁of▁sentence｜>'
+                     '<｜User｜>and the world<｜Assistant｜><think></think>',
+    'deepseek-v4': '<｜begin▁of▁sentence｜>Be brief.<｜User｜>hello<｜Assistant｜>the sea<｜end▁of▁sentence｜>'
+                   '<｜User｜>and the world<｜Assistant｜></think>',
 }
 
 
