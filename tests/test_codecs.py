@@ -163,6 +163,13 @@ OUTPUTS = [
                     '<｜DSML｜parameter name="b" string="false">2.5</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
                     '</｜DSML｜tool_calls>', True,
      ("", "The weather tool fits; 2 < 3 days.", [("add", {"a": 1, "b": 2.5})])),
+    ("gemma4", f'Writing it.<|tool_call>call:write_file{{content:<|"|>{CODE}<|"|>,mode:420,path:<|"|>src/a.py<|"|>,'
+               'tags:[<|"|>x<|"|>,<|"|><y><|"|>]}<tool_call|><|tool_call>call:get_weather{city:<|"|>Paris<|"|>,'
+               'days:2}<tool_call|>', False,
+     ("Writing it.", "", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}), ("get_weather", PARIS)])),
+    ("gemma4", '<|channel>thought\nThe user wants {weather}: 2 < 3.<channel|><|tool_call>call:add{a:1,b:2.5}'
+               '<tool_call|>', False,  # reasoning the model opened itself
+     ("", "The user wants {weather}: 2 < 3.", [("add", {"a": 1, "b": 2.5})])),
 ]
 
 
@@ -210,6 +217,12 @@ LENIENT = [
                     'string="false">"Paris"</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="true">2'
                     '</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',  # the attribute mistaken
      ("", "", [("get_weather", PARIS)])),
+    ("gemma4", '<|tool_call>call:write_file{path:<|"|>a.py<|"|>,content:<|"|>line 1\nline <2>',  # cut off
+     ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
+    ("gemma4", '<|tool_call>call:get_weather{"city": "Paris", "days": 2}<tool_call|>',  # JSON inside: read too
+     ("", "", [("get_weather", PARIS)])),
+    ("gemma4", 'Use <|tool_call>call:nope{a:1}<tool_call|> like this.',  # an unknown tool: text
+     ('Use <|tool_call>call:nope{a:1}<tool_call|> like this.', "", [])),
 ]
 
 
@@ -219,7 +232,7 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
 
 
 @pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
-                                    "deepseek-v3.2"])
+                                    "deepseek-v3.2", "gemma4"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

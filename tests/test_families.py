@@ -58,6 +58,8 @@ EXPECTED = {
                      '<｜User｜>and the world<｜Assistant｜><think></think>',
     'deepseek-v4': '<｜begin▁of▁sentence｜>Be brief.<｜User｜>hello<｜Assistant｜>the sea<｜end▁of▁sentence｜>'
                    '<｜User｜>and the world<｜Assistant｜></think>',
+    'gemma4': '<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nhello<turn|>\n<|turn>model\nthe sea<turn|>\n'
+              '<|turn>user\nand the world<turn|>\n<|turn>model\n<|channel>thought\n<channel|>',
 }
 
 
