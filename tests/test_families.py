@@ -60,6 +60,8 @@ EXPECTED = {
                    '<｜User｜>and the world<｜Assistant｜></think>',
     'gemma4': '<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nhello<turn|>\n<|turn>model\nthe sea<turn|>\n'
               '<|turn>user\nand the world<turn|>\n<|turn>model\n<|channel>thought\n<channel|>',
+    'lfm2': '<|startoftext|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n'
+            '<|im_start|>assistant\nthe sea<|im_end|>\n<|im_start|>user\nand the world<|im_end|>\n<|im_start|>assistant\n',
 }
 
 

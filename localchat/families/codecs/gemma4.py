@@ -7,7 +7,7 @@ the grammar writes values other than strings as JSON (which reads the same)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +108,24 @@ def _key(text: str, i: int) -> tuple[str, int]:
     return key, i + 1
 
 
+def members(items: dict[str, str], parameters: dict[str, Any], i: int, rules: dict[str, str], comma: str) -> str:
+    """The rule for an argument list: required members first, then each optional one maybe, with
+    `comma` (a GBNF term) between those written."""
+    required = [k for k in items if k in set(parameters.get("required") or [])]
+    optional = [k for k in items if k not in required]
+    chain = ""
+    for n in reversed(range(len(optional))):
+        rules[f"t{i}-opt{n}"] = f"( {comma} {items[optional[n]]} )? {chain}".strip()
+        chain = f"t{i}-opt{n}"
+    if required:
+        body = f" {comma} ".join(items[k] for k in required) + (f" {chain}" if chain else "")
+    else:
+        firsts = [f"{items[k]} t{i}-opt{n + 1}" if n + 1 < len(optional) else items[k] for n, k in enumerate(optional)]
+        body = f"( {' | '.join(firsts)} )?"
+    rules[f"t{i}-args"] = body
+    return f"t{i}-args"
+
+
 def _value_segments(value: Any) -> Segments:
     """A value as Gemma 4's template writes it (format_argument, keys bare)."""
     if isinstance(value, str):
@@ -158,33 +176,25 @@ class Gemma4Codec(ShapeCodec):
         for key, schema in props.items():
             value = values.get(key) or quoted.format(_text_value(schema, text, key, found))
             items[key] = f'{literal(key + ":")} {value}'
-        required = [k for k in props if k in set(parameters.get("required") or [])]
-        optional = [k for k in props if k not in required]
-        # optional members after the required ones, each maybe, commas between those written
-        chain = ""
-        for n in reversed(range(len(optional))):
-            rules[f"t{i}-opt{n}"] = f'( "," {items[optional[n]]} )? {chain}'.strip()
-            chain = f"t{i}-opt{n}"
-        if required:
-            body = ' "," '.join(items[k] for k in required) + (f" {chain}" if chain else "")
-        else:
-            firsts = [f"{items[k]} t{i}-opt{n + 1}" if n + 1 < len(optional) else items[k]
-                      for n, k in enumerate(optional)]
-            body = f"( {' | '.join(firsts)} )?"
-        rules[f"t{i}-args"] = body
         loosened += [tool.name + entry for entry in found]
-        return f"t{i}-args"
+        return members(items, parameters, i, rules, '","')
 
     def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
-        return Gemma4Parser(self.shape, {t.name: t for t in tools}, first, strict, marker)
+        return WholeCallParser(self.shape, {t.name: t for t in tools}, first, strict, marker)
 
 
-class Gemma4Parser(BlockParser):
-    def __init__(self, shape: Shape, tools: dict[str, Tool], first: int, strict: bool, marker: str) -> None:
-        self.shape, self.tools, self.first, self.strict = shape, tools, first, strict
+class WholeCallParser(BlockParser):
+    """Reads calls whose arguments are converted whole (`read`: from the text that opens them, the
+    brace or parenthesis after the name, to (a dict, where they end); raises _Cut if the text ends
+    first, ValueError if they cannot be read). Strict: a call is announced once its name is read."""
+
+    def __init__(self, shape: Shape, tools: dict[str, Tool], first: int, strict: bool, marker: str,
+                 read: Callable[[str, int, bool], tuple[Any, int]] = read_value) -> None:
+        self.shape, self.tools, self.first, self.strict, self.read = shape, tools, first, strict, read
         self.marker_len = len(marker)
-        self.buf, self.pos, self.state = "", 0, "pre"
+        self.buf, self.pos, self.state = "", 0, "open" if shape.open else "pre"
         self.calls, self.call_at, self.args_at, self.name = 0, 0, 0, ""
+        self.scanned = 0  # the arguments are read again only once a closing bracket has come
         self.out: list[Piece] = []
         self.staged: list[Piece] = []
 
@@ -195,9 +205,23 @@ class Gemma4Parser(BlockParser):
         out, self.out = self.out, []
         return out
 
-    def _pre(self, final: bool) -> bool:
-        at = match((" " if self.calls else "") + self.shape.call_open, self.buf, self.pos, final)
+    def _open(self, final: bool) -> bool:
+        at = match(self.shape.open, self.buf, self.pos, final)
         if at == PARTIAL:
+            return False
+        if at == FAIL:
+            return self._give_up()
+        self.pos, self.state = at, "pre"
+        return True
+
+    def _pre(self, final: bool) -> bool:
+        s = self.shape
+        at = match((" " + s.separator + " " if self.calls else "") + s.call_open, self.buf, self.pos, final)
+        closing = match(" " + s.close, self.buf, self.pos, final) if s.close and self.calls else FAIL
+        if closing >= 0:
+            self.pos = closing
+            return self._end()
+        if PARTIAL in (at, closing):
             return False
         if at == FAIL:
             return self._end() if self.calls else self._give_up()
@@ -205,7 +229,8 @@ class Gemma4Parser(BlockParser):
         return True
 
     def _name(self, final: bool) -> bool:
-        brace = self.buf.find("{", self.pos)
+        start = self.shape.name_end
+        brace = self.buf.find(start, self.pos)
         name = self.buf[self.pos:brace if brace >= 0 else len(self.buf)]
         if brace < 0 and not final and len(name) < 256 and not any(c.isspace() for c in name):
             return False
@@ -217,8 +242,13 @@ class Gemma4Parser(BlockParser):
         return True
 
     def _args(self, final: bool) -> bool:
+        closer = {"{": "}", "(": ")", "[": "]"}.get(self.shape.name_end, "")
+        if not final and closer and closer not in self.buf[self.scanned:]:  # (cannot have ended yet)
+            self.scanned = len(self.buf)
+            return False
+        self.scanned = len(self.buf)
         try:
-            args, end = read_value(self.buf, self.args_at, cut=False)
+            args, end = self.read(self.buf, self.args_at, False)
         except _Cut:
             if not final:
                 return False
@@ -232,7 +262,7 @@ class Gemma4Parser(BlockParser):
         return True
 
     def _post(self, final: bool) -> bool:
-        at = match(" " + self.shape.call_close, self.buf, self.pos, final)
+        at = match(" " + self.shape.call_close, self.buf, self.pos, final) if self.shape.call_close else self.pos
         if at == PARTIAL:
             return False
         self._commit()
@@ -243,7 +273,7 @@ class Gemma4Parser(BlockParser):
 
     def _truncated(self) -> bool:
         try:
-            args, _ = read_value(self.buf, self.args_at, cut=True)
+            args, _ = self.read(self.buf, self.args_at, True)
         except (_Cut, ValueError):
             args = None
         if isinstance(args, dict):
