@@ -170,6 +170,14 @@ OUTPUTS = [
     ("gemma4", '<|channel>thought\nThe user wants {weather}: 2 < 3.<channel|><|tool_call>call:add{a:1,b:2.5}'
                '<tool_call|>', False,  # reasoning the model opened itself
      ("", "The user wants {weather}: 2 < 3.", [("add", {"a": 1, "b": 2.5})])),
+    ("minicpm5", f'Writing it.\n<function name="write_file"><param name="path">src/a.py</param>'
+                 f'<param name="content"><![CDATA[{CODE}]]></param><param name="mode">420</param>'
+                 '<param name="tags">["x", "<y>"]</param></function>\n<function name="get_weather">'
+                 '<param name="city">Paris</param><param name="days">2</param></function>', False,
+     ("Writing it.", "", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}), ("get_weather", PARIS)])),
+    ("minicpm5", '<think>\nWeather: 2 < 3.\n</think>\n\n<function name="add"><param name="a">1</param>'
+                 '<param name="b">2.5</param></function>', False,
+     ("", "\nWeather: 2 < 3.\n", [("add", {"a": 1, "b": 2.5})])),
     ("lfm2", f"I will write it.<|tool_call_start|>[write_file(path='src/a.py', content={JCODE}, mode=420, "
              "tags=['x', '<y>']), get_weather(city=\"Paris\", days=2)]<|tool_call_end|>", False,
      ("I will write it.", "", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}),
@@ -231,6 +239,8 @@ LENIENT = [
      ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2> (it's)"})])),  # the template's raw text
     ("lfm2", "<|tool_call_start|>[write_file(path='a.py', content='line 1\nline <2>",  # cut off
      ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
+    ("minicpm5", '<function name="write_file"><param name="path">a.py</param><param name="content"><![CDATA[line 1\n'
+                 'line <2>', ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),  # cut off
     ("gemma4", 'Use <|tool_call>call:nope{a:1}<tool_call|> like this.',  # an unknown tool: text
      ('Use <|tool_call>call:nope{a:1}<tool_call|> like this.', "", [])),
 ]
@@ -242,7 +252,7 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
 
 
 @pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
-                                    "deepseek-v3.2", "gemma4", "lfm2"])
+                                    "deepseek-v3.2", "gemma4", "lfm2", "minicpm5"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

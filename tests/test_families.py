@@ -62,6 +62,8 @@ EXPECTED = {
               '<|turn>user\nand the world<turn|>\n<|turn>model\n<|channel>thought\n<channel|>',
     'lfm2': '<|startoftext|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n'
             '<|im_start|>assistant\nthe sea<|im_end|>\n<|im_start|>user\nand the world<|im_end|>\n<|im_start|>assistant\n',
+    'minicpm5': '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n'
+                '<|im_start|>assistant\nthe sea<|im_end|>\n<|im_start|>user\nand the world<|im_end|>\n<|im_start|>assistant\n',
 }
 
 

@@ -51,3 +51,15 @@ SEED = ShapeCodec(
           separator="\n", xml=XmlArgs("<parameter=", ">", "</parameter>", "\n")),
     trigger="<seed:tool_call>", visible_tokens=("<seed:tool_call>", "</seed:tool_call>", "<seed:think>",
                                                 "</seed:think>"))
+
+# famB
+# MiniCPM 5: <function name="NAME"><param name="KEY">VALUE</param></function>, one a line; a value
+# holding <, & or a newline in <![CDATA[…]]>.
+MINICPM5 = ShapeCodec(
+    "minicpm5-xml",
+    Shape(call_open='<function name="', name_end='">', call_close="</function>", separator="\n",
+          xml=XmlArgs('<param name="', '">', "</param>", "", cdata=True), marker='<function name="'),
+    trigger='<function name="', result_open="<tool_response>\n", result_close="\n</tool_response>",
+    instructions=("# Tools\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+                  "{tools}\n</tools>\n\nTo call a function, write: {example}\nIf a value contains <, & or newline "
+                  "characters, wrap it in a CDATA block: <![CDATA[...]]>"), describe_as="function")

@@ -27,6 +27,7 @@ class XmlArgs:
     between: str = "\n"  # after each value's close
     newline: bool = False  # the value sits on lines of its own: "\n" VALUE "\n"
     typed_key_close: str = ""  # key_close for a typed (JSON) value, where the syntax tells them apart
+    cdata: bool = False  # a value holding <, & or a newline is written in <![CDATA[…]]> (MiniCPM 5)
     # (DeepSeek's DSML: `" string="true">` before raw text, `" string="false">` before JSON)
 
     def key_close_for(self, text: bool) -> str:

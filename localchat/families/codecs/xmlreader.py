@@ -12,6 +12,7 @@ from .pattern import FAIL, PARTIAL, held_back, match
 from .xmlargs import XmlArgs, is_text, typed
 
 MAX_KEY = 256
+CDATA = "<![CDATA["
 
 
 class XmlArgsReader:
@@ -19,6 +20,7 @@ class XmlArgsReader:
         self.xml, self.props, self.post, self.strict = xml, props, post, strict
         self.phase, self.count, self.key, self.raw = "key", 0, "", True
         self.schema: Any = None  # the current value's schema
+        self.in_cdata = False  # the current value is in a CDATA section
         self.key_stop = xml.key_close.strip().split("\n")[0] or xml.key_close
         if xml.typed_key_close:  # (the text both closes start with)
             self.key_stop = os.path.commonprefix([self.key_stop, xml.typed_key_close.strip()]) or self.key_stop
@@ -67,6 +69,13 @@ class XmlArgsReader:
                     if pos >= len(buf) and not (final or cut):
                         return out, pos, False
                     pos += buf.startswith("\n", pos)
+                self.in_cdata = False
+                if self.xml.cdata:
+                    rest = buf[pos:pos + len(CDATA)]
+                    if CDATA.startswith(rest) and len(rest) < len(CDATA) and not (final or cut):
+                        return out, pos, False
+                    if rest == CDATA:
+                        pos, self.in_cdata = pos + len(CDATA), True
                 self.phase = "value"
             elif phase == "value":
                 pos, finished = self._value(buf, pos, final or cut, out)
@@ -81,7 +90,7 @@ class XmlArgsReader:
                 pos, self.phase = max(at, pos), "key"
 
     def _value(self, buf: str, pos: int, final: bool, out: list[str]) -> tuple[int, bool]:
-        closer = self.xml.value_close
+        closer = ("]]>" if self.in_cdata else "") + self.xml.value_close
         at = buf.find(closer, pos)
         if at < 0 and not final:
             if self.raw:  # stream what cannot be the closing tag
