@@ -170,6 +170,14 @@ OUTPUTS = [
     ("gemma4", '<|channel>thought\nThe user wants {weather}: 2 < 3.<channel|><|tool_call>call:add{a:1,b:2.5}'
                '<tool_call|>', False,  # reasoning the model opened itself
      ("", "The user wants {weather}: 2 < 3.", [("add", {"a": 1, "b": 2.5})])),
+    ("hy3", f"Weather: 2 < 3.</think:opensource>Writing it.<tool_calls:opensource>\n<tool_call:opensource>write_file"
+            f"<tool_sep:opensource>\n<arg_key:opensource>path</arg_key:opensource>\n<arg_value:opensource>src/a.py"
+            f"</arg_value:opensource>\n<arg_key:opensource>content</arg_key:opensource>\n<arg_value:opensource>{CODE}"
+            "</arg_value:opensource>\n</tool_call:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n"
+            "<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n"
+            "<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>2</arg_value:opensource>\n"
+            "</tool_call:opensource>\n</tool_calls:opensource>", True,
+     ("Writing it.", "Weather: 2 < 3.", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
     ("minicpm5", f'Writing it.\n<function name="write_file"><param name="path">src/a.py</param>'
                  f'<param name="content"><![CDATA[{CODE}]]></param><param name="mode">420</param>'
                  '<param name="tags">["x", "<y>"]</param></function>\n<function name="get_weather">'
@@ -252,7 +260,7 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
 
 
 @pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
-                                    "deepseek-v3.2", "gemma4", "lfm2", "minicpm5"])
+                                    "deepseek-v3.2", "gemma4", "lfm2", "minicpm5", "hy3"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

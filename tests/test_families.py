@@ -64,6 +64,9 @@ EXPECTED = {
             '<|im_start|>assistant\nthe sea<|im_end|>\n<|im_start|>user\nand the world<|im_end|>\n<|im_start|>assistant\n',
     'minicpm5': '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n'
                 '<|im_start|>assistant\nthe sea<|im_end|>\n<|im_start|>user\nand the world<|im_end|>\n<|im_start|>assistant\n',
+    'hy3': '<｜hy_begin_of_sentence:opensource｜>Be brief.<｜hy_User:opensource｜>hello<｜hy_Assistant:opensource｜>the sea'
+           '<｜hy_eos:opensource｜><｜hy_User:opensource｜>and the world<｜hy_Assistant:opensource｜>'
+           '<think:opensource></think:opensource>',
 }
 
 
