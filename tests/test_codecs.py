@@ -146,6 +146,52 @@ OUTPUTS = [
      ("", "I will look up the weather.", [("get_weather", PARIS)])),
     ("gemma", '```tool_call\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n```', False,
      ("", "", [("get_weather", PARIS)])),
+    # famB
+    ("deepseek-v3.2", f'I will write it.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="write_file">\n'
+                      f'<｜DSML｜parameter name="path" string="true">src/a.py</｜DSML｜parameter>\n'
+                      f'<｜DSML｜parameter name="content" string="true">{CODE}</｜DSML｜parameter>\n'
+                      '<｜DSML｜parameter name="mode" string="false">420</｜DSML｜parameter>\n'
+                      '<｜DSML｜parameter name="tags" string="false">["x", "<y>"]</｜DSML｜parameter>\n'
+                      '</｜DSML｜invoke>\n<｜DSML｜invoke name="get_weather">\n'
+                      '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+                      '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n'
+                      '</｜DSML｜invoke>\n</｜DSML｜function_calls>', False,
+     ("I will write it.", "", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}),
+                               ("get_weather", PARIS)])),
+    ("deepseek-v4", 'The weather tool fits; 2 < 3 days.</think>\n\n<｜DSML｜tool_calls>\n'
+                    '<｜DSML｜invoke name="add">\n<｜DSML｜parameter name="a" string="false">1</｜DSML｜parameter>\n'
+                    '<｜DSML｜parameter name="b" string="false">2.5</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+                    '</｜DSML｜tool_calls>', True,
+     ("", "The weather tool fits; 2 < 3 days.", [("add", {"a": 1, "b": 2.5})])),
+    ("gemma4", f'Writing it.<|tool_call>call:write_file{{content:<|"|>{CODE}<|"|>,mode:420,path:<|"|>src/a.py<|"|>,'
+               'tags:[<|"|>x<|"|>,<|"|><y><|"|>]}<tool_call|><|tool_call>call:get_weather{city:<|"|>Paris<|"|>,'
+               'days:2}<tool_call|>', False,
+     ("Writing it.", "", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}), ("get_weather", PARIS)])),
+    ("gemma4", '<|channel>thought\nThe user wants {weather}: 2 < 3.<channel|><|tool_call>call:add{a:1,b:2.5}'
+               '<tool_call|>', False,  # reasoning the model opened itself
+     ("", "The user wants {weather}: 2 < 3.", [("add", {"a": 1, "b": 2.5})])),
+    ("hy3", f"Weather: 2 < 3.</think:opensource>Writing it.<tool_calls:opensource>\n<tool_call:opensource>write_file"
+            f"<tool_sep:opensource>\n<arg_key:opensource>path</arg_key:opensource>\n<arg_value:opensource>src/a.py"
+            f"</arg_value:opensource>\n<arg_key:opensource>content</arg_key:opensource>\n<arg_value:opensource>{CODE}"
+            "</arg_value:opensource>\n</tool_call:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n"
+            "<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n"
+            "<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>2</arg_value:opensource>\n"
+            "</tool_call:opensource>\n</tool_calls:opensource>", True,
+     ("Writing it.", "Weather: 2 < 3.", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("minicpm5", f'Writing it.\n<function name="write_file"><param name="path">src/a.py</param>'
+                 f'<param name="content"><![CDATA[{CODE}]]></param><param name="mode">420</param>'
+                 '<param name="tags">["x", "<y>"]</param></function>\n<function name="get_weather">'
+                 '<param name="city">Paris</param><param name="days">2</param></function>', False,
+     ("Writing it.", "", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}), ("get_weather", PARIS)])),
+    ("minicpm5", '<think>\nWeather: 2 < 3.\n</think>\n\n<function name="add"><param name="a">1</param>'
+                 '<param name="b">2.5</param></function>', False,
+     ("", "\nWeather: 2 < 3.\n", [("add", {"a": 1, "b": 2.5})])),
+    ("lfm2", f"I will write it.<|tool_call_start|>[write_file(path='src/a.py', content={JCODE}, mode=420, "
+             "tags=['x', '<y>']), get_weather(city=\"Paris\", days=2)]<|tool_call_end|>", False,
+     ("I will write it.", "", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}),
+                               ("get_weather", PARIS)])),
+    ("lfm2", "The user wants (weather) for 2 < 3 days.</think>\n<|tool_call_start|>[add(a=1, b=2.5)]"
+             "<|tool_call_end|>", True, ("", "The user wants (weather) for 2 < 3 days.", [("add", {"a": 1, "b": 2.5})])),
 ]
 
 
@@ -185,6 +231,26 @@ LENIENT = [
     ("gemma", '```json\n{"not": "a call"}\n```', ('```json\n{"not": "a call"}\n```', "", [])),
     ("gpt-oss", '<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 1, "b"',  # cut off
      ('{"a": 1, "b"', "", [])),
+    # famB
+    ("deepseek-v4", '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="write_file">\n<｜DSML｜parameter name="path" '
+                    'string="true">a.py</｜DSML｜parameter>\n<｜DSML｜parameter name="content" string="true">'
+                    'line 1\nline <2>', ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
+    ("deepseek-v4", '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
+                    'string="false">"Paris"</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="true">2'
+                    '</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',  # the attribute mistaken
+     ("", "", [("get_weather", PARIS)])),
+    ("gemma4", '<|tool_call>call:write_file{path:<|"|>a.py<|"|>,content:<|"|>line 1\nline <2>',  # cut off
+     ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
+    ("gemma4", '<|tool_call>call:get_weather{"city": "Paris", "days": 2}<tool_call|>',  # JSON inside: read too
+     ("", "", [("get_weather", PARIS)])),
+    ("lfm2", "<|tool_call_start|>[write_file(path='a.py', content='line 1\nline <2> (it\\'s)')]<|tool_call_end|>",
+     ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2> (it's)"})])),  # the template's raw text
+    ("lfm2", "<|tool_call_start|>[write_file(path='a.py', content='line 1\nline <2>",  # cut off
+     ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
+    ("minicpm5", '<function name="write_file"><param name="path">a.py</param><param name="content"><![CDATA[line 1\n'
+                 'line <2>', ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),  # cut off
+    ("gemma4", 'Use <|tool_call>call:nope{a:1}<tool_call|> like this.',  # an unknown tool: text
+     ('Use <|tool_call>call:nope{a:1}<tool_call|> like this.', "", [])),
 ]
 
 
@@ -193,7 +259,8 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
     check(family, text, expected, strict=False)
 
 
-@pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss"])
+@pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
+                                    "deepseek-v3.2", "gemma4", "lfm2", "minicpm5", "hy3"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

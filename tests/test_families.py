@@ -53,6 +53,20 @@ EXPECTED = {
                '<|start|>assistant<|channel|>final<|message|>the sea<|end|><|start|>user<|message|>and the world<|end|>'
                '<|start|>assistant',
     'granite4': '<|start_of_role|>system<|end_of_role|>Be brief.<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>hello<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>the sea<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>and the world<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>',
+    # famB
+    'deepseek-v3.2': '<｜begin▁of▁sentence｜>Be brief.<｜User｜>hello<｜Assistant｜>the sea<｜end▁of▁sentence｜>'
+                     '<｜User｜>and the world<｜Assistant｜><think></think>',
+    'deepseek-v4': '<｜begin▁of▁sentence｜>Be brief.<｜User｜>hello<｜Assistant｜>the sea<｜end▁of▁sentence｜>'
+                   '<｜User｜>and the world<｜Assistant｜></think>',
+    'gemma4': '<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nhello<turn|>\n<|turn>model\nthe sea<turn|>\n'
+              '<|turn>user\nand the world<turn|>\n<|turn>model\n<|channel>thought\n<channel|>',
+    'lfm2': '<|startoftext|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n'
+            '<|im_start|>assistant\nthe sea<|im_end|>\n<|im_start|>user\nand the world<|im_end|>\n<|im_start|>assistant\n',
+    'minicpm5': '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n'
+                '<|im_start|>assistant\nthe sea<|im_end|>\n<|im_start|>user\nand the world<|im_end|>\n<|im_start|>assistant\n',
+    'hy3': '<｜hy_begin_of_sentence:opensource｜>Be brief.<｜hy_User:opensource｜>hello<｜hy_Assistant:opensource｜>the sea'
+           '<｜hy_eos:opensource｜><｜hy_User:opensource｜>and the world<｜hy_Assistant:opensource｜>'
+           '<think:opensource></think:opensource>',
 }
 
 

@@ -132,7 +132,10 @@ class ShapeCodec(Codec):
         nl = "\n" if xml.newline else ""
         for key, value in (arguments.items() if isinstance(arguments, dict) else ()):
             text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            out += [(xml.key_open, False), (key, True), (xml.key_close + nl, False), (text, True),
+            if xml.cdata and isinstance(value, str) and any(c in value for c in "<&\n"):
+                text = f"<![CDATA[{text}]]>"
+            close = xml.key_close_for(isinstance(value, str))
+            out += [(xml.key_open, False), (key, True), (close + nl, False), (text, True),
                     (nl + xml.value_close + xml.between, False)]
         return out
 

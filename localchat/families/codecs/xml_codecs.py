@@ -51,3 +51,27 @@ SEED = ShapeCodec(
           separator="\n", xml=XmlArgs("<parameter=", ">", "</parameter>", "\n")),
     trigger="<seed:tool_call>", visible_tokens=("<seed:tool_call>", "</seed:tool_call>", "<seed:think>",
                                                 "</seed:think>"))
+
+# famB
+# MiniCPM 5: <function name="NAME"><param name="KEY">VALUE</param></function>, one a line; a value
+# holding <, & or a newline in <![CDATA[…]]>.
+MINICPM5 = ShapeCodec(
+    "minicpm5-xml",
+    Shape(call_open='<function name="', name_end='">', call_close="</function>", separator="\n",
+          xml=XmlArgs('<param name="', '">', "</param>", "", cdata=True), marker='<function name="'),
+    trigger='<function name="', result_open="<tool_response>\n", result_close="\n</tool_response>",
+    instructions=("# Tools\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+                  "{tools}\n</tools>\n\nTo call a function, write: {example}\nIf a value contains <, & or newline "
+                  "characters, wrap it in a CDATA block: <![CDATA[...]]>"), describe_as="function")
+
+_HY = ":opensource"
+# Tencent Hy3: GLM's <arg_key>/<arg_value> lines, every tag suffixed `:opensource`, in a block.
+HY3 = ShapeCodec(
+    "hy3-xml",
+    Shape(open=f"<tool_calls{_HY}>\n", close=f"</tool_calls{_HY}>", call_open=f"<tool_call{_HY}>",
+          name_end=f"<tool_sep{_HY}>\n", call_close=f"</tool_call{_HY}>\n",
+          xml=XmlArgs(f"<arg_key{_HY}>", f"</arg_key{_HY}>\n<arg_value{_HY}>", f"</arg_value{_HY}>", "\n")),
+    trigger=f"<tool_calls{_HY}>", result_open=f"<tool_response{_HY}>", result_close=f"</tool_response{_HY}>",
+    visible_tokens=tuple(f"<{t}{_HY}>" for t in ("tool_calls", "/tool_calls", "tool_call", "/tool_call", "tool_sep",
+                                                 "arg_key", "/arg_key", "arg_value", "/arg_value")),
+    describe_as="function")

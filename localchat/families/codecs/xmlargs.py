@@ -26,6 +26,12 @@ class XmlArgs:
     value_close: str  # after the value (exact text): '</parameter>'
     between: str = "\n"  # after each value's close
     newline: bool = False  # the value sits on lines of its own: "\n" VALUE "\n"
+    typed_key_close: str = ""  # key_close for a typed (JSON) value, where the syntax tells them apart
+    cdata: bool = False  # a value holding <, & or a newline is written in <![CDATA[…]]> (MiniCPM 5)
+    # (DeepSeek's DSML: `" string="true">` before raw text, `" string="false">` before JSON)
+
+    def key_close_for(self, text: bool) -> str:
+        return self.key_close if text or not self.typed_key_close else self.typed_key_close
 
 
 def is_text(schema: Any) -> bool:
@@ -73,10 +79,10 @@ def args_rule(xml: XmlArgs, parameters: Any, index: int, rules: dict[str, str], 
     text = excluding(xml.value_close, "xml-text", rules)
     props = properties(parameters)
 
-    def element(key: str | None, value: str) -> str:
+    def element(key: str | None, value: str, text: bool = True) -> str:
         name = literal(key) if key is not None else "xml-key"
         wrapped = f'"\\n" {value} "\\n"' if xml.newline else value
-        parts = [fixed(xml.key_open), name, fixed(xml.key_close), wrapped, literal(xml.value_close)]
+        parts = [fixed(xml.key_open), name, fixed(xml.key_close_for(text)), wrapped, literal(xml.value_close)]
         return " ".join(p for p in parts if p) + (" " + fixed(xml.between) if xml.between else "")
 
     if not props:
@@ -96,7 +102,7 @@ def args_rule(xml: XmlArgs, parameters: Any, index: int, rules: dict[str, str], 
     items = []
     for key, schema in props.items():
         value = values.get(key) or _text_value(schema, text, key, loosened)
-        item = element(key, value)
+        item = element(key, value, is_text(schema))
         items.append(item if key in required else f"( {item} )?")
     rules[f"t{index}-args"] = " ".join(items)
     return f"t{index}-args"

@@ -5,19 +5,25 @@ then parsed (strict: as JSON; lenient: as JSON, a Python literal, or else kept a
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from .pattern import FAIL, PARTIAL, held_back, match
 from .xmlargs import XmlArgs, is_text, typed
 
 MAX_KEY = 256
+CDATA = "<![CDATA["
 
 
 class XmlArgsReader:
     def __init__(self, xml: XmlArgs, props: dict[str, Any], post: str, strict: bool) -> None:
         self.xml, self.props, self.post, self.strict = xml, props, post, strict
         self.phase, self.count, self.key, self.raw = "key", 0, "", True
+        self.schema: Any = None  # the current value's schema
+        self.in_cdata = False  # the current value is in a CDATA section
         self.key_stop = xml.key_close.strip().split("\n")[0] or xml.key_close
+        if xml.typed_key_close:  # (the text both closes start with)
+            self.key_stop = os.path.commonprefix([self.key_stop, xml.typed_key_close.strip()]) or self.key_stop
 
     def read(self, buf: str, pos: int, final: bool, cut: bool = False) -> tuple[list[str], int, bool | None]:
         """(JSON fragments, where reading stopped, finished: True / False (wants more) / None
@@ -43,12 +49,18 @@ class XmlArgsReader:
                 self.key, pos, self.phase = buf[pos:at].strip(), at, "close-key"
             elif phase == "close-key":
                 at = match(self.xml.key_close, buf, pos, final)
-                if at == PARTIAL and not cut:
+                typed_at = match(self.xml.typed_key_close, buf, pos, final) if self.xml.typed_key_close else FAIL
+                if PARTIAL in (at, typed_at) and not cut and max(at, typed_at) < 0:
                     return out, pos, False
-                if at < 0:
+                if at < 0 and typed_at < 0:
                     return (out + [self._close()], pos, True) if cut else (out, pos, None)
                 schema = self.props.get(self.key)
-                self.raw = is_text(schema) or (schema is None and not self.strict)
+                if typed_at >= 0:  # the syntax says the value is JSON
+                    at, self.schema = typed_at, schema if schema is not None and not is_text(schema) else {}
+                    self.raw = False
+                else:
+                    self.schema = schema
+                    self.raw = is_text(schema) or (schema is None and not self.strict)
                 out.append(("{" if not self.count else ", ") + json.dumps(self.key, ensure_ascii=False) + ": "
                            + ('"' if self.raw else ""))
                 pos, self.phase = at, "value-start"
@@ -57,6 +69,13 @@ class XmlArgsReader:
                     if pos >= len(buf) and not (final or cut):
                         return out, pos, False
                     pos += buf.startswith("\n", pos)
+                self.in_cdata = False
+                if self.xml.cdata:
+                    rest = buf[pos:pos + len(CDATA)]
+                    if CDATA.startswith(rest) and len(rest) < len(CDATA) and not (final or cut):
+                        return out, pos, False
+                    if rest == CDATA:
+                        pos, self.in_cdata = pos + len(CDATA), True
                 self.phase = "value"
             elif phase == "value":
                 pos, finished = self._value(buf, pos, final or cut, out)
@@ -71,7 +90,7 @@ class XmlArgsReader:
                 pos, self.phase = max(at, pos), "key"
 
     def _value(self, buf: str, pos: int, final: bool, out: list[str]) -> tuple[int, bool]:
-        closer = self.xml.value_close
+        closer = ("]]>" if self.in_cdata else "") + self.xml.value_close
         at = buf.find(closer, pos)
         if at < 0 and not final:
             if self.raw:  # stream what cannot be the closing tag
@@ -88,7 +107,7 @@ class XmlArgsReader:
         if self.raw:
             out.append(json.dumps(text, ensure_ascii=False)[1:-1] + '"')
         else:
-            value = typed(text, self.props.get(self.key), strict=False)
+            value = typed(text, self.schema, strict=False)
             out.append(json.dumps(value, ensure_ascii=False))
         self.count += 1
         self.phase = "after"
