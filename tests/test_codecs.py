@@ -146,6 +146,28 @@ OUTPUTS = [
      ("", "I will look up the weather.", [("get_weather", PARIS)])),
     ("gemma", '```tool_call\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n```', False,
      ("", "", [("get_weather", PARIS)])),
+    # famA
+    ("seed-oss", f"<seed:think>A file, then the weather.</seed:think>\n<seed:tool_call>\n<function=write_file>\n"
+                 f"<parameter=path>src/a.py</parameter>\n<parameter=content>{CODE}</parameter>\n</function>\n"
+                 "</seed:tool_call>\n<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n"
+                 "<parameter=days>2</parameter>\n</function>\n</seed:tool_call>", False,
+     ("", "A file, then the weather.", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("minimax-m2", f'Let me check.\n</think>\n\n<minimax:tool_call>\n<invoke name="write_file">\n'
+                   f'<parameter name="path">src/a.py</parameter>\n<parameter name="content">{CODE}</parameter>\n'
+                   '</invoke>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+                   '<parameter name="days">2</parameter>\n</invoke>\n</minimax:tool_call>', True,
+     ("", "Let me check.\n", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("apriel-1.6", f'The user wants a file and the weather.\n[BEGIN FINAL RESPONSE]\n<tool_calls>[{{"name": '
+                   f'"write_file", "arguments": {{"path": "src/a.py", "content": {JCODE}}}}}, {{"name": "get_weather", '
+                   '"arguments": {"city": "Paris", "days": 2}}]</tool_calls>', True,
+     ("", "The user wants a file and the weather.\n", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("apriel-1.5", 'Here are my reasoning steps:\nThe weather tool.\n[BEGIN FINAL RESPONSE]\nChecking.\n<tool_calls>['
+                   '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]</tool_calls>', False,
+     ("Checking.", "\nThe weather tool.\n", [("get_weather", PARIS)])),
+    ("nemotron-nano-2", f'Two calls.\n</think>\n\n<TOOLCALL>[{{"name": "get_weather", "arguments": {{"city": "Paris", '
+                        f'"days": 2}}}}, {{"name": "write_file", "arguments": {{"path": "src/a.py", "content": {JCODE}}}}}]'
+                        '</TOOLCALL>', True,
+     ("", "Two calls.\n", [("get_weather", PARIS), ("write_file", WRITE_ARGS)])),
 ]
 
 
@@ -193,7 +215,8 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
     check(family, text, expected, strict=False)
 
 
-@pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss"])
+@pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
+                                    "seed-oss", "minimax-m2", "nemotron-nano-2", "apriel-1.6"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

@@ -54,6 +54,12 @@ EXPECTED = {
                '<|start|>assistant<|channel|>final<|message|>the sea<|end|><|start|>user<|message|>and the world<|end|>'
                '<|start|>assistant',
     'granite4': '<|start_of_role|>system<|end_of_role|>Be brief.<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>hello<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>the sea<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>and the world<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>',
+    # famA
+    'seed-oss': '<seed:bos>system\nBe brief.<seed:eos><seed:bos>user\nhello<seed:eos><seed:bos>assistant\nthe sea<seed:eos><seed:bos>user\nand the world<seed:eos><seed:bos>assistant\n',
+    'minimax-m2': ']~!b[]~b]system\nBe brief.[e~[\n]~b]user\nhello[e~[\n]~b]ai\nthe sea[e~[\n]~b]user\nand the world[e~[\n]~b]ai\n<think>\n',
+    'apriel-1.5': '<s><|system|>\nBe brief.\n<|end|>\n<|user|>\nhello\n<|end|>\n<|assistant|>\nthe sea\n<|end|>\n<|user|>\nand the world\n<|end|>\n<|assistant|>\n',
+    'apriel-1.6': '<s><|begin_system|>\nBe brief.\n<|begin_user|>\nhello\n<|begin_assistant|>\nthe sea\n<|end|>\n<|begin_user|>\nand the world\n<|begin_assistant|>\nHere are my reasoning steps:\n',
+    'nemotron-nano-2': '<SPECIAL_10>System\nBe brief.\n\n<SPECIAL_11>User\nhello\n<SPECIAL_11>Assistant\nthe sea\n<SPECIAL_12>\n<SPECIAL_11>User\nand the world\n<SPECIAL_11>Assistant\n<think>\n',
 }
 
 

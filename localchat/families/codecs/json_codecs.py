@@ -95,7 +95,8 @@ GEMMA3 = ShapeCodec(
 
 # Nemotron Nano 2: <TOOLCALL>[…]</TOOLCALL>; Apriel: <tool_calls>[…]</tool_calls>.
 NEMOTRON = ShapeCodec("toolcall-list", Shape(open="<TOOLCALL>[", close="]</TOOLCALL>", separator=", ", name_key="name"),
-                      trigger="<TOOLCALL>")
+                      trigger="<TOOLCALL>", visible_tokens=("<TOOLCALL>", "</TOOLCALL>"),
+                      result_open="<TOOL_RESPONSE>[", result_close="]</TOOL_RESPONSE>")
 APRIEL = ShapeCodec("tool-calls-list", Shape(open="<tool_calls>[", close="]</tool_calls>", separator=", ",
                                              name_key="name"), trigger="<tool_calls>")
 # Firefunction v2: " functools[…]"; Functionary v3.1: <function=NAME>{…}</function>.
