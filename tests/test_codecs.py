@@ -168,6 +168,14 @@ OUTPUTS = [
                         f'"days": 2}}}}, {{"name": "write_file", "arguments": {{"path": "src/a.py", "content": {JCODE}}}}}]'
                         '</TOOLCALL>', True,
      ("", "Two calls.\n", [("get_weather", PARIS), ("write_file", WRITE_ARGS)])),
+    ("minimax-m1", f'<think>\nA file, then the weather.\n</think>\n\n<tool_calls>\n{{"name": "write_file", "arguments": '
+                   f'{{"path": "src/a.py", "content": {JCODE}}}}}\n{{"name": "get_weather", "arguments": {{"city": '
+                   '"Paris", "days": 2}}\n</tool_calls>', False,
+     ("", "\nA file, then the weather.\n", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("apertus", f'<|inner_prefix|>Write it, then look.<|inner_suffix|>Sure.<|tools_prefix|>[{{"write_file": '
+                f'{{"path": "src/a.py", "content": {JCODE}}}}}, {{"get_weather": {{"city": "Paris", "days": 2}}}}]'
+                '<|tools_suffix|>', False,
+     ("Sure.", "Write it, then look.", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
 ]
 
 
@@ -207,6 +215,12 @@ LENIENT = [
     ("gemma", '```json\n{"not": "a call"}\n```', ('```json\n{"not": "a call"}\n```', "", [])),
     ("gpt-oss", '<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 1, "b"',  # cut off
      ('{"a": 1, "b"', "", [])),
+    # famA: cut off inside a call (no closing): repaired
+    ("minimax-m1", '<tool_calls>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n{"name": "write_file", '
+                   '"arguments": {"path": "a.py", "content": "x < y\\n', ("", "", [("add", {"a": 1, "b": 2}), (
+                       "write_file", {"path": "a.py", "content": "x < y\n"})])),
+    ("apertus", '<|tools_prefix|>[{"write_file": {"path": "a.py", "content": "<b>\\nline 2', (
+        "", "", [("write_file", {"path": "a.py", "content": "<b>\nline 2"})])),
 ]
 
 
@@ -216,7 +230,8 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
 
 
 @pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
-                                    "seed-oss", "minimax-m2", "nemotron-nano-2", "apriel-1.6"])
+                                    "seed-oss", "minimax-m2", "nemotron-nano-2", "apriel-1.6", "minimax-m1",
+                                    "apertus"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

@@ -107,3 +107,15 @@ FIREFUNCTION = ShapeCodec(
                   "of them in a single JSON list: {example}\n\n{tools}"))
 FUNCTIONARY = ShapeCodec("functionary", Shape(call_open="<function=", name_end=">", call_close="</function>"),
                          trigger="<function=")
+
+# famA
+# MiniMax M1: <tool_calls> then one {"name": N, "arguments": A} a line.
+MINIMAX_M1 = ShapeCodec(
+    "minimax-m1-lines", Shape(open="<tool_calls>\n", close="</tool_calls>", call_close="\n", name_key="name"),
+    result_open="tool result: ", result_close="\n\n")
+# Apertus: a JSON list of {"NAME": {…}} between <|tools_prefix|> and <|tools_suffix|>; results a list after it.
+APERTUS = ShapeCodec(
+    "apertus-list", Shape(open="<|tools_prefix|>[", close="]<|tools_suffix|>", call_open='{"', name_end='": ',
+                          call_close="}", separator=", "),
+    trigger="<|tools_prefix|>", visible_tokens=("<|tools_prefix|>", "<|tools_suffix|>"), result_open="[",
+    result_close="]")
