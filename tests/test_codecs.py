@@ -176,6 +176,14 @@ OUTPUTS = [
                 f'{{"path": "src/a.py", "content": {JCODE}}}}}, {{"get_weather": {{"city": "Paris", "days": 2}}}}]'
                 '<|tools_suffix|>', False,
      ("Sure.", "Write it, then look.", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    # (Solar Open: <|calls|> ends the turn, a stop token the text never shows; <|content|> shows as nothing)
+    ("solar-open", f'<|think|>A file, then the weather.<|end|><|begin|>assistant<|tool_calls|><|tool_call:begin|>'
+                   f'a1b2c3d4e5<|tool_call:name|>write_file<|tool_call:args|>{{"path": "src/a.py", "content": {JCODE}}}'
+                   '<|tool_call:end|><|tool_call:begin|>f6g7h8i9j0<|tool_call:name|>get_weather<|tool_call:args|>'
+                   '{"city": "Paris", "days": 2}<|tool_call:end|>', False,
+     ("", "A file, then the weather.", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("solar-open", "<|think|>Easy: 2 < 3.<|end|><|begin|>assistantYes, <b>2 < 3</b>.\nDone.", False,
+     ("Yes, <b>2 < 3</b>.\nDone.", "Easy: 2 < 3.", [])),
 ]
 
 
@@ -221,6 +229,8 @@ LENIENT = [
                        "write_file", {"path": "a.py", "content": "x < y\n"})])),
     ("apertus", '<|tools_prefix|>[{"write_file": {"path": "a.py", "content": "<b>\\nline 2', (
         "", "", [("write_file", {"path": "a.py", "content": "<b>\nline 2"})])),
+    ("solar-open", '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>write_file<|tool_call:args|>'
+                   '{"path": "a.py", "content": "x < y', ("", "", [("write_file", {"path": "a.py", "content": "x < y"})])),
 ]
 
 
@@ -231,7 +241,7 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
 
 @pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
                                     "seed-oss", "minimax-m2", "nemotron-nano-2", "apriel-1.6", "minimax-m1",
-                                    "apertus"])
+                                    "apertus", "solar-open"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

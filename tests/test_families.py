@@ -62,6 +62,7 @@ EXPECTED = {
     'nemotron-nano-2': '<SPECIAL_10>System\nBe brief.\n\n<SPECIAL_11>User\nhello\n<SPECIAL_11>Assistant\nthe sea\n<SPECIAL_12>\n<SPECIAL_11>User\nand the world\n<SPECIAL_11>Assistant\n<think>\n',
     'minimax-m1': '<begin_of_document><beginning_of_sentence>system ai_setting=assistant\nBe brief.<end_of_sentence>\n<beginning_of_sentence>user name=user\nhello<end_of_sentence>\n<beginning_of_sentence>ai name=assistant\nthe sea<end_of_sentence>\n<beginning_of_sentence>user name=user\nand the world<end_of_sentence>\n<beginning_of_sentence>ai name=assistant\n',
     'apertus': '<|system_start|>Be brief.<|system_end|><|developer_start|>Deliberation: disabled\nTool Capabilities: disabled<|developer_end|><|user_start|>hello<|user_end|><|assistant_start|>the sea<|assistant_end|><|user_start|>and the world<|user_end|><|assistant_start|>',
+    'solar-open': '<|begin|>system<|content|>Be brief.<|end|><|begin|>user<|content|>hello<|end|><|begin|>assistant<|content|>the sea<|end|><|begin|>user<|content|>and the world<|end|><|begin|>assistant',
 }
 
 

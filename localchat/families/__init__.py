@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from . import (apertus, apriel, chatml, command_r, deepseek, gemma, glm, gptoss, granite, kimi, llama3, minimax,
-               minimax_m1, mistral, nemotron, phi, qwen3coder, seed)
+               minimax_m1, mistral, nemotron, phi, qwen3coder, seed, solar)
 from .base import Family
 from .codecs.base import Call, Codec, Tool
 from .render import Prompt, TemplateCaps, render_prompt, system_first, template_caps
@@ -18,7 +18,7 @@ FAMILIES: dict[str, Family] = {
     f.name: f for f in (
         # famA
         seed.FAMILY, minimax.FAMILY, apriel.APRIEL_15, apriel.APRIEL_16, nemotron.FAMILY,
-        minimax_m1.FAMILY, apertus.FAMILY,
+        minimax_m1.FAMILY, apertus.FAMILY, solar.FAMILY,
         gptoss.FAMILY, command_r.FAMILY, kimi.FAMILY, deepseek.V31, deepseek.FAMILY, glm.GLM_47, glm.FAMILY,
         qwen3coder.FAMILY, gemma.FAMILY, llama3.FUNCTIONARY_31, llama3.FIREFUNCTION_2, llama3.FAMILY,
         mistral.MISTRAL_CALL_ID, mistral.MISTRAL_ARGS, mistral.FAMILY, phi.PHI4, phi.PHI4_MINI, phi.PHI3,

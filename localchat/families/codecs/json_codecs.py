@@ -119,3 +119,11 @@ APERTUS = ShapeCodec(
                           call_close="}", separator=", "),
     trigger="<|tools_prefix|>", visible_tokens=("<|tools_prefix|>", "<|tools_suffix|>"), result_open="[",
     result_close="]")
+# Solar Open: <|tool_calls|>, each <|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{…}<|tool_call:end|>,
+# then <|calls|> (which ends the turn).
+SOLAR_OPEN = ShapeCodec(
+    "solar-open", Shape(open="<|tool_calls|>", close="<|calls|>", call_open="<|tool_call:begin|>{id}<|tool_call:name|>",
+                        name_end="<|tool_call:args|>", call_close="<|tool_call:end|>"),
+    visible_tokens=("<|tool_calls|>", "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>",
+                    "<|tool_call:end|>", "<|calls|>", "<|think|>", "<|end|>", "<|begin|>"),
+    result_open="<|tool_response:result|>", result_close="<|tool_response:end|>")
