@@ -30,6 +30,7 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's localchat
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from conftest import Server  # noqa: E402  (the launcher the tests use)
 

@@ -192,6 +192,44 @@ OUTPUTS = [
                                ("get_weather", PARIS)])),
     ("lfm2", "The user wants (weather) for 2 < 3 days.</think>\n<|tool_call_start|>[add(a=1, b=2.5)]"
              "<|tool_call_end|>", True, ("", "The user wants (weather) for 2 < 3 days.", [("add", {"a": 1, "b": 2.5})])),
+    # famA
+    ("seed-oss", f"<seed:think>A file, then the weather.</seed:think>\n<seed:tool_call>\n<function=write_file>\n"
+                 f"<parameter=path>src/a.py</parameter>\n<parameter=content>{CODE}</parameter>\n</function>\n"
+                 "</seed:tool_call>\n<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n"
+                 "<parameter=days>2</parameter>\n</function>\n</seed:tool_call>", False,
+     ("", "A file, then the weather.", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("minimax-m2", f'Let me check.\n</think>\n\n<minimax:tool_call>\n<invoke name="write_file">\n'
+                   f'<parameter name="path">src/a.py</parameter>\n<parameter name="content">{CODE}</parameter>\n'
+                   '</invoke>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+                   '<parameter name="days">2</parameter>\n</invoke>\n</minimax:tool_call>', True,
+     ("", "Let me check.\n", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("apriel-1.6", f'The user wants a file and the weather.\n[BEGIN FINAL RESPONSE]\n<tool_calls>[{{"name": '
+                   f'"write_file", "arguments": {{"path": "src/a.py", "content": {JCODE}}}}}, {{"name": "get_weather", '
+                   '"arguments": {"city": "Paris", "days": 2}}]</tool_calls>', True,
+     ("", "The user wants a file and the weather.\n", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("apriel-1.5", 'Here are my reasoning steps:\nThe weather tool.\n[BEGIN FINAL RESPONSE]\nChecking.\n<tool_calls>['
+                   '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]</tool_calls>', False,
+     ("Checking.", "\nThe weather tool.\n", [("get_weather", PARIS)])),
+    ("nemotron-nano-2", f'Two calls.\n</think>\n\n<TOOLCALL>[{{"name": "get_weather", "arguments": {{"city": "Paris", '
+                        f'"days": 2}}}}, {{"name": "write_file", "arguments": {{"path": "src/a.py", "content": {JCODE}}}}}]'
+                        '</TOOLCALL>', True,
+     ("", "Two calls.\n", [("get_weather", PARIS), ("write_file", WRITE_ARGS)])),
+    ("minimax-m1", f'<think>\nA file, then the weather.\n</think>\n\n<tool_calls>\n{{"name": "write_file", "arguments": '
+                   f'{{"path": "src/a.py", "content": {JCODE}}}}}\n{{"name": "get_weather", "arguments": {{"city": '
+                   '"Paris", "days": 2}}\n</tool_calls>', False,
+     ("", "\nA file, then the weather.\n", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("apertus", f'<|inner_prefix|>Write it, then look.<|inner_suffix|>Sure.<|tools_prefix|>[{{"write_file": '
+                f'{{"path": "src/a.py", "content": {JCODE}}}}}, {{"get_weather": {{"city": "Paris", "days": 2}}}}]'
+                '<|tools_suffix|>', False,
+     ("Sure.", "Write it, then look.", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    # (Solar Open: <|calls|> ends the turn, a stop token the text never shows; <|content|> shows as nothing)
+    ("solar-open", f'<|think|>A file, then the weather.<|end|><|begin|>assistant<|tool_calls|><|tool_call:begin|>'
+                   f'a1b2c3d4e5<|tool_call:name|>write_file<|tool_call:args|>{{"path": "src/a.py", "content": {JCODE}}}'
+                   '<|tool_call:end|><|tool_call:begin|>f6g7h8i9j0<|tool_call:name|>get_weather<|tool_call:args|>'
+                   '{"city": "Paris", "days": 2}<|tool_call:end|>', False,
+     ("", "A file, then the weather.", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
+    ("solar-open", "<|think|>Easy: 2 < 3.<|end|><|begin|>assistantYes, <b>2 < 3</b>.\nDone.", False,
+     ("Yes, <b>2 < 3</b>.\nDone.", "Easy: 2 < 3.", [])),
 ]
 
 
@@ -251,6 +289,14 @@ LENIENT = [
                  'line <2>', ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),  # cut off
     ("gemma4", 'Use <|tool_call>call:nope{a:1}<tool_call|> like this.',  # an unknown tool: text
      ('Use <|tool_call>call:nope{a:1}<tool_call|> like this.', "", [])),
+    # famA: cut off inside a call (no closing): repaired
+    ("minimax-m1", '<tool_calls>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n{"name": "write_file", '
+                   '"arguments": {"path": "a.py", "content": "x < y\\n', ("", "", [("add", {"a": 1, "b": 2}), (
+                       "write_file", {"path": "a.py", "content": "x < y\n"})])),
+    ("apertus", '<|tools_prefix|>[{"write_file": {"path": "a.py", "content": "<b>\\nline 2', (
+        "", "", [("write_file", {"path": "a.py", "content": "<b>\nline 2"})])),
+    ("solar-open", '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>write_file<|tool_call:args|>'
+                   '{"path": "a.py", "content": "x < y', ("", "", [("write_file", {"path": "a.py", "content": "x < y"})])),
 ]
 
 
@@ -260,7 +306,9 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
 
 
 @pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
-                                    "deepseek-v3.2", "gemma4", "lfm2", "minicpm5", "hy3"])
+                                    "deepseek-v3.2", "gemma4", "lfm2", "minicpm5", "hy3",
+                                    "seed-oss", "minimax-m2", "nemotron-nano-2", "apriel-1.6", "minimax-m1",
+                                    "apertus", "solar-open"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

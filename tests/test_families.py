@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,15 @@ EXPECTED = {
     'hy3': '<｜hy_begin_of_sentence:opensource｜>Be brief.<｜hy_User:opensource｜>hello<｜hy_Assistant:opensource｜>the sea'
            '<｜hy_eos:opensource｜><｜hy_User:opensource｜>and the world<｜hy_Assistant:opensource｜>'
            '<think:opensource></think:opensource>',
+    # famA
+    'seed-oss': '<seed:bos>system\nBe brief.<seed:eos><seed:bos>user\nhello<seed:eos><seed:bos>assistant\nthe sea<seed:eos><seed:bos>user\nand the world<seed:eos><seed:bos>assistant\n',
+    'minimax-m2': ']~!b[]~b]system\nBe brief.[e~[\n]~b]user\nhello[e~[\n]~b]ai\nthe sea[e~[\n]~b]user\nand the world[e~[\n]~b]ai\n<think>\n',
+    'apriel-1.5': '<s><|system|>\nBe brief.\n<|end|>\n<|user|>\nhello\n<|end|>\n<|assistant|>\nthe sea\n<|end|>\n<|user|>\nand the world\n<|end|>\n<|assistant|>\n',
+    'apriel-1.6': '<s><|begin_system|>\nBe brief.\n<|begin_user|>\nhello\n<|begin_assistant|>\nthe sea\n<|end|>\n<|begin_user|>\nand the world\n<|begin_assistant|>\nHere are my reasoning steps:\n',
+    'nemotron-nano-2': '<SPECIAL_10>System\nBe brief.\n\n<SPECIAL_11>User\nhello\n<SPECIAL_11>Assistant\nthe sea\n<SPECIAL_12>\n<SPECIAL_11>User\nand the world\n<SPECIAL_11>Assistant\n<think>\n',
+    'minimax-m1': '<begin_of_document><beginning_of_sentence>system ai_setting=assistant\nBe brief.<end_of_sentence>\n<beginning_of_sentence>user name=user\nhello<end_of_sentence>\n<beginning_of_sentence>ai name=assistant\nthe sea<end_of_sentence>\n<beginning_of_sentence>user name=user\nand the world<end_of_sentence>\n<beginning_of_sentence>ai name=assistant\n',
+    'apertus': '<|system_start|>Be brief.<|system_end|><|developer_start|>Deliberation: disabled\nTool Capabilities: disabled<|developer_end|><|user_start|>hello<|user_end|><|assistant_start|>the sea<|assistant_end|><|user_start|>and the world<|user_end|><|assistant_start|>',
+    'solar-open': '<|begin|>system<|content|>Be brief.<|end|><|begin|>user<|content|>hello<|end|><|begin|>assistant<|content|>the sea<|end|><|begin|>user<|content|>and the world<|end|><|begin|>assistant',
 }
 
 
@@ -172,3 +182,48 @@ def test_tool_markup_is_control_tokens_but_tool_text_stays_plain(tiny_models: di
         engine.close()
     assert seen == ["<s>", "[INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[/INST]", "[TOOL_CALLS]", "</s>",
                     "[INST]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[/INST]"]
+
+
+# Gemma 2's template: no system role, user and model turns must alternate.
+GEMMA2 = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+          "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+          "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+          "<start_of_turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+          "{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}"
+          "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def test_a_template_that_refuses_system_messages_gets_the_system_prompt_in_the_first_user_turn():
+    assert render_prompt(GEMMA2, CONVERSATION, bos_token="<bos>").text == EXPECTED["gemma"]
+    alone = render_prompt(GEMMA2, [{"role": "system", "content": "Be brief."}], bos_token="<bos>")
+    assert alone.text == "<bos><start_of_turn>user\nBe brief.<end_of_turn>\n<start_of_turn>model\n"
+
+
+def test_a_template_that_refuses_the_tool_role_gets_results_as_user_turns():
+    from localchat.generation.constraints import OutputRules, ToolSpec
+    from localchat.generation.conversation import _with_tools
+
+    class Loaded:
+        template = GEMMA2
+
+    call = {"id": "c1", "type": "function", "function": {"name": "w", "arguments": {"city": "Paris"}}}
+    messages = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+                {"role": "tool", "tool_call_id": "c2", "content": "warm"}, {"role": "user", "content": "Thanks."}]
+    rules = OutputRules(tools=(ToolSpec("w", None, {"type": "object"}),))
+    rendered, _ = _with_tools(messages, rules, FAMILIES["gemma"], Loaded)
+    text = render_prompt(GEMMA2, rendered, bos_token="<bos>").text
+    assert [m["role"] for m in rendered] == ["system", "user", "assistant", "user"]
+    assert "<start_of_turn>user\nTool result: sunny\n\nTool result: warm\n\nThanks.<end_of_turn>" in text
+
+
+def test_llama_cpps_template_variables_functions_and_datetime():
+    """Firefunction v2's template lists the tools from `functions` (indented JSON, as llama.cpp
+    sets it) and dates the prompt with `datetime`."""
+    from datetime import datetime
+    tool = {"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}
+    template = "{{ functions }}|{{ datetime }}"
+    text = render_prompt(template, [{"role": "user", "content": "x"}], tools=[tool]).text
+    assert text == json.dumps([tool], indent=2) + "|" + datetime.now().strftime("%b %d %Y")
+    assert render_prompt(template, [{"role": "user", "content": "x"}]).text.startswith("|")
+    assert render_prompt(template, [{"role": "user", "content": "x"}], variables={"functions": "F"}).text[0] == "F"

@@ -43,6 +43,7 @@ class Family:
     effort_switch: str = ""  # or the one that sets its effort (harmony's reasoning_effort)
     history: Callable[[Messages], Messages] | None = None  # fixes a GGUF template needs in the history
     models: str = ""  # which models use it (for people)
+    thinking_values: tuple[Any, Any] = (False, True)  # what the switch is set to for reasoning off, on
 
     def matches(self, template: str) -> bool:
         return any(_found(m, template) for m in self.template_markers)
@@ -69,7 +70,7 @@ class Family:
             return {}
         if self.effort_switch:
             return {self.effort_switch: reasoning if isinstance(reasoning, str) else "medium" if reasoning else "low"}
-        return {self.thinking_switch: bool(reasoning)} if self.thinking_switch else {}
+        return {self.thinking_switch: self.thinking_values[bool(reasoning)]} if self.thinking_switch else {}
 
     def opens_reasoning(self, prompt: str) -> bool:
         """Whether the rendered prompt leaves the model inside a think block."""

@@ -80,14 +80,38 @@ def render_prompt(
     list of (text, is_plain) pieces when it mixes our own markup with plain text.
     `continue_final`: the last message, the assistant's, is a prefill: the generation prompt,
     then its text, which the answer continues (as llama-server does it); None: when the last
-    message is the assistant's text. `variables`: more for the template (`extra` wins)."""
+    message is the assistant's text. `variables`: more for the template (`extra` wins).
+    A template that refuses system messages (or leaves them out) gets the system prompt at the
+    start of the first user turn, as llama.cpp does for such templates."""
     if continue_final is None:
         continue_final = is_prefill(messages)
     prefill = None
     if continue_final and messages:
         prefill, messages = _plain(messages[-1].get("content")), messages[:-1]
         add_generation_prompt = True
+    context = {**(variables or {}), "add_generation_prompt": add_generation_prompt, "bos_token": bos_token,
+               "eos_token": eos_token, **extra}
+    for key, value in llama_cpp_variables(context.get("tools")).items():
+        context.setdefault(key, value)
+    folded = bool(messages) and messages[0].get("role") == "system" and not takes_system(template)
+    if folded:
+        messages = fold_system(messages)
+    prompt = _render(template, messages, context, prefill)
+    if folded:  # message k of the folded conversation is message k + 1 (the first holds both)
+        dropped = {k + 1 for k in prompt.dropped} | ({0} if 0 in prompt.dropped else set())
+        prompt = Prompt(prompt.segments, frozenset(dropped))
+    return prompt
 
+
+def llama_cpp_variables(tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """What llama.cpp's common/chat gives every template besides the messages and tools (unless
+    the request sets them): `datetime`, today's date, and `functions`, the tools as indented JSON
+    text (Firefunction v2's template lists them from it; llama.cpp sets it for that template)."""
+    return {"datetime": datetime.now().strftime("%b %d %Y"),
+            "functions": json.dumps(tools, ensure_ascii=False, indent=2) if tools else ""}
+
+
+def _render(template: str, messages: list[dict[str, Any]], context: dict[str, Any], prefill: str | None) -> Prompt:
     nonce = secrets.token_hex(4)
     texts: list[tuple[str, bool]] = []
     owner: list[int] = []  # the message each piece of text comes from
@@ -104,10 +128,7 @@ def render_prompt(
               {**m, "content": ""} if m.get("tool_calls") else dict(m)  # templates concatenate it
               for k, m in enumerate(messages)]
     try:
-        rendered = _compile(template).render(
-            **{**(variables or {}), "messages": masked, "add_generation_prompt": add_generation_prompt,
-               "bos_token": bos_token, "eos_token": eos_token, **extra},
-        )
+        rendered = _compile(template).render(**{**context, "messages": masked})
     except (jinja2.TemplateError, TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as exc:
         raise InvalidRequest(f"the model's chat template rejected the conversation: {exc}", param="messages") from exc
 
@@ -123,6 +144,37 @@ def render_prompt(
         segments.append((prefill, True))
     dropped = frozenset(set(owner) - shown)
     return Prompt(tuple(s for s in segments if s[0]), dropped)
+
+
+_SYSTEM_PROBE = "zz_system_probe"
+
+
+@lru_cache(maxsize=16)
+def takes_system(template: str) -> bool:
+    """Whether the template shows a system message that starts the conversation (Gemma 2's
+    raises on one)."""
+    try:
+        prompt = _render(template, [{"role": "system", "content": _SYSTEM_PROBE}, {"role": "user", "content": "u"}],
+                         {"add_generation_prompt": True, "bos_token": "", "eos_token": "", **llama_cpp_variables(None)},
+                         None)
+    except InvalidRequest:
+        return False
+    return _SYSTEM_PROBE in prompt.text
+
+
+def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first message, the system prompt, put at the start of the next user turn (a blank
+    line between), or made a user turn of its own when none follows it."""
+    system, rest = messages[0], messages[1:]
+    if not rest or rest[0].get("role") != "user":
+        return [{**system, "role": "user"}, *rest]
+
+    def pieces(content: Any) -> list[tuple[str, bool]]:
+        return [(content, True)] if isinstance(content, str) else list(content or [])
+
+    user = rest[0]
+    merged = pieces(system.get("content")) + [("\n\n", False)] + pieces(user.get("content"))
+    return [{**user, "content": merged}, *rest[1:]]
 
 
 def is_prefill(messages: list[dict[str, Any]]) -> bool:
@@ -149,6 +201,7 @@ class TemplateCaps:
 
     tools: bool  # lists the request's tools itself
     calls: bool  # writes an assistant's tool calls (and the tools' results) itself
+    results: bool = True  # shows a tool's result (a message of role `tool`) after an assistant's text
 
 
 _PROBE_TOOL = {"type": "function", "function": {"name": "zz_probe_tool", "description": "probe",
@@ -169,5 +222,7 @@ def template_caps(template: str) -> TemplateCaps:
             "function": {"name": "zz_probe_call", "arguments": {"zz_arg": "v"}}}
     history = [*ask, {"role": "assistant", "content": None, "tool_calls": [call]},
                {"role": "tool", "tool_call_id": "call00001", "name": "zz_probe_call", "content": "r"}]
+    said = [*ask, {"role": "assistant", "content": "a"}, {"role": "tool", "content": "zz_probe_result"}]
     return TemplateCaps(tools=renders(ask, "zz_probe_tool", tools=[_PROBE_TOOL]),
-                        calls=renders(history, "zz_probe_call", tools=[_PROBE_TOOL]))
+                        calls=renders(history, "zz_probe_call", tools=[_PROBE_TOOL]),
+                        results=renders(said, "zz_probe_result"))

@@ -143,6 +143,27 @@ def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Fami
         elif m["role"] == "tool":
             m = {**m, "content": codec.format_result(m["content"])}
         out.append(m)
+    if caps and not caps.results:
+        out = _results_as_user_turns(out)
     if tools and not extra:
         out = _add_to_system(out, codec.describe(tools))
     return out, extra
+
+
+def _results_as_user_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For a template that refuses the `tool` role (Gemma's require user and model turns to
+    alternate): each result (the codec has written it) a user turn, merged with the user turns
+    next to it."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m["role"] == "tool":
+            m = {"role": "user", "content": m["content"]}
+        if out and m["role"] == "user" and out[-1]["role"] == "user":
+            pieces = [_pieces(out[-1]["content"]), [("\n\n", False)], _pieces(m["content"])]
+            m = {**out.pop(), "content": [p for part in pieces for p in part]}
+        out.append(m)
+    return out
+
+
+def _pieces(content: Any) -> list[tuple[str, bool]]:
+    return [(content, True)] if isinstance(content, str) else list(content or [])

@@ -95,7 +95,8 @@ GEMMA3 = ShapeCodec(
 
 # Nemotron Nano 2: <TOOLCALL>[…]</TOOLCALL>; Apriel: <tool_calls>[…]</tool_calls>.
 NEMOTRON = ShapeCodec("toolcall-list", Shape(open="<TOOLCALL>[", close="]</TOOLCALL>", separator=", ", name_key="name"),
-                      trigger="<TOOLCALL>")
+                      trigger="<TOOLCALL>", visible_tokens=("<TOOLCALL>", "</TOOLCALL>"),
+                      result_open="<TOOL_RESPONSE>[", result_close="]</TOOL_RESPONSE>")
 APRIEL = ShapeCodec("tool-calls-list", Shape(open="<tool_calls>[", close="]</tool_calls>", separator=", ",
                                              name_key="name"), trigger="<tool_calls>")
 # Firefunction v2: " functools[…]"; Functionary v3.1: <function=NAME>{…}</function>.
@@ -106,3 +107,23 @@ FIREFUNCTION = ShapeCodec(
                   "of them in a single JSON list: {example}\n\n{tools}"))
 FUNCTIONARY = ShapeCodec("functionary", Shape(call_open="<function=", name_end=">", call_close="</function>"),
                          trigger="<function=")
+
+# famA
+# MiniMax M1: <tool_calls> then one {"name": N, "arguments": A} a line.
+MINIMAX_M1 = ShapeCodec(
+    "minimax-m1-lines", Shape(open="<tool_calls>\n", close="</tool_calls>", call_close="\n", name_key="name"),
+    result_open="tool result: ", result_close="\n\n")
+# Apertus: a JSON list of {"NAME": {…}} between <|tools_prefix|> and <|tools_suffix|>; results a list after it.
+APERTUS = ShapeCodec(
+    "apertus-list", Shape(open="<|tools_prefix|>[", close="]<|tools_suffix|>", call_open='{"', name_end='": ',
+                          call_close="}", separator=", "),
+    trigger="<|tools_prefix|>", visible_tokens=("<|tools_prefix|>", "<|tools_suffix|>"), result_open="[",
+    result_close="]")
+# Solar Open: <|tool_calls|>, each <|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{…}<|tool_call:end|>,
+# then <|calls|> (which ends the turn).
+SOLAR_OPEN = ShapeCodec(
+    "solar-open", Shape(open="<|tool_calls|>", close="<|calls|>", call_open="<|tool_call:begin|>{id}<|tool_call:name|>",
+                        name_end="<|tool_call:args|>", call_close="<|tool_call:end|>"),
+    visible_tokens=("<|tool_calls|>", "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>",
+                    "<|tool_call:end|>", "<|calls|>", "<|think|>", "<|end|>", "<|begin|>"),
+    result_open="<|tool_response:result|>", result_close="<|tool_response:end|>")
