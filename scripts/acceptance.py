@@ -1,11 +1,13 @@
 """Acceptance: the coding agents as they ship, headless, against a real `localchat serve`.
 
-    scripts/acceptance [--only claude|codex] [--timeout S]
+    scripts/acceptance [--only claude|codex] [--timeout S] [--config models.toml] [--model NAME]
 
 Installs pinned releases of Claude Code and the Codex CLI with npm into a cache folder (once),
-starts `localchat serve` on a free loopback port with the shipped default config (nothing but
-the base URL / provider lines the README gives, in a throw-away HOME for each client), then
-drives each client headless:
+starts `localchat serve` on a free loopback port with the shipped default config (or the
+registry `--config` names; `--model` picks one of its models instead of its default), then
+drives each client headless, with nothing but the base URL / provider lines the README gives,
+in a throw-away HOME and work folder for each client (both cases share them, as two tasks of one
+user would: the second reads the agent's long prompt from the cache):
 
 - `plain`: a plain question; the client must exit 0 with a text answer;
 - `tool`: a task that makes the model call a tool; the client must run it, send the result back
@@ -57,8 +59,8 @@ def install() -> Path:
 class Serve(Server):
     """`localchat serve` on a free loopback port with the shipped registry (the tests' launcher)."""
 
-    def __init__(self) -> None:
-        super().__init__(shipped_config())
+    def __init__(self, config: Path | None) -> None:
+        super().__init__(config or shipped_config())
 
     def model(self) -> str:
         return httpx.get(self.url + "/health").json()["model"]
@@ -69,6 +71,17 @@ class Outcome:
     ok: bool
     seconds: float
     said: str
+
+
+_FOLDERS: dict[str, tuple[Path, Path]] = {}
+
+
+def folders(client: str) -> tuple[Path, Path]:
+    """The client's HOME and work folder, made once a run: both cases use them."""
+    if client not in _FOLDERS:
+        _FOLDERS[client] = (Path(tempfile.mkdtemp(prefix=f"{client}-home-")),
+                            Path(tempfile.mkdtemp(prefix=f"{client}-work-")))
+    return _FOLDERS[client]
 
 
 def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[int, list[dict]]:
@@ -96,7 +109,7 @@ def claude_env(home: Path, url: str, model: str) -> dict[str, str]:
 
 
 def claude(bin_dir: Path, url: str, model: str, case: str, timeout: float) -> Outcome:
-    home, work = Path(tempfile.mkdtemp(prefix="cc-home-")), Path(tempfile.mkdtemp(prefix="cc-work-"))
+    home, work = folders("claude")
     prompt, extra = ("Say hi.", []) if case == "plain" else (TOOL_TASK, ["--allowedTools", "Bash(echo:*)"])
     start = time.monotonic()
     code, events = run([str(bin_dir / "claude"), "-p", prompt, "--output-format", "stream-json", "--verbose", *extra],
@@ -127,8 +140,8 @@ wire_api = "responses"
 
 
 def codex(bin_dir: Path, url: str, model: str, case: str, timeout: float) -> Outcome:
-    home, work = Path(tempfile.mkdtemp(prefix="codex-home-")), Path(tempfile.mkdtemp(prefix="codex-work-"))
-    (home / ".codex").mkdir()
+    home, work = folders("codex")
+    (home / ".codex").mkdir(exist_ok=True)
     (home / ".codex" / "config.toml").write_text(CODEX_CONFIG.format(model=model, url=url))
     env = {**os.environ, "HOME": str(home), "CODEX_HOME": str(home / ".codex")}
     prompt = "Say hi." if case == "plain" else TOOL_TASK
@@ -154,14 +167,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=sorted(CASES))
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for one client run")
+    parser.add_argument("--config", type=Path, help="a models.toml to serve instead of the shipped one")
+    parser.add_argument("--model", help="the model the clients ask for (default: the registry's default)")
     args = parser.parse_args()
     if not shutil.which("npm"):
         raise SystemExit("acceptance needs npm (Node.js 22 or newer)")
     bin_dir = install()
-    server = Serve()
+    server = Serve(args.config)
     failed = 0
+    started = time.monotonic()
     try:
-        model = server.model()
+        model = args.model or server.model()
         print(f"localchat serve: {server.url}, default model {model}", flush=True)
         for client, drive in CASES.items():
             if args.only and client != args.only:
@@ -175,6 +191,7 @@ def main() -> int:
                 said = outcome.said.replace("\n", " ")[:160]
                 print(f"{client:7} {case:6} {'PASS' if outcome.ok else 'FAIL'} {outcome.seconds:7.1f} s  {said}",
                       flush=True)
+        print(f"({time.monotonic() - started:.0f} s in all)", flush=True)
     finally:
         print("\nserver access log:")
         print("\n".join(line for line in server.output().splitlines() if " POST " in line))
