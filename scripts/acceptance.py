@@ -102,10 +102,16 @@ def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tupl
 # -- Claude Code ----------------------------------------------------------------------------------
 
 def claude_env(home: Path, url: str, model: str) -> dict[str, str]:
-    """The README's lines for Claude Code."""
+    """The README's lines for Claude Code (the context is the model's, as /health says it)."""
     return {**os.environ, "HOME": str(home), "ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": "unused",
             "ANTHROPIC_MODEL": model, "ANTHROPIC_SMALL_FAST_MODEL": model,
+            "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(context_length(url, model)), "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+
+
+def context_length(url: str, model: str) -> int:
+    models = httpx.get(url + "/v1/models").json()["data"]
+    return next(m["context_length"] for m in models if model == m["id"] or model in m["aliases"])
 
 
 def claude(bin_dir: Path, url: str, model: str, case: str, timeout: float) -> Outcome:
@@ -131,6 +137,8 @@ def claude(bin_dir: Path, url: str, model: str, case: str, timeout: float) -> Ou
 
 CODEX_CONFIG = """model = "{model}"
 model_provider = "localchat"
+model_context_window = {context}
+model_auto_compact_token_limit = {compact}
 
 [model_providers.localchat]
 name = "localchat"
@@ -142,7 +150,9 @@ wire_api = "responses"
 def codex(bin_dir: Path, url: str, model: str, case: str, timeout: float) -> Outcome:
     home, work = folders("codex")
     (home / ".codex").mkdir(exist_ok=True)
-    (home / ".codex" / "config.toml").write_text(CODEX_CONFIG.format(model=model, url=url))
+    context = context_length(url, model)
+    (home / ".codex" / "config.toml").write_text(CODEX_CONFIG.format(model=model, url=url, context=context,
+                                                                     compact=context * 3 // 4))
     env = {**os.environ, "HOME": str(home), "CODEX_HOME": str(home / ".codex")}
     prompt = "Say hi." if case == "plain" else TOOL_TASK
     start = time.monotonic()
