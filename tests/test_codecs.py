@@ -230,6 +230,27 @@ OUTPUTS = [
      ("", "A file, then the weather.", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
     ("solar-open", "<|think|>Easy: 2 < 3.<|end|><|begin|>assistantYes, <b>2 < 3</b>.\nDone.", False,
      ("Yes, <b>2 < 3</b>.\nDone.", "Easy: 2 < 3.", [])),
+    # famC
+    # (GigaChat: one call a turn; 3 writes it as a `function call` turn, 3.1 after <|function_call|>)
+    ("gigachat3", f'function call<|role_sep|>\n{{"name": "write_file", "arguments": {{"path": "src/a.py", "content": '
+                  f'{JCODE}, "mode": 420}}}}', False, ("", "", [("write_file", {**WRITE_ARGS, "mode": 420})])),
+    ("gigachat3", '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris", '
+                  '"days": 2}}', False, ("<|message_sep|>", "", [("get_weather", PARIS)])),  # after an empty turn
+    ("gigachat3.1", f'I will write it: <b>2 < 3</b>.\n<|function_call|>{{"name": "write_file", "arguments": '
+                    f'{{"path": "src/a.py", "content": {JCODE}}}}}', False,
+     ("I will write it: <b>2 < 3</b>.", "", [("write_file", WRITE_ARGS)])),
+    ("minimax-m3", f'<mm:think>A file, then the weather: 2 < 3.</mm:think>]<]minimax[>[<tool_call>\n'
+                   f']<]minimax[>[<invoke name="write_file">]<]minimax[>[<path>src/a.py]<]minimax[>[</path>'
+                   f']<]minimax[>[<content>{CODE}]<]minimax[>[</content>]<]minimax[>[<mode>420]<]minimax[>[</mode>'
+                   ']<]minimax[>[</invoke>\n]<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>Paris'
+                   ']<]minimax[>[</city>]<]minimax[>[<days>2]<]minimax[>[</days>]<]minimax[>[</invoke>\n'
+                   ']<]minimax[>[</tool_call>', False,
+     ("", "A file, then the weather: 2 < 3.", [("write_file", {**WRITE_ARGS, "mode": 420}), ("get_weather", PARIS)])),
+    ("minimax-m3", 'Easy: 2 < 3.</mm:think>Checking.]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="add">'
+                   ']<]minimax[>[<a>1]<]minimax[>[</a>]<]minimax[>[<b>2.5]<]minimax[>[</b>]<]minimax[>[</invoke>\n'
+                   ']<]minimax[>[</tool_call>', True,
+     ("Checking.", "Easy: 2 < 3.", [("add", {"a": 1, "b": 2.5})])),
+    ("minimax-m3", "</mm:think>Yes, <b>2 < 3</b>.\nDone.", False, ("Yes, <b>2 < 3</b>.\nDone.", "", [])),  # no reasoning
 ]
 
 
@@ -297,6 +318,14 @@ LENIENT = [
         "", "", [("write_file", {"path": "a.py", "content": "<b>\nline 2"})])),
     ("solar-open", '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>write_file<|tool_call:args|>'
                    '{"path": "a.py", "content": "x < y', ("", "", [("write_file", {"path": "a.py", "content": "x < y"})])),
+    # famC
+    ("gigachat3", 'function call<|role_sep|>\n{"name": "write_file", "arguments": {"path": "a.py", "content": "x < y\\n',
+     ("", "", [("write_file", {"path": "a.py", "content": "x < y\n"})])),
+    ("gigachat3.1", '<|function_call|>{"name": "write_file", "arguments": {"path": "a.py", "content": "x < y\\n',
+     ("", "", [("write_file", {"path": "a.py", "content": "x < y\n"})])),
+    ("minimax-m3", ']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="write_file">]<]minimax[>[<path>a.py'
+                   ']<]minimax[>[</path>]<]minimax[>[<content>line 1\nline <2>',
+     ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
 ]
 
 
@@ -308,7 +337,7 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
 @pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
                                     "deepseek-v3.2", "gemma4", "lfm2", "minicpm5", "hy3",
                                     "seed-oss", "minimax-m2", "nemotron-nano-2", "apriel-1.6", "minimax-m1",
-                                    "apertus", "solar-open"])
+                                    "apertus", "solar-open", "gigachat3", "gigachat3.1", "minimax-m3"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

@@ -136,7 +136,7 @@ class ShapeCodec(Codec):
                 text = f"<![CDATA[{text}]]>"
             close = xml.key_close_for(isinstance(value, str))
             out += [(xml.key_open, False), (key, True), (close + nl, False), (text, True),
-                    (nl + xml.value_close + xml.between, False)]
+                    (nl + xml.close_for(key) + xml.between, False)]
         return out
 
     def format_result(self, content: str, call: Call | None = None) -> Segments:
