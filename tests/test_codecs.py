@@ -251,6 +251,20 @@ OUTPUTS = [
                    ']<]minimax[>[</tool_call>', True,
      ("Checking.", "Easy: 2 < 3.", [("add", {"a": 1, "b": 2.5})])),
     ("minimax-m3", "</mm:think>Yes, <b>2 < 3</b>.\nDone.", False, ("Yes, <b>2 < 3</b>.\nDone.", "", [])),  # no reasoning
+    # (Muse Glimmer: each message's header names its recipient; the prompt ends with `<|start|>assistant`)
+    ("muse-glimmer", f' to=self<|message|>A file, then the weather: 2 < 3.<|eom|><|start|>assistant to=write_file'
+                     f'<|message|><atem:function_calls>\n<atem:invoke name="write_file">\n<atem:parameter name="path">'
+                     f'src/a.py</atem:parameter>\n<atem:parameter name="content">{CODE}</atem:parameter>\n'
+                     '<atem:parameter name="mode">420</atem:parameter>\n<atem:parameter name="tags">["x", "<y>"]'
+                     '</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|><|start|>assistant to=get_weather'
+                     '<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="city">'
+                     'Paris</atem:parameter>\n<atem:parameter name="days">2</atem:parameter>\n</atem:invoke>\n'
+                     '</atem:function_calls>', False,
+     ("", "A file, then the weather: 2 < 3.", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}),
+                                             ("get_weather", PARIS)])),
+    ("muse-glimmer", ' to=self<|message|>Easy: 2 < 3.<|eom|><|start|>assistant to=user<|message|>Yes, <b>2 < 3</b>.\n'
+                     'Done.', False, ("Yes, <b>2 < 3</b>.\nDone.", "Easy: 2 < 3.", [])),
+    ("muse-glimmer", "Plain text, <b>2 < 3</b>.", False, ("Plain text, <b>2 < 3</b>.", "", [])),  # no header
 ]
 
 
@@ -326,6 +340,9 @@ LENIENT = [
     ("minimax-m3", ']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="write_file">]<]minimax[>[<path>a.py'
                    ']<]minimax[>[</path>]<]minimax[>[<content>line 1\nline <2>',
      ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
+    ("muse-glimmer", ' to=write_file<|message|><atem:function_calls>\n<atem:invoke name="write_file">\n'
+                     '<atem:parameter name="path">a.py</atem:parameter>\n<atem:parameter name="content">line 1\nline <2>',
+     ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
 ]
 
 
@@ -337,7 +354,8 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
 @pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
                                     "deepseek-v3.2", "gemma4", "lfm2", "minicpm5", "hy3",
                                     "seed-oss", "minimax-m2", "nemotron-nano-2", "apriel-1.6", "minimax-m1",
-                                    "apertus", "solar-open", "gigachat3", "gigachat3.1", "minimax-m3"])
+                                    "apertus", "solar-open", "gigachat3", "gigachat3.1", "minimax-m3",
+                                    "muse-glimmer"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

@@ -86,6 +86,9 @@ EXPECTED = {
                    'assistant<|role_sep|>\n',
     'minimax-m3': ']~!b[]~b]system\nBe brief.[e~[\n]~b]user\nhello[e~[\n]~b]ai\n</mm:think>the sea[e~[\n]~b]user\n'
                   'and the world[e~[\n]~b]ai\n',
+    'muse-glimmer': '<|start|>system<|message|>Be brief.\n\nReasoning strength: high.\n\n# Valid recipients: "self", '
+                    '"user".<|eot|><|start|>user<|message|>hello<|eot|><|start|>assistant to=user<|message|>the sea<|eot|>'
+                    '<|start|>user<|message|>and the world<|eot|><|start|>assistant',
 }
 
 
