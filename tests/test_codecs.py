@@ -265,6 +265,20 @@ OUTPUTS = [
     ("muse-glimmer", ' to=self<|message|>Easy: 2 < 3.<|eom|><|start|>assistant to=user<|message|>Yes, <b>2 < 3</b>.\n'
                      'Done.', False, ("Yes, <b>2 < 3</b>.\nDone.", "Easy: 2 < 3.", [])),
     ("muse-glimmer", "Plain text, <b>2 < 3</b>.", False, ("Plain text, <b>2 < 3</b>.", "", [])),  # no header
+    # (Kimi K3: the prompt opens <|open|>think<|sep|>; the answer in response, the calls in tools)
+    ("kimi-k3", f'A file, then the weather: 2 < 3.<|close|>think<|sep|><|open|>response<|sep|>Writing it.'
+                f'<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="write_file" index="1"<|sep|>'
+                f'<|open|>argument key="path" type="string"<|sep|>src/a.py<|close|>argument<|sep|>'
+                f'<|open|>argument key="content" type="string"<|sep|>{CODE}<|close|>argument<|sep|>'
+                '<|open|>argument key="mode" type="number"<|sep|>420<|close|>argument<|sep|>'
+                '<|open|>argument key="tags" type="array"<|sep|>["x","<y>"]<|close|>argument<|sep|><|close|>call<|sep|>'
+                '<|open|>call tool="get_weather" index="2"<|sep|><|open|>argument key="city" type="string"<|sep|>Paris'
+                '<|close|>argument<|sep|><|open|>argument key="days" type="number"<|sep|>2<|close|>argument<|sep|>'
+                '<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>', True,
+     ("Writing it.", "A file, then the weather: 2 < 3.", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}),
+                                                          ("get_weather", PARIS)])),
+    ("kimi-k3", "Easy: 2 < 3.<|close|>think<|sep|><|open|>response<|sep|>Yes, <b>2 < 3</b>.\nDone.<|close|>response"
+                "<|sep|><|close|>message<|sep|>", True, ("Yes, <b>2 < 3</b>.\nDone.", "Easy: 2 < 3.", [])),
 ]
 
 
@@ -343,6 +357,10 @@ LENIENT = [
     ("muse-glimmer", ' to=write_file<|message|><atem:function_calls>\n<atem:invoke name="write_file">\n'
                      '<atem:parameter name="path">a.py</atem:parameter>\n<atem:parameter name="content">line 1\nline <2>',
      ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
+    ("kimi-k3", '<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="write_file" index="1"<|sep|>'
+                '<|open|>argument key="path" type="string"<|sep|>a.py<|close|>argument<|sep|><|open|>argument '
+                'key="content" type="string"<|sep|>line 1\nline <2>',
+     ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
 ]
 
 
@@ -355,7 +373,7 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
                                     "deepseek-v3.2", "gemma4", "lfm2", "minicpm5", "hy3",
                                     "seed-oss", "minimax-m2", "nemotron-nano-2", "apriel-1.6", "minimax-m1",
                                     "apertus", "solar-open", "gigachat3", "gigachat3.1", "minimax-m3",
-                                    "muse-glimmer"])
+                                    "muse-glimmer", "kimi-k3"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

@@ -89,6 +89,11 @@ EXPECTED = {
     'muse-glimmer': '<|start|>system<|message|>Be brief.\n\nReasoning strength: high.\n\n# Valid recipients: "self", '
                     '"user".<|eot|><|start|>user<|message|>hello<|eot|><|start|>assistant to=user<|message|>the sea<|eot|>'
                     '<|start|>user<|message|>and the world<|eot|><|start|>assistant',
+    'kimi-k3': '<|open|>message role="system"<|sep|>Be brief.<|close|>message<|sep|><|end_of_msg|><|open|>message '
+               'role="user"<|sep|>hello<|close|>message<|sep|><|end_of_msg|><|open|>message role="assistant"<|sep|>'
+               '<|open|>think<|sep|><|close|>think<|sep|><|open|>response<|sep|>the sea<|close|>response<|sep|>'
+               '<|close|>message<|sep|><|end_of_msg|><|open|>message role="user"<|sep|>and the world<|close|>message'
+               '<|sep|><|end_of_msg|><|open|>message role="assistant"<|sep|><|open|>think<|sep|>',
 }
 
 

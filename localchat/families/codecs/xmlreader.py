@@ -61,7 +61,7 @@ class XmlArgsReader:
                 if at < 0 and typed_at < 0:
                     return (out + [self._close()], pos, True) if cut else (out, pos, None)
                 schema = self.props.get(self.key)
-                if typed_at >= 0:  # the syntax says the value is JSON
+                if typed_at >= 0 and at < 0:  # the syntax says the value is JSON
                     at, self.schema = typed_at, schema if schema is not None and not is_text(schema) else {}
                     self.raw = False
                 else:
