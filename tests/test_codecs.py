@@ -230,6 +230,55 @@ OUTPUTS = [
      ("", "A file, then the weather.", [("write_file", WRITE_ARGS), ("get_weather", PARIS)])),
     ("solar-open", "<|think|>Easy: 2 < 3.<|end|><|begin|>assistantYes, <b>2 < 3</b>.\nDone.", False,
      ("Yes, <b>2 < 3</b>.\nDone.", "Easy: 2 < 3.", [])),
+    # famC
+    # (GigaChat: one call a turn; 3 writes it as a `function call` turn, 3.1 after <|function_call|>)
+    ("gigachat3", f'function call<|role_sep|>\n{{"name": "write_file", "arguments": {{"path": "src/a.py", "content": '
+                  f'{JCODE}, "mode": 420}}}}', False, ("", "", [("write_file", {**WRITE_ARGS, "mode": 420})])),
+    ("gigachat3", '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris", '
+                  '"days": 2}}', False, ("<|message_sep|>", "", [("get_weather", PARIS)])),  # after an empty turn
+    ("gigachat3.1", f'I will write it: <b>2 < 3</b>.\n<|function_call|>{{"name": "write_file", "arguments": '
+                    f'{{"path": "src/a.py", "content": {JCODE}}}}}', False,
+     ("I will write it: <b>2 < 3</b>.", "", [("write_file", WRITE_ARGS)])),
+    ("minimax-m3", f'<mm:think>A file, then the weather: 2 < 3.</mm:think>]<]minimax[>[<tool_call>\n'
+                   f']<]minimax[>[<invoke name="write_file">]<]minimax[>[<path>src/a.py]<]minimax[>[</path>'
+                   f']<]minimax[>[<content>{CODE}]<]minimax[>[</content>]<]minimax[>[<mode>420]<]minimax[>[</mode>'
+                   ']<]minimax[>[</invoke>\n]<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>Paris'
+                   ']<]minimax[>[</city>]<]minimax[>[<days>2]<]minimax[>[</days>]<]minimax[>[</invoke>\n'
+                   ']<]minimax[>[</tool_call>', False,
+     ("", "A file, then the weather: 2 < 3.", [("write_file", {**WRITE_ARGS, "mode": 420}), ("get_weather", PARIS)])),
+    ("minimax-m3", 'Easy: 2 < 3.</mm:think>Checking.]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="add">'
+                   ']<]minimax[>[<a>1]<]minimax[>[</a>]<]minimax[>[<b>2.5]<]minimax[>[</b>]<]minimax[>[</invoke>\n'
+                   ']<]minimax[>[</tool_call>', True,
+     ("Checking.", "Easy: 2 < 3.", [("add", {"a": 1, "b": 2.5})])),
+    ("minimax-m3", "</mm:think>Yes, <b>2 < 3</b>.\nDone.", False, ("Yes, <b>2 < 3</b>.\nDone.", "", [])),  # no reasoning
+    # (Muse Glimmer: each message's header names its recipient; the prompt ends with `<|start|>assistant`)
+    ("muse-glimmer", f' to=self<|message|>A file, then the weather: 2 < 3.<|eom|><|start|>assistant to=write_file'
+                     f'<|message|><atem:function_calls>\n<atem:invoke name="write_file">\n<atem:parameter name="path">'
+                     f'src/a.py</atem:parameter>\n<atem:parameter name="content">{CODE}</atem:parameter>\n'
+                     '<atem:parameter name="mode">420</atem:parameter>\n<atem:parameter name="tags">["x", "<y>"]'
+                     '</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|><|start|>assistant to=get_weather'
+                     '<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="city">'
+                     'Paris</atem:parameter>\n<atem:parameter name="days">2</atem:parameter>\n</atem:invoke>\n'
+                     '</atem:function_calls>', False,
+     ("", "A file, then the weather: 2 < 3.", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}),
+                                             ("get_weather", PARIS)])),
+    ("muse-glimmer", ' to=self<|message|>Easy: 2 < 3.<|eom|><|start|>assistant to=user<|message|>Yes, <b>2 < 3</b>.\n'
+                     'Done.', False, ("Yes, <b>2 < 3</b>.\nDone.", "Easy: 2 < 3.", [])),
+    ("muse-glimmer", "Plain text, <b>2 < 3</b>.", False, ("Plain text, <b>2 < 3</b>.", "", [])),  # no header
+    # (Kimi K3: the prompt opens <|open|>think<|sep|>; the answer in response, the calls in tools)
+    ("kimi-k3", f'A file, then the weather: 2 < 3.<|close|>think<|sep|><|open|>response<|sep|>Writing it.'
+                f'<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="write_file" index="1"<|sep|>'
+                f'<|open|>argument key="path" type="string"<|sep|>src/a.py<|close|>argument<|sep|>'
+                f'<|open|>argument key="content" type="string"<|sep|>{CODE}<|close|>argument<|sep|>'
+                '<|open|>argument key="mode" type="number"<|sep|>420<|close|>argument<|sep|>'
+                '<|open|>argument key="tags" type="array"<|sep|>["x","<y>"]<|close|>argument<|sep|><|close|>call<|sep|>'
+                '<|open|>call tool="get_weather" index="2"<|sep|><|open|>argument key="city" type="string"<|sep|>Paris'
+                '<|close|>argument<|sep|><|open|>argument key="days" type="number"<|sep|>2<|close|>argument<|sep|>'
+                '<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>', True,
+     ("Writing it.", "A file, then the weather: 2 < 3.", [("write_file", {**WRITE_ARGS, "mode": 420, "tags": ["x", "<y>"]}),
+                                                          ("get_weather", PARIS)])),
+    ("kimi-k3", "Easy: 2 < 3.<|close|>think<|sep|><|open|>response<|sep|>Yes, <b>2 < 3</b>.\nDone.<|close|>response"
+                "<|sep|><|close|>message<|sep|>", True, ("Yes, <b>2 < 3</b>.\nDone.", "Easy: 2 < 3.", [])),
 ]
 
 
@@ -297,6 +346,21 @@ LENIENT = [
         "", "", [("write_file", {"path": "a.py", "content": "<b>\nline 2"})])),
     ("solar-open", '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>write_file<|tool_call:args|>'
                    '{"path": "a.py", "content": "x < y', ("", "", [("write_file", {"path": "a.py", "content": "x < y"})])),
+    # famC
+    ("gigachat3", 'function call<|role_sep|>\n{"name": "write_file", "arguments": {"path": "a.py", "content": "x < y\\n',
+     ("", "", [("write_file", {"path": "a.py", "content": "x < y\n"})])),
+    ("gigachat3.1", '<|function_call|>{"name": "write_file", "arguments": {"path": "a.py", "content": "x < y\\n',
+     ("", "", [("write_file", {"path": "a.py", "content": "x < y\n"})])),
+    ("minimax-m3", ']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="write_file">]<]minimax[>[<path>a.py'
+                   ']<]minimax[>[</path>]<]minimax[>[<content>line 1\nline <2>',
+     ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
+    ("muse-glimmer", ' to=write_file<|message|><atem:function_calls>\n<atem:invoke name="write_file">\n'
+                     '<atem:parameter name="path">a.py</atem:parameter>\n<atem:parameter name="content">line 1\nline <2>',
+     ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
+    ("kimi-k3", '<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="write_file" index="1"<|sep|>'
+                '<|open|>argument key="path" type="string"<|sep|>a.py<|close|>argument<|sep|><|open|>argument '
+                'key="content" type="string"<|sep|>line 1\nline <2>',
+     ("", "", [("write_file", {"path": "a.py", "content": "line 1\nline <2>"})])),
 ]
 
 
@@ -308,7 +372,8 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
 @pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
                                     "deepseek-v3.2", "gemma4", "lfm2", "minicpm5", "hy3",
                                     "seed-oss", "minimax-m2", "nemotron-nano-2", "apriel-1.6", "minimax-m1",
-                                    "apertus", "solar-open"])
+                                    "apertus", "solar-open", "gigachat3", "gigachat3.1", "minimax-m3",
+                                    "muse-glimmer", "kimi-k3"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
     text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))

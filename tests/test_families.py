@@ -77,6 +77,23 @@ EXPECTED = {
     'minimax-m1': '<begin_of_document><beginning_of_sentence>system ai_setting=assistant\nBe brief.<end_of_sentence>\n<beginning_of_sentence>user name=user\nhello<end_of_sentence>\n<beginning_of_sentence>ai name=assistant\nthe sea<end_of_sentence>\n<beginning_of_sentence>user name=user\nand the world<end_of_sentence>\n<beginning_of_sentence>ai name=assistant\n',
     'apertus': '<|system_start|>Be brief.<|system_end|><|developer_start|>Deliberation: disabled\nTool Capabilities: disabled<|developer_end|><|user_start|>hello<|user_end|><|assistant_start|>the sea<|assistant_end|><|user_start|>and the world<|user_end|><|assistant_start|>',
     'solar-open': '<|begin|>system<|content|>Be brief.<|end|><|begin|>user<|content|>hello<|end|><|begin|>assistant<|content|>the sea<|end|><|begin|>user<|content|>and the world<|end|><|begin|>assistant',
+    # famC
+    'gigachat3': '<s>system<|role_sep|>\nBe brief.<|message_sep|>\n\nuser<|role_sep|>\nhello<|message_sep|>\n\n'
+                 'assistant<|role_sep|>\nthe sea<|message_sep|>\n\nuser<|role_sep|>\nand the world<|message_sep|>\n\n'
+                 'assistant<|role_sep|>\n',
+    'gigachat3.1': '<s>system<|role_sep|>\nBe brief.<|message_sep|>\n\nuser<|role_sep|>\nhello<|message_sep|>\n\n'
+                   'assistant<|role_sep|>\nthe sea<|message_sep|>\n\nuser<|role_sep|>\nand the world<|message_sep|>\n\n'
+                   'assistant<|role_sep|>\n',
+    'minimax-m3': ']~!b[]~b]system\nBe brief.[e~[\n]~b]user\nhello[e~[\n]~b]ai\n</mm:think>the sea[e~[\n]~b]user\n'
+                  'and the world[e~[\n]~b]ai\n',
+    'muse-glimmer': '<|start|>system<|message|>Be brief.\n\nReasoning strength: high.\n\n# Valid recipients: "self", '
+                    '"user".<|eot|><|start|>user<|message|>hello<|eot|><|start|>assistant to=user<|message|>the sea<|eot|>'
+                    '<|start|>user<|message|>and the world<|eot|><|start|>assistant',
+    'kimi-k3': '<|open|>message role="system"<|sep|>Be brief.<|close|>message<|sep|><|end_of_msg|><|open|>message '
+               'role="user"<|sep|>hello<|close|>message<|sep|><|end_of_msg|><|open|>message role="assistant"<|sep|>'
+               '<|open|>think<|sep|><|close|>think<|sep|><|open|>response<|sep|>the sea<|close|>response<|sep|>'
+               '<|close|>message<|sep|><|end_of_msg|><|open|>message role="user"<|sep|>and the world<|close|>message'
+               '<|sep|><|end_of_msg|><|open|>message role="assistant"<|sep|><|open|>think<|sep|>',
 }
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from . import (apertus, apriel, chatml, command_r, deepseek, deepseek_dsml, gemma, gemma4, glm, gptoss, granite,
-               hunyuan, kimi, lfm2, llama3, minicpm, minimax, minimax_m1, mistral, nemotron, phi, qwen3coder, seed,
-               solar)
+from . import (apertus, apriel, chatml, command_r, deepseek, deepseek_dsml, gemma, gemma4, gigachat, glm, gptoss,
+               granite, hunyuan, kimi, kimi_k3, lfm2, llama3, minicpm, minimax, minimax_m1, minimax_m3, mistral, muse,
+               nemotron, phi, qwen3coder, seed, solar)
 from .base import Family
 from .codecs.base import Call, Codec, Tool
 from .render import Prompt, TemplateCaps, render_prompt, system_first, template_caps
@@ -20,7 +20,8 @@ FAMILIES: dict[str, Family] = {
         # syntaxes with markers of their own (before DeepSeek's, Phi-3's and ChatML's)
         deepseek_dsml.V32, deepseek_dsml.V4, gemma4.FAMILY, lfm2.FAMILY, minicpm.FAMILY, hunyuan.FAMILY,
         seed.FAMILY, minimax.FAMILY, apriel.APRIEL_15, apriel.APRIEL_16, nemotron.FAMILY,
-        minimax_m1.FAMILY, apertus.FAMILY, solar.FAMILY,
+        minimax_m1.FAMILY, apertus.FAMILY, solar.FAMILY, gigachat.GIGACHAT_31, gigachat.GIGACHAT_3, minimax_m3.FAMILY,
+        muse.FAMILY, kimi_k3.FAMILY,
         gptoss.FAMILY, command_r.FAMILY, kimi.FAMILY, deepseek.V31, deepseek.FAMILY, glm.GLM_47, glm.FAMILY,
         qwen3coder.FAMILY, gemma.FAMILY, llama3.FUNCTIONARY_31, llama3.FIREFUNCTION_2, llama3.FAMILY,
         mistral.MISTRAL_CALL_ID, mistral.MISTRAL_ARGS, mistral.FAMILY, phi.PHI4, phi.PHI4_MINI, phi.PHI3,

@@ -57,15 +57,17 @@ def excluding(closer: str, name: str, rules: dict[str, str]) -> str:
     return name
 
 
-_PLACEHOLDERS = re.compile(r"(\{index\}|\{id\})")
+_PLACEHOLDERS = re.compile(r"(\{index\}|\{number\}|\{id\}|\{type\})")
 
 
 def fixed(text: str) -> str:
     """GBNF for a syntax's fixed text: `{index}` is a call number, `{id}` a 9-character id."""
     parts = []
     for piece in _PLACEHOLDERS.split(text):
-        if piece == "{index}":
+        if piece in ("{index}", "{number}"):
             parts.append("[0-9]{1,3}")
+        elif piece == "{type}":  # a JSON value's type, not a string's
+            parts.append('( "number" | "boolean" | "null" | "object" | "array" )')
         elif piece == "{id}":
             parts.append("[a-zA-Z0-9]{9}")
         elif piece:

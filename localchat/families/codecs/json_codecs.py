@@ -127,3 +127,15 @@ SOLAR_OPEN = ShapeCodec(
     visible_tokens=("<|tool_calls|>", "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>",
                     "<|tool_call:end|>", "<|calls|>", "<|think|>", "<|end|>", "<|begin|>"),
     result_open="<|tool_response:result|>", result_close="<|tool_response:end|>")
+
+# famC
+# GigaChat 3: a call is a turn of its own, `function call<|role_sep|>\n{"name": N, "arguments": A}` (one a turn);
+# results are `function result` turns.
+GIGACHAT3 = ShapeCodec(
+    "gigachat3", Shape(call_open="function call<|role_sep|>\n", name_key="name", separator="\n",
+                       marker="function call<|role_sep|>"),
+    visible_tokens=("<|role_sep|>",))
+# GigaChat 3.1: the call follows the assistant's text in its turn, after <|function_call|> (one a turn).
+GIGACHAT31 = ShapeCodec(
+    "gigachat3.1", Shape(call_open="<|function_call|>", name_key="name", separator="\n"),
+    visible_tokens=("<|function_call|>",))

@@ -1,7 +1,8 @@
 """The fixed texts of a syntax (tags, separators), matched against streamed output.
 
 A pattern is literal text where a run of whitespace matches any run (or none: models vary the
-blank lines between tags), `{index}` matches a call number and `{id}` a call id. Matching says
+blank lines between tags), `{index}` matches a call number (`{number}`: counted from 1), `{id}` a
+call id and `{type}` a value's JSON type (Kimi K3's `type="number"`). Matching says
 where the pattern ends, that the text so far could still become a match, or that it cannot."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from functools import lru_cache
 
 PARTIAL = -1  # the text ended inside what could still be a match
 FAIL = -2
-_PLACEHOLDER = re.compile(r"\{index\}|\{id\}|\s+")
+_PLACEHOLDER = re.compile(r"\{index\}|\{number\}|\{id\}|\{type\}|\s+")
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ def compile_pattern(text: str) -> Pattern:
         if m.start() > last:
             elements.append(text[last:m.start()])
         token = m.group()
-        elements.append("\0digits" if token == "{index}" else "\0id" if token == "{id}" else "\0ws")
+        elements.append("\0digits" if token in ("{index}", "{number}") else "\0id" if token in ("{id}", "{type}")
+                        else "\0ws")
         last = m.end()
     if last < len(text):
         elements.append(text[last:])
@@ -70,7 +72,7 @@ def match(pattern: str, text: str, pos: int = 0, final: bool = False) -> int:
 
 def fill(pattern: str, index: int, call_id: str) -> str:
     """The pattern as written for one call."""
-    return pattern.replace("{index}", str(index)).replace("{id}", call_id)
+    return pattern.replace("{index}", str(index)).replace("{number}", str(index + 1)).replace("{id}", call_id)
 
 
 def find_first(text: str, needles: tuple[str, ...], start: int = 0) -> tuple[int, str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .base import BlockParser, Delta, Piece, Tool, ToolCallArguments, ToolCallStart, new_call_id
 from .jsonscan import JsonScanner, loads_object, repair
-from .pattern import FAIL, PARTIAL, match
+from .pattern import FAIL, PARTIAL, held_back, match
 from .shape import Shape
 from .xmlargs import properties
 from .xmlreader import XmlArgsReader
@@ -97,6 +97,10 @@ class ShapeParser(BlockParser):
             stops = [i for i in (rest.find(e) for e in self._name_stops()) if i >= 0]
             cut = min(stops + [len(rest)])
             space = next((i for i, c in enumerate(rest[:cut]) if c.isspace() and rest[:i].strip()), cut)
+            if cut == len(rest) and not final and len(rest) < 256:  # (a stop that starts before a space: Kimi K3)
+                keep = held_back(rest, tuple(self._name_stops()))
+                if keep and len(rest) - keep <= space:
+                    return WAIT
             if min(cut, space) == len(rest) and not final:
                 return WAIT if len(rest) < 256 else self._fail_call()
             name, self.pos = rest[:min(cut, space)].strip(), self.pos + min(cut, space)

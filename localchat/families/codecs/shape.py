@@ -77,6 +77,11 @@ class Shape:
         return start[:cut] or ('{"' + self.name_key + '"' if self.json_form else "")
 
 
+def _json_type(value: Any) -> str:
+    return ("boolean" if isinstance(value, bool) else "null" if value is None else "number"
+            if isinstance(value, int | float) else "object" if isinstance(value, dict) else "array")
+
+
 def short_id(call_id: str) -> str:
     """A 9-character alphanumeric id for a call id (Mistral's templates require them)."""
     if re.fullmatch(r"[A-Za-z0-9]{9}", call_id):
@@ -134,9 +139,9 @@ class ShapeCodec(Codec):
             text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             if xml.cdata and isinstance(value, str) and any(c in value for c in "<&\n"):
                 text = f"<![CDATA[{text}]]>"
-            close = xml.key_close_for(isinstance(value, str))
+            close = xml.key_close_for(isinstance(value, str)).replace("{type}", _json_type(value))
             out += [(xml.key_open, False), (key, True), (close + nl, False), (text, True),
-                    (nl + xml.value_close + xml.between, False)]
+                    (nl + xml.close_for(key) + xml.between, False)]
         return out
 
     def format_result(self, content: str, call: Call | None = None) -> Segments:

@@ -56,6 +56,11 @@ class Splitter(Stepped):
                 return []
             if self.think_open.startswith(stripped) and not final:
                 return []  # could still be the opening think tag
+            if stripped.startswith(self.think_close):  # no reasoning: its close alone (MiniMax M3)
+                self.buf, self._strip, self._started = stripped[len(self.think_close):], "\n", True
+                return []
+            if self.think_close.startswith(stripped) and not final:
+                return []
         at, marker = find_first(self.buf, self.markers)
         if at >= 0:
             text, self._pending = self.buf[:at].rstrip(), self.buf[at:]  # (space before calls: not shown)

@@ -75,3 +75,14 @@ HY3 = ShapeCodec(
     visible_tokens=tuple(f"<{t}{_HY}>" for t in ("tool_calls", "/tool_calls", "tool_call", "/tool_call", "tool_sep",
                                                  "arg_key", "/arg_key", "arg_value", "/arg_value")),
     describe_as="function")
+
+# famC
+_MM = "]<]minimax[>["
+# MiniMax M3: every tag after the `]<]minimax[>[` token: NS<invoke name="NAME">, each argument NS<KEY>VALUE NS</KEY>,
+# NS</invoke>, one a line, in NS<tool_call> … NS</tool_call>. (The template expands an object or a list
+# value into nested elements; those are read as the text they are.)
+MINIMAX_M3 = ShapeCodec(
+    "minimax-m3-xml",
+    Shape(open=f"{_MM}<tool_call>\n", close=f"{_MM}</tool_call>", call_open=f'{_MM}<invoke name="', name_end='">',
+          call_close=f"{_MM}</invoke>\n", xml=XmlArgs(f"{_MM}<", ">", f"{_MM}</{{key}}>", "")),
+    trigger=f"{_MM}<tool_call>", result_open="<response>", result_close="</response>", visible_tokens=(_MM,))

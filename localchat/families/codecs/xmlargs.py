@@ -23,12 +23,21 @@ MAX_BOUNDED = 256  # a raw value with a maxLength up to this is bounded exactly 
 class XmlArgs:
     key_open: str  # before a key: '<parameter='
     key_close: str  # between the key and its value: '>'
-    value_close: str  # after the value (exact text): '</parameter>'
+    value_close: str  # after the value (exact text): '</parameter>'; "{key}" stands for the key
     between: str = "\n"  # after each value's close
     newline: bool = False  # the value sits on lines of its own: "\n" VALUE "\n"
     typed_key_close: str = ""  # key_close for a typed (JSON) value, where the syntax tells them apart
     cdata: bool = False  # a value holding <, & or a newline is written in <![CDATA[…]]> (MiniCPM 5)
     # (DeepSeek's DSML: `" string="true">` before raw text, `" string="false">` before JSON)
+
+    def close_for(self, key: str) -> str:
+        """The text that closes this key's value (MiniMax M3's `</KEY>`)."""
+        return self.value_close.replace("{key}", key)
+
+    @property
+    def close_head(self) -> str:
+        """The fixed text every value's close starts with."""
+        return self.value_close.split("{key}")[0]
 
     def key_close_for(self, text: bool) -> str:
         return self.key_close if text or not self.typed_key_close else self.typed_key_close
@@ -76,13 +85,18 @@ def args_rule(xml: XmlArgs, parameters: Any, index: int, rules: dict[str, str], 
               max_bytes: int) -> str:
     """The rule for one tool's arguments as elements: declared properties in order, required
     ones always, optional ones maybe; with no properties declared, any keys with text values."""
-    text = excluding(xml.value_close, "xml-text", rules)
+    text = excluding(xml.close_head, "xml-text", rules)
     props = properties(parameters)
 
     def element(key: str | None, value: str, text: bool = True) -> str:
         name = literal(key) if key is not None else "xml-key"
         wrapped = f'"\\n" {value} "\\n"' if xml.newline else value
-        parts = [fixed(xml.key_open), name, fixed(xml.key_close_for(text)), wrapped, literal(xml.value_close)]
+        if key is not None:
+            close = literal(xml.close_for(key))
+        else:  # (any key: the close names some key)
+            head, _, tail = xml.value_close.partition("{key}")
+            close = " ".join(p for p in (fixed(head), "xml-key" if _ else "", fixed(tail) if tail else "") if p)
+        parts = [fixed(xml.key_open), name, fixed(xml.key_close_for(text)), wrapped, close]
         return " ".join(p for p in parts if p) + (" " + fixed(xml.between) if xml.between else "")
 
     if not props:

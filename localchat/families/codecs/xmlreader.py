@@ -32,6 +32,12 @@ class XmlArgsReader:
         while True:
             phase = self.phase
             if phase == "key":
+                if self.post and self.post.startswith(self.xml.key_open):  # (MiniMax M3: both `NS<`)
+                    end = match(self.post, buf, pos, final)
+                    if end == PARTIAL and not cut:
+                        return out, pos, False
+                    if end >= 0:
+                        return out + [self._close()], pos, True
                 at = match(self.xml.key_open, buf, pos, final)
                 if at >= 0:
                     pos, self.phase = at, "name"
@@ -55,7 +61,7 @@ class XmlArgsReader:
                 if at < 0 and typed_at < 0:
                     return (out + [self._close()], pos, True) if cut else (out, pos, None)
                 schema = self.props.get(self.key)
-                if typed_at >= 0:  # the syntax says the value is JSON
+                if typed_at >= 0 and at < 0:  # the syntax says the value is JSON
                     at, self.schema = typed_at, schema if schema is not None and not is_text(schema) else {}
                     self.raw = False
                 else:
@@ -90,7 +96,7 @@ class XmlArgsReader:
                 pos, self.phase = max(at, pos), "key"
 
     def _value(self, buf: str, pos: int, final: bool, out: list[str]) -> tuple[int, bool]:
-        closer = ("]]>" if self.in_cdata else "") + self.xml.value_close
+        closer = ("]]>" if self.in_cdata else "") + self.xml.close_for(self.key)
         at = buf.find(closer, pos)
         if at < 0 and not final:
             if self.raw:  # stream what cannot be the closing tag
