@@ -121,6 +121,8 @@ def test_streamed_parallel_tool_calls_accumulate(client: openai.OpenAI, family: 
     complete = list(calls.values())[:-1] if finish == "length" else list(calls.values())
     if family == "gpt-oss":  # harmony: a call ends the turn (<|call|>), whatever the bias
         assert finish == "tool_calls" and len(complete) == 1
+    elif family == "kimi-k3":  # its block closes with <|close|>, the token that closes every argument too:
+        assert len(complete) >= 1  # it cannot be pushed down, so the model may end the block after one call
     else:
         assert len(complete) >= 2, "several calls, each with its own index"
     for call in complete:
