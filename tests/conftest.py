@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +22,12 @@ import pytest
 from localchat.families import FAMILIES
 from localchat.models import shipped_config
 from tinymodels import write_tiny_lora, write_tiny_mmproj, write_tiny_model
+
+# A test run started in the background by a non-interactive shell inherits SIGINT ignored (POSIX
+# does that to background jobs), and so would every process it starts: the Ctrl-C tests (the
+# REPL, `localchat pull`) would press keys no one hears. The children get the default back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TINY_CTX = 2048
 # The shipped models a test may mean, by name: most real-model tests use Gemma 3 270M (a base model:
