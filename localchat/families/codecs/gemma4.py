@@ -14,8 +14,9 @@ from typing import Any
 from ...grammars.gbnf import literal
 from ...grammars.members import member_rules
 from ...grammars.text import excluding
-from .base import BlockParser, Call, Delta, Piece, Segments, Tool, ToolCallArguments, ToolCallStart, new_call_id, tidy
+from .base import BlockParser, Call, Piece, Segments, Tool, ToolCallArguments, ToolCallStart, new_call_id, tidy
 from .pattern import FAIL, PARTIAL, match
+from .reader import CallReader
 from .shape import Shape, ShapeCodec
 from .xmlargs import _PLAIN_KEYWORDS, _text_value, is_text, properties
 
@@ -183,20 +184,16 @@ class Gemma4Codec(ShapeCodec):
         return WholeCallParser(self.shape, {t.name: t for t in tools}, first, strict, marker)
 
 
-class WholeCallParser(BlockParser):
+class WholeCallParser(CallReader):
     """Reads calls whose arguments are converted whole (`read`: from the text that opens them, the
     brace or parenthesis after the name, to (a dict, where they end); raises _Cut if the text ends
     first, ValueError if they cannot be read). Strict: a call is announced once its name is read."""
 
     def __init__(self, shape: Shape, tools: dict[str, Tool], first: int, strict: bool, marker: str,
                  read: Callable[[str, int, bool], tuple[Any, int]] = read_value) -> None:
-        self.shape, self.tools, self.first, self.strict, self.read = shape, tools, first, strict, read
-        self.marker_len = len(marker)
-        self.buf, self.pos, self.state = "", 0, "open" if shape.open else "pre"
-        self.calls, self.call_at, self.args_at, self.name = 0, 0, 0, ""
+        super().__init__(shape, tools, first, strict, marker)
+        self.read = read
         self.scanned = 0  # the arguments are read again only once a closing bracket has come
-        self.out: list[Piece] = []
-        self.staged: list[Piece] = []
 
     def push(self, text: str, final: bool = False) -> list[Piece]:
         self.buf += text
@@ -204,15 +201,6 @@ class WholeCallParser(BlockParser):
             pass
         out, self.out = self.out, []
         return out
-
-    def _open(self, final: bool) -> bool:
-        at = match(self.shape.open, self.buf, self.pos, final)
-        if at == PARTIAL:
-            return False
-        if at == FAIL:
-            return self._give_up()
-        self.pos, self.state = at, "pre"
-        return True
 
     def _pre(self, final: bool) -> bool:
         s = self.shape
@@ -236,9 +224,9 @@ class WholeCallParser(BlockParser):
             return False
         name = name.strip()
         if brace < 0 or not name or any(c.isspace() for c in name) or (not self.strict and name not in self.tools):
-            return self._fail()
+            return self._fail_call()
         self.name, self.args_at, self.pos, self.state = name, brace, brace, "args"
-        self._emit(ToolCallStart(self.first + self.calls, new_call_id(), name))
+        self._emit(ToolCallStart(self.index, new_call_id(), name))
         return True
 
     def _args(self, final: bool) -> bool:
@@ -254,10 +242,10 @@ class WholeCallParser(BlockParser):
                 return False
             return self._truncated()
         except ValueError:
-            return self._fail()
+            return self._fail_call()
         if not isinstance(args, dict):
-            return self._fail()
-        self._emit(ToolCallArguments(self.first + self.calls, json.dumps(args, ensure_ascii=False)))
+            return self._fail_call()
+        self._emit(ToolCallArguments(self.index, json.dumps(args, ensure_ascii=False)))
         self.pos, self.state = end, "post"
         return True
 
@@ -277,37 +265,12 @@ class WholeCallParser(BlockParser):
         except (_Cut, ValueError):
             args = None
         if isinstance(args, dict):
-            self._emit(ToolCallArguments(self.first + self.calls, json.dumps(args, ensure_ascii=False)))
+            self._emit(ToolCallArguments(self.index, json.dumps(args, ensure_ascii=False)))
         elif not self.strict:
-            return self._fail()
+            return self._fail_call()
         self._commit()
         self.pos = len(self.buf)
         return self._end()
-
-    def _emit(self, piece: Piece) -> None:
-        (self.out if self.strict else self.staged).append(piece)
-
-    def _commit(self) -> None:
-        self.out += self.staged
-        self.staged = []
-        self.calls += 1
-
-    def _fail(self) -> bool:
-        if self.strict and self.state in ("args", "post"):
-            self.calls += 1
-            return self._end()
-        self.staged, self.pos = [], self.call_at
-        return self._give_up()
-
-    def _give_up(self) -> bool:
-        if not self.calls:
-            self.out.append(Delta(self.buf[:self.marker_len]))
-            self.pos = self.marker_len
-        return self._end()
-
-    def _end(self) -> bool:
-        self.done, self.leftover = True, self.buf[self.pos:]
-        return True
 
 
 GEMMA4 = Gemma4Codec(

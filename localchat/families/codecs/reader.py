@@ -21,7 +21,11 @@ WAIT, GO = False, True
 KEEP = 4096  # strict: text already read is dropped from the buffer past this much
 
 
-class ShapeParser(BlockParser):
+class CallReader(BlockParser):
+    """What every reader of a block of calls keeps and does: the text so far, the state it is in
+    (a method `_STATE(final) -> GO | WAIT`), the calls read, and the outcomes (a call committed, a
+    call failed, no call at all, the end of the block)."""
+
     def __init__(self, shape: Shape, tools: dict[str, Tool], first: int, strict: bool, marker: str) -> None:
         self.shape, self.tools, self.first, self.strict = shape, tools, first, strict
         self.marker_len = len(marker)
@@ -30,16 +34,58 @@ class ShapeParser(BlockParser):
         self.calls = 0
         self.staged: list[Piece] = []  # the current call's pieces, until it is complete (lenient)
         self.call_at = 0  # where the current call's text starts in buf
+        self.args_at = 0  # where the current call's arguments start in buf
         self.name = ""
-        self.scanner: JsonScanner | None = None
-        self.args_at = 0  # where the current JSON arguments start in buf
-        self.xml: XmlArgsReader | None = None
         self.out: list[Piece] = []
-        self.whole = shape.json_form and not strict  # lenient JSON form: read whole objects, any key order
 
     @property
     def index(self) -> int:
         return self.first + self.calls
+
+    def _open(self, final: bool) -> bool:
+        at = match(self.shape.open, self.buf, self.pos, final)
+        if at == PARTIAL:
+            return WAIT
+        if at == FAIL:
+            return self._give_up()
+        self.pos, self.state = at, "pre"
+        return GO
+
+    def _emit(self, piece: Piece) -> None:
+        (self.out if self.strict else self.staged).append(piece)
+
+    def _commit(self) -> None:
+        self.out += self.staged
+        self.staged = []
+        self.calls += 1
+
+    def _fail_call(self) -> bool:
+        """This call cannot be read. Strict, once announced: it stands as written. Else its text
+        (and what follows) is text again."""
+        if self.strict and self.state in ("mid", "args", "post"):
+            self.calls += 1
+            return self._end()
+        self.staged, self.pos = [], self.call_at
+        return self._give_up()
+
+    def _give_up(self) -> bool:
+        """No call here: the marker is text, and what follows it is read as text again."""
+        if not self.calls:
+            self.out.append(Delta(self.buf[:self.marker_len]))
+            self.pos = self.marker_len
+        return self._end()
+
+    def _end(self) -> bool:
+        self.done, self.leftover = True, self.buf[self.pos:]
+        return GO
+
+
+class ShapeParser(CallReader):
+    def __init__(self, shape: Shape, tools: dict[str, Tool], first: int, strict: bool, marker: str) -> None:
+        super().__init__(shape, tools, first, strict, marker)
+        self.scanner: JsonScanner | None = None
+        self.xml: XmlArgsReader | None = None
+        self.whole = shape.json_form and not strict  # lenient JSON form: read whole objects, any key order
 
     def push(self, text: str, final: bool = False) -> list[Piece]:
         self.buf += text
@@ -54,15 +100,6 @@ class ShapeParser(BlockParser):
         return out
 
     # -- states (GO: went on; WAIT: needs more text) -------------------------------------------
-
-    def _open(self, final: bool) -> bool:
-        at = match(self.shape.open, self.buf, self.pos, final)
-        if at == PARTIAL:
-            return WAIT
-        if at == FAIL:
-            return self._give_up()
-        self.pos, self.state = at, "pre"
-        return GO
 
     def _pre(self, final: bool) -> bool:
         s = self.shape
@@ -196,34 +233,6 @@ class ShapeParser(BlockParser):
             stops.append(s.post.split("{")[0].strip())
             stops.append(s.xml.key_open.strip() if s.xml is not None else "{")
         return [x for x in stops if x]
-
-    def _emit(self, piece: Piece) -> None:
-        (self.out if self.strict else self.staged).append(piece)
-
-    def _commit(self) -> None:
-        self.out += self.staged
-        self.staged = []
-        self.calls += 1
-
-    def _fail_call(self) -> bool:
-        """This call cannot be read. Strict, once announced: it stands as written. Else its text
-        (and what follows) is text again."""
-        if self.strict and self.state in ("mid", "args", "post"):
-            self.calls += 1
-            return self._end()
-        self.staged, self.pos = [], self.call_at
-        return self._give_up()
-
-    def _give_up(self) -> bool:
-        """No call here: the marker is text, and what follows it is read as text again."""
-        if not self.calls:
-            self.out.append(Delta(self.buf[:self.marker_len]))
-            self.pos = self.marker_len
-        return self._end()
-
-    def _end(self) -> bool:
-        self.done, self.leftover = True, self.buf[self.pos:]
-        return GO
 
     def _truncated(self) -> None:
         """The output ended inside a call's arguments: close them if that can be done."""
