@@ -91,7 +91,8 @@ def render_prompt(
         add_generation_prompt = True
     context = {**(variables or {}), "add_generation_prompt": add_generation_prompt, "bos_token": bos_token,
                "eos_token": eos_token, **extra}
-    for key, value in llama_cpp_variables(context.get("tools")).items():
+    # (the tools as JSON text only for a template that reads `functions`: Claude Code's are ~50 kB)
+    for key, value in llama_cpp_variables(context.get("tools") if "functions" in template else None).items():
         context.setdefault(key, value)
     folded = bool(messages) and messages[0].get("role") == "system" and not takes_system(template)
     if folded:
