@@ -437,3 +437,65 @@ def test_every_sentence_of_the_grammar_parses_into_valid_calls(family: str, lazy
         for name, arguments in calls:
             jsonschema.validate(arguments, {"add": ADD, "get_weather": WEATHER}[name])
         assert split(family, text, strict=True, tools=tools) == (content, "", calls) or family == "gpt-oss"
+
+
+# -- what real models write instead of their syntax -----------------------------------------------
+# Recorded from the shipped Qwen2.5-Coder 0.5B / 1.5B (chat template: <tool_call> tags), asked to use a tool:
+# through the chat route, Codex and Claude Code they wrote the call fenced, bare or in other tags.
+SHELL = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+EXEC = {"type": "object", "properties": {"cmd": {"type": "string"}, "workdir": {"type": "string"}}, "required": ["cmd"]}
+REAL_TOOLS = [Tool("shell", SHELL), Tool("exec_command", EXEC), Tool("Agent", {"type": "object"})]
+ECHO = {"command": "echo localchat-acceptance-42"}
+WRITTEN = [
+    ('```json\n{"name": "shell", "arguments": {"command": "echo localchat-acceptance-42"}}\n```',
+     ("", "", [("shell", ECHO)])),
+    ('Sure!\n```json\n{\n  "name": "shell",\n  "arguments": {\n    "command": "echo localchat-acceptance-42"\n  }\n}\n'
+     '```\nThis prints the text.', ("Sure!This prints the text.", "", [("shell", ECHO)])),
+    ('<tools>\n{"name": "exec_command", "arguments": {"cmd": "echo localchat-acceptance-42", "workdir": "/tmp/w"}}\n'
+     '</tools>', ("", "", [("exec_command", {"cmd": "echo localchat-acceptance-42", "workdir": "/tmp/w"})])),
+    ('<tools>\n{"name": "exec_command", "arguments": {"cmd": "ls"}}', ("", "", [("exec_command", {"cmd": "ls"})])),
+    ('{"name": "shell", "parameters": {"command": "ls -la"}}', ("", "", [("shell", {"command": "ls -la"})])),
+    ('```\n{"name": "shell", "arguments": {"command": "ls"}}\n{"name": "shell", "arguments": {"command": "pwd"}}\n```',
+     ("", "", [("shell", {"command": "ls"}), ("shell", {"command": "pwd"})])),
+    ('```json\n{"name": "shell", "arguments": {"command": "ls"}}\n```\n```json\n{"name": "shell", "arguments": '
+     '{"command": "pwd"}}\n```', ("", "", [("shell", {"command": "ls"}), ("shell", {"command": "pwd"})])),
+    ('<function_call>{"name": "Agent", "arguments": {"prompt": "look"}}</function_call>',
+     ("", "", [("Agent", {"prompt": "look"})])),
+    ('<tool>{"name": "shell", "arguments": {"command": "ls"}}</tool>', ("", "", [("shell", {"command": "ls"})])),
+    ('<json>\n{"name": "shell", "arguments": {"command": "ls"}}\n</json>', ("", "", [("shell", {"command": "ls"})])),
+    ('<tool_call>\n{"name": "shell", "arguments": {"command": "ls"}}', ("", "", [("shell", {"command": "ls"})])),
+    # not calls: JSON naming no declared tool, or with no object of arguments, stays text
+    ('```json\n{"name": "Bob", "age": 3}\n```', ('```json\n{"name": "Bob", "age": 3}\n```', "", [])),
+    ('{"name": "shell"}', ('{"name": "shell"}', "", [])),
+    ('{"name": "shell", "arguments": "ls"}', ('{"name": "shell", "arguments": "ls"}', "", [])),
+    ('```python\nprint({"name": 1})\n```', ('```python\nprint({"name": 1})\n```', "", [])),
+]
+
+
+@pytest.mark.parametrize("text, expected", WRITTEN, ids=[str(i) for i in range(len(WRITTEN))])
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "lenient"])
+def test_calls_as_qwen_models_write_them(text: str, expected: tuple, strict: bool):
+    whole = split("chatml", text, strict=strict, tools=REAL_TOOLS)
+    assert whole == expected
+    for seed in range(12):
+        assert split("chatml", text, strict=strict, tools=REAL_TOOLS, chunks=seed) == whole, f"chunking {seed}"
+
+
+@pytest.mark.parametrize("opening", ["```json\n", "<tools>\n", "", "Run it:\n```\n"])
+def test_a_call_begun_in_another_form_is_forced_valid(opening: str):
+    """The lazy grammar's other triggers (`{"name": "TOOL"`): every sentence their grammar allows,
+    after whatever opened it, parses into one call whose arguments validate."""
+    tools = [Tool("get_weather", WEATHER), Tool("add", ADD)]
+    loose = FAMILIES["chatml"].codec.loose_triggers(tools, GrammarOptions(lazy=True))
+    assert [t for t, _ in loose] == ['{"name": "get_weather"', '{"name":"get_weather"', '{"name": "add"',
+                                     '{"name":"add"']
+    rng = random.Random(3)
+    for trigger, grammar in loose:
+        validate(grammar)
+        sentences = Grammar(grammar)
+        for i in range(10):
+            text = opening + trigger + sentences.sample(rng, budget=120)
+            content, _, calls = split("chatml", text, strict=True, tools=tools, chunks=i)
+            assert len(calls) == 1 and calls[0][0] == json.loads(trigger.split(":", 1)[1]), text
+            jsonschema.validate(calls[0][1], {"add": ADD, "get_weather": WEATHER}[calls[0][0]])
+            assert content.strip() in ("", "Run it:"), (content, text)

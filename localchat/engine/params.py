@@ -45,6 +45,7 @@ class Constraint:
 
     grammar: str
     triggers: tuple[str, ...] = ()
+    grammars: tuple[str, ...] = ()  # a trigger's own grammar, by position ("" or none: `grammar`)
     after: str = ""  # the triggers count only once this text has been written (a think block's end)
     loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce ("path:keyword"; not used here)
 

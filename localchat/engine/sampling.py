@@ -50,12 +50,15 @@ class Sampler:
         self.buf: np.ndarray | None = None  # the candidates handed to llama.cpp's samplers
         self.cur = None
         self._armed = not (constraint and constraint.after)
+        self._fired = 0  # which trigger started the grammar
+        self._window = max([64] + [len(t) + 8 for t in (constraint.triggers if constraint else ())])
         if constraint and not constraint.triggers:
             self._start_grammar()
 
     def _start_grammar(self) -> None:
         assert self.constraint is not None
-        self.grammar = C.llama_sampler_init_grammar(self.vocab, self.constraint.grammar.encode(), b"root")
+        own = self.constraint.grammars[self._fired] if self._fired < len(self.constraint.grammars) else ""
+        self.grammar = C.llama_sampler_init_grammar(self.vocab, (own or self.constraint.grammar).encode(), b"root")
         if not self.grammar:
             raise EngineError("llama.cpp rejected the grammar")
         if self.constraint.triggers:  # the free chain picked by itself; now truncate only
@@ -103,7 +106,7 @@ class Sampler:
         there (llama.cpp's own lazy grammar would be fed the overrun and abort the process)."""
         before = self._recent
         text = before + self._piece(token).decode("utf-8", errors="replace")
-        self._recent = text[-64:]
+        self._recent = text[-self._window:]
         if not self._armed:
             at = text.find(self.constraint.after)
             if at < 0:
@@ -111,11 +114,11 @@ class Sampler:
             self._armed = True
             before, text = "", text[at + len(self.constraint.after):]
             self._recent = text
-        for trigger in self.constraint.triggers:
+        for which, trigger in enumerate(self.constraint.triggers):
             at = text.find(trigger, max(0, len(before) - len(trigger) + 1))
             if at < 0:
                 continue
-            end = at + len(trigger)
+            end, self._fired = at + len(trigger), which
             if end == len(text):
                 self._start_grammar()
                 return token

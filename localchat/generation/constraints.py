@@ -113,23 +113,26 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
     if lazy and not codec.trigger:
         return None  # no text that starts a call: free output, read leniently
 
-    def make_tools() -> tuple[str, tuple[str, ...]]:
+    def make_tools() -> tuple[str, tuple[str, ...], list[tuple[str, str]]]:
         loosened: list[str] = []
+        options = GrammarOptions(parallel=rules.parallel_tool_calls, lazy=lazy, lead=bool(after_think) and not lazy,
+                                 answer=answer, loosened=loosened, max_bytes=rules.max_grammar_bytes)
         try:
-            grammar = codec.grammar(tools, GrammarOptions(
-                parallel=rules.parallel_tool_calls, lazy=lazy, lead=bool(after_think) and not lazy, answer=answer,
-                loosened=loosened, max_bytes=rules.max_grammar_bytes))
+            grammar = codec.grammar(tools, options)
+            loose = codec.loose_triggers(tools, options) if lazy else []
         except GrammarError as exc:  # the converter names the schema's field: tools.K.parameters or json_schema
             field = re.sub(r"^tools\.(\d+)", lambda m: f"tools.{chosen[int(m[1])]}", exc.param or "tools")
             raise neutral(exc, field) from None
-        _validate_made(grammar, rules, "tools")
-        return grammar, tuple(loosened)
+        for made in (grammar, *dict.fromkeys(g for _, g in loose)):
+            _validate_made(made, rules, "tools")
+        return grammar, tuple(loosened), loose
 
     key = ("tools", [(t.name, t.parameters) for t in tools], codec.name, lazy, answer, rules.parallel_tool_calls,
            bool(after_think), rules.max_grammar_bytes)
-    grammar, loosened = cached(key, make_tools)
-    if lazy:  # free text, then the calls once the trigger is written
-        return Constraint(grammar, (codec.trigger,), after=after_think[0] if after_think else "", loosened=loosened)
+    grammar, loosened, loose = cached(key, make_tools)
+    if lazy:  # free text, then the calls once a trigger is written (the syntax's own, or a call begun otherwise)
+        return Constraint(grammar, (codec.trigger, *(t for t, _ in loose)), ("", *(g for _, g in loose)),
+                          after=after_think[0] if after_think else "", loosened=loosened)
     return Constraint(grammar, after_think, loosened=loosened)
 
 

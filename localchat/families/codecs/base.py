@@ -139,6 +139,17 @@ class Codec(ABC):
 
         return Splitter(self if tools is not None else None, reasoning, thinking, tools or (), strict)
 
+    @property
+    def closers(self) -> tuple[str, ...]:
+        """Closing texts a `loose_triggers` grammar lets a call end with, whatever opened it: not
+        shown when they follow calls."""
+        return ()
+
+    def loose_triggers(self, tools: Sequence[Tool], options: GrammarOptions) -> list[tuple[str, str]]:
+        """Texts that begin a call in a form models write unasked (not this syntax's own), each
+        with the GBNF that forces the rest of that call once it is written (for a lazy grammar)."""
+        return []
+
     @abstractmethod
     def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
         """A parser for a block opened by `marker` (one of `markers`); calls are numbered from

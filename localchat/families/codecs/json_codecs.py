@@ -9,9 +9,20 @@ GENERIC = ShapeCodec(
     "generic-json", Shape(open='{"tool_calls": [', close="]}", separator=", ", name_key="name"),
     trigger='{"tool_calls":', result_open="Tool result: ")
 
+# What Qwen 2.5 (Coder) and other Hermes-style models write instead of <tool_call> (recorded from the
+# shipped Qwen2.5-Coder 0.5B / 1.5B): the call object in a json code fence, bare, or in other tags.
+_HERMES_WRITTEN = (
+    Shape(open="```json\n", close="\n```", separator="\n", name_key="name"),
+    Shape(open="```\n", close="\n```", separator="\n", name_key="name"),
+    Shape(name_key="name", separator="\n"),
+    *(Shape(call_open=f"<{tag}>\n", call_close=f"\n</{tag}>", separator="\n", name_key="name")
+      for tag in ("tools", "tool", "function_call", "json")),
+)
+
 # Hermes 2 Pro / Qwen 2.5 / Qwen 3 / QwQ / SmolLM3 / Granite 4: JSON in <tool_call> tags.
 HERMES = ShapeCodec(
     "hermes", Shape(call_open="<tool_call>\n", call_close="\n</tool_call>", separator="\n", name_key="name"),
+    alternatives=_HERMES_WRITTEN, object_triggers=True,
     instructions=("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                   "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n"
                   "</tools>\n\nFor each function call, return a json object with function name and arguments "

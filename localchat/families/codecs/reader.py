@@ -262,14 +262,14 @@ class ShapeParser(CallReader):
 
 
 def _named_call(text: str, shape: Shape, repaired: bool = False) -> tuple[str, Any] | None:
-    """(name, arguments) from a call object, whichever keys a model used (a cut-off object must
-    have got as far as its arguments)."""
+    """(name, arguments) from a call object, whichever keys a model used; it must have an object
+    of arguments (a cut-off one must have got as far as them)."""
     obj = loads_object(text)
     if obj is None:
         return None
     name = next((obj[k] for k in (shape.name_key, "name", "tool_name", "function") if isinstance(obj.get(k), str)), None)
     keys = [k for k in (shape.args_key, "arguments", "parameters", "args", "input") if k in obj]
-    if repaired and not keys:
+    if not keys:  # a JSON object with a tool's name in it, but no arguments: not a call
         return None
     args = obj[keys[0]] if keys else {}
     if isinstance(args, str):

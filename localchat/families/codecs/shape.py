@@ -102,6 +102,9 @@ class ShapeCodec(Codec):
     visible_tokens: tuple[str, ...] = ()
     tools_separator: str = "\n"
     describe_as: str = "openai"  # how each tool is listed: "openai" ({"type": "function", …}) or "function"
+    # A call object begun anywhere (a code fence, a wrong tag, bare) as `{"<name_key>": "TOOL"` starts a
+    # grammar that forces the rest of it (in a lazy grammar): the JSON-form alternatives' trigger.
+    object_triggers: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -192,6 +195,32 @@ class ShapeCodec(Codec):
             rule, found = converter.root_rule, list(converter.loosened)
         loosened += [tool.name + entry for entry in found]
         return rule
+
+    @property
+    def closers(self) -> tuple[str, ...]:
+        if not self.object_triggers:
+            return ()
+        return tuple(sorted({c.strip() for s in (self.shape, *self.alternatives)
+                             for c in (s.close, s.call_close) if c.strip()}, key=lambda c: (-len(c), c)))
+
+    def loose_triggers(self, tools: Sequence[Tool], options: GrammarOptions) -> list[tuple[str, str]]:
+        """`{"name": "TOOL"` (with or without the space), for each tool: the rest of the call
+        object (its arguments under `arguments` or `parameters`), then at most the closing text of
+        one of the alternatives; then the output ends."""
+        if not self.object_triggers or not self.shape.json_form:
+            return []
+        key = json.dumps(self.shape.name_key)
+        tail = f' ( [ \\n]{{0,2}} ( {" | ".join(literal(c) for c in self.closers)} ) )?' if self.closers else ""
+        out = []
+        for i, tool in enumerate(tools):
+            rules: dict[str, str] = {}
+            args = self._args_rule(tool, i, rules, [], options.max_bytes)
+            keys = " | ".join(literal(json.dumps(k)) for k in dict.fromkeys((self.shape.args_key, "arguments",
+                                                                               "parameters")))
+            grammar = assemble(f'" "? "," " "? ( {keys} ) " "? ":" " "? {args} " "? "}}"{tail}', rules)
+            name = json.dumps(tool.name, ensure_ascii=False)
+            out += [("{" + key + ": " + name, grammar), ("{" + key + ":" + name, grammar)]
+        return out
 
     # -- reading ---------------------------------------------------------------------------
 

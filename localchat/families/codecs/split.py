@@ -26,6 +26,7 @@ class Splitter(Stepped):
         self._space = ""  # the whitespace before that marker
         self._started = False  # content has begun (a think tag no longer opens reasoning)
         self._strip = ""  # characters not to show at the start of the content that follows (reasoning, calls)
+        self._after_calls = False  # ... and then a closing text the calls' grammar allows (`closers`)
 
     def _mark(self) -> tuple:
         return self.state, len(self.buf), self.block
@@ -48,7 +49,19 @@ class Splitter(Stepped):
             self.buf = self.buf.lstrip(self._strip)
             if not self.buf:
                 return []
-            self._strip = ""
+            if self._after_calls and self.codec is not None:  # a stray closing text of another form
+                closer = next((c for c in self.codec.closers if self.buf.startswith(c)), None)
+                longer = [m for m in self.markers if len(m) > len(closer or "") and m.startswith(closer or "\0")]
+                if any(m.startswith(self.buf) for m in longer) and not final:
+                    return []  # ``` or ```json (the next block's opening)?
+                if any(self.buf.startswith(m) for m in longer):
+                    closer = None
+                if closer is None and not final and any(c.startswith(self.buf) for c in self.codec.closers):
+                    return []
+                if closer is not None:
+                    self.buf = self.buf[len(closer):]
+                    return []
+            self._strip, self._after_calls = "", False
         if not self._started and self.think_open:
             stripped = self.buf.lstrip()
             if stripped.startswith(self.think_open):
@@ -62,6 +75,8 @@ class Splitter(Stepped):
             if self.think_close.startswith(stripped) and not final:
                 return []
         at, marker = find_first(self.buf, self.markers)
+        if at >= 0 and not final and any(len(m) > len(marker) and m.startswith(self.buf[at:]) for m in self.markers):
+            return []  # a longer marker may still be written here (``` then ```json)
         if at >= 0:
             text, self._pending = self.buf[:at].rstrip(), self.buf[at:]  # (space before calls: not shown)
             self._space = self.buf[len(text):at]
@@ -91,6 +106,7 @@ class Splitter(Stepped):
             self.calls += calls
             self.buf, self.block, self.state = self.block.leftover, None, "content"
             self._strip = " \t\r\n" if calls else ""
+            self._after_calls = bool(calls)
             self._started = True
         return out
 
