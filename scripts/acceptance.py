@@ -9,7 +9,8 @@ drives each client headless, with nothing but the base URL / provider lines the 
 in a throw-away HOME and work folder for each client (both cases share them, as two tasks of one
 user would: the second reads the agent's long prompt from the cache):
 
-- `plain`: a plain question; the client must exit 0 with a text answer;
+- `plain`: a plain question; the client must exit 0 with a text answer holding no tool call written as
+  text (raw call JSON or tags);
 - `tool`: a task that makes the model call a tool; the client must run it, send the result back
   and exit 0 with an answer after it.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +42,8 @@ from localchat.models import shipped_config  # noqa: E402
 
 CLIENTS = {"@anthropic-ai/claude-code": "2.1.330", "@openai/codex": "0.169.0"}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "localchat" / "acceptance"
+# A tool call written as text (what a client would print instead of running it): a plain answer must have none.
+RAW_CALL = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"(?:arguments|parameters|input)"|</?tool_call>|<tools>')
 TOOL_TASK = "Use your shell tool to run this command, then tell me what it printed: echo localchat-acceptance-42"
 
 
@@ -122,7 +126,7 @@ def claude(bin_dir: Path, url: str, model: str, case: str, timeout: float) -> Ou
                        claude_env(home, url, model), work, timeout)
     result = next((e for e in reversed(events) if e.get("type") == "result"), {})
     said = str(result.get("result", ""))
-    ok = code == 0 and not result.get("is_error") and bool(said.strip())
+    ok = code == 0 and not result.get("is_error") and bool(said.strip()) and not RAW_CALL.search(said)
     if case == "tool":
         uses = [c for e in events if e.get("type") == "assistant"
                 for c in e.get("message", {}).get("content", []) if c.get("type") == "tool_use"]
@@ -160,7 +164,7 @@ def codex(bin_dir: Path, url: str, model: str, case: str, timeout: float) -> Out
     items = [e["item"] for e in events if e.get("type") == "item.completed"]
     said = " ".join(str(i.get("text", "")) for i in items if i.get("type") == "agent_message")
     done = any(e.get("type") == "turn.completed" for e in events)
-    ok = code == 0 and done and bool(said.strip())
+    ok = code == 0 and done and bool(said.strip()) and not RAW_CALL.search(said)
     if case == "tool":
         commands = [i for i in items if i.get("type") == "command_execution"]
         ok = ok and bool(commands)

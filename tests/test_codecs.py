@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import jsonschema
 import pytest
@@ -464,6 +465,9 @@ WRITTEN = [
     ('<tool>{"name": "shell", "arguments": {"command": "ls"}}</tool>', ("", "", [("shell", {"command": "ls"})])),
     ('<json>\n{"name": "shell", "arguments": {"command": "ls"}}\n</json>', ("", "", [("shell", {"command": "ls"})])),
     ('<tool_call>\n{"name": "shell", "arguments": {"command": "ls"}}', ("", "", [("shell", {"command": "ls"})])),
+    ('I will run it.\n{\n  "name": "shell",\n  "arguments": {\n    "command": "ls"\n  }\n}',
+     ("I will run it.", "", [("shell", {"command": "ls"})])),
+    ('Code: function f() { return {a: 1}; }', ('Code: function f() { return {a: 1}; }', "", [])),
     # not calls: JSON naming no declared tool, or with no object of arguments, stays text
     ('```json\n{"name": "Bob", "age": 3}\n```', ('```json\n{"name": "Bob", "age": 3}\n```', "", [])),
     ('{"name": "shell"}', ('{"name": "shell"}', "", [])),
@@ -482,20 +486,22 @@ def test_calls_as_qwen_models_write_them(text: str, expected: tuple, strict: boo
 
 
 @pytest.mark.parametrize("opening", ["```json\n", "<tools>\n", "", "Run it:\n```\n"])
-def test_a_call_begun_in_another_form_is_forced_valid(opening: str):
-    """The lazy grammar's other triggers (`{"name": "TOOL"`): every sentence their grammar allows,
-    after whatever opened it, parses into one call whose arguments validate."""
+@pytest.mark.parametrize("spacing", ['{{"name": "{}"', '{{\n  "name":"{}"'], ids=["inline", "pretty"])
+def test_a_call_begun_in_another_form_is_forced_valid(opening: str, spacing: str):
+    """The lazy grammar's other triggers (`{"name": "TOOL"`, any spacing): every sentence their
+    grammar allows, after whatever opened it, parses into one call whose arguments validate."""
     tools = [Tool("get_weather", WEATHER), Tool("add", ADD)]
     loose = FAMILIES["chatml"].codec.loose_triggers(tools, GrammarOptions(lazy=True))
-    assert [t for t, _ in loose] == ['{"name": "get_weather"', '{"name":"get_weather"', '{"name": "add"',
-                                     '{"name":"add"']
+    assert len(loose) == 2
     rng = random.Random(3)
-    for trigger, grammar in loose:
+    for tool, (pattern, grammar) in zip(tools, loose):
+        begun = spacing.format(tool.name)
+        assert re.fullmatch(pattern, begun) and not re.search(pattern, begun.replace(tool.name, tool.name + "x"))
         validate(grammar)
         sentences = Grammar(grammar)
         for i in range(10):
-            text = opening + trigger + sentences.sample(rng, budget=120)
+            text = opening + begun + sentences.sample(rng, budget=120)
             content, _, calls = split("chatml", text, strict=True, tools=tools, chunks=i)
-            assert len(calls) == 1 and calls[0][0] == json.loads(trigger.split(":", 1)[1]), text
+            assert len(calls) == 1 and calls[0][0] == tool.name, text
             jsonschema.validate(calls[0][1], {"add": ADD, "get_weather": WEATHER}[calls[0][0]])
             assert content.strip() in ("", "Run it:"), (content, text)

@@ -104,6 +104,74 @@ def test_a_tool_call_in_each_protocols_words(registry: Registry):
     assert ollama["message"]["tool_calls"][0]["function"] == {"index": 0, "name": "add", "arguments": {"a": 1, "b": 2}}
 
 
+# What Qwen2.5-Coder wrote instead of <tool_call> (recorded): read as calls on every protocol, streamed or not.
+FENCED = '```json\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n```'
+WRONG_TAG = '<tools>\n{"name": "add", "parameters": {"a": 1, "b": 2}}'
+NOT_A_CALL = 'Here it is:\n```json\n{"name": "Bob", "arguments": {"a": 1}}\n```'
+ROUTES = [("/v1/chat/completions", {"messages": HI, "tools": TOOLS_OPENAI}),
+          ("/v1/messages", {"max_tokens": 99, "messages": HI, "tools": [{"name": "add", "input_schema": ADD}]}),
+          ("/v1/responses", {"input": "Hi", "tools": [{"type": "function", "name": "add", "parameters": ADD}]}),
+          ("/api/chat", {"messages": HI, "tools": TOOLS_OPENAI})]
+
+
+def _calls_and_text(path: str, r: httpx.Response, stream: bool) -> tuple[list[tuple[str, dict]], str]:
+    """(calls, text) of an answer on any of the four routes, streamed or whole."""
+    if path == "/api/chat":
+        lines = [json.loads(line) for line in r.text.splitlines() if line.strip()]
+        calls = [c["function"] for line in lines for c in line["message"].get("tool_calls") or []]
+        return [(c["name"], c["arguments"]) for c in calls], "".join(line["message"]["content"] for line in lines)
+    if not stream:
+        body = r.json()
+        if path == "/v1/chat/completions":
+            m = body["choices"][0]["message"]
+            return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m.get("tool_calls") or []], \
+                m["content"] or ""
+        if path == "/v1/messages":
+            return [(b["name"], b["input"]) for b in body["content"] if b["type"] == "tool_use"], \
+                "".join(b.get("text", "") for b in body["content"])
+        return [(i["name"], json.loads(i["arguments"])) for i in body["output"] if i["type"] == "function_call"], \
+            body["output_text"]
+    events = [e for _, e in sse_events(r) if e != "[DONE]"]
+    if path == "/v1/chat/completions":
+        deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]  # type: ignore[index]
+        calls: dict[int, list[str]] = {}
+        for d in deltas:
+            for c in d.get("tool_calls") or []:
+                calls.setdefault(c["index"], ["", ""])
+                calls[c["index"]][0] += c["function"].get("name") or ""
+                calls[c["index"]][1] += c["function"].get("arguments") or ""
+        return [(n, json.loads(a)) for n, a in calls.values()], "".join(d.get("content") or "" for d in deltas)
+    if path == "/v1/messages":
+        blocks: dict[int, list[str]] = {}
+        text = ""
+        for e in events:
+            if e["type"] == "content_block_start" and e["content_block"]["type"] == "tool_use":  # type: ignore[index]
+                blocks[e["index"]] = [e["content_block"]["name"], ""]  # type: ignore[index]
+            elif e["type"] == "content_block_delta":  # type: ignore[index]
+                delta = e["delta"]  # type: ignore[index]
+                if delta["type"] == "input_json_delta":
+                    blocks[e["index"]][1] += delta["partial_json"]  # type: ignore[index]
+                elif delta["type"] == "text_delta":
+                    text += delta["text"]
+        return [(n, json.loads(a)) for n, a in blocks.values()], text
+    done = next(e for e in events if e["type"] == "response.completed")  # type: ignore[index]
+    out = done["response"]["output"]  # type: ignore[index]
+    return [(i["name"], json.loads(i["arguments"])) for i in out if i["type"] == "function_call"], \
+        done["response"]["output_text"] if "output_text" in done["response"] else "".join(  # type: ignore[index]
+            c["text"] for i in out if i["type"] == "message" for c in i["content"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("path, body", ROUTES, ids=[r[0] for r in ROUTES])
+def test_calls_as_real_models_write_them_on_every_protocol(registry: Registry, path: str, body: dict, stream: bool):
+    for written in (FENCED, WRONG_TAG):
+        script = [written[:7], written[7:30], written[30:]]
+        calls, text = _calls_and_text(path, post(registry, script, path, {**body, "stream": stream}), stream)
+        assert calls == [("add", {"a": 1, "b": 2})] and not text.strip(), written
+    calls, text = _calls_and_text(path, post(registry, [NOT_A_CALL], path, {**body, "stream": stream}), stream)
+    assert calls == [] and text == NOT_A_CALL  # JSON that names no declared tool is the answer's text
+
+
 def test_streamed_call_deltas_name_first_then_arguments(registry: Registry):
     script = [CALL[:25], CALL[25:40], CALL[40:]]
     events = sse_events(post(registry, script, "/v1/chat/completions",

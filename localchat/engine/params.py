@@ -45,7 +45,9 @@ class Constraint:
 
     grammar: str
     triggers: tuple[str, ...] = ()
-    grammars: tuple[str, ...] = ()  # a trigger's own grammar, by position ("" or none: `grammar`)
+    # Lazy too: (a regular expression, the grammar that holds from the end of its match): a call begun in
+    # another form than the syntax's own ({"name": "TOOL" in a code fence) is forced valid from there.
+    loose: tuple[tuple[str, str], ...] = ()
     after: str = ""  # the triggers count only once this text has been written (a think block's end)
     loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce ("path:keyword"; not used here)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import random
+import re
 from collections import deque
 from collections.abc import Callable
 
@@ -39,7 +40,7 @@ class Sampler:
         self.constraint = constraint
         self.adjust = Adjustments(params)
         self.greedy = params.temperature <= 0
-        self.chain = _chain(params, constraint is not None and not constraint.triggers)
+        self.chain = _chain(params, constraint is not None and not (constraint.triggers or constraint.loose))
         self.grammar = self.pick = None
         self._params = self.params = params
         self._piece, self._tokenize = piece, tokenize
@@ -50,18 +51,20 @@ class Sampler:
         self.buf: np.ndarray | None = None  # the candidates handed to llama.cpp's samplers
         self.cur = None
         self._armed = not (constraint and constraint.after)
-        self._fired = 0  # which trigger started the grammar
-        self._window = max([64] + [len(t) + 8 for t in (constraint.triggers if constraint else ())])
-        if constraint and not constraint.triggers:
+        self._own = ""  # the grammar of the loose pattern that matched, if one did
+        self._loose = [(re.compile(p), g) for p, g in constraint.loose] if constraint else []
+        self._window = max([64 if not self._loose else 256] + [len(t) + 8 for t in (constraint.triggers if constraint
+                                                                                     else ())])
+        if constraint and not (constraint.triggers or constraint.loose):
             self._start_grammar()
 
     def _start_grammar(self) -> None:
         assert self.constraint is not None
-        own = self.constraint.grammars[self._fired] if self._fired < len(self.constraint.grammars) else ""
-        self.grammar = C.llama_sampler_init_grammar(self.vocab, (own or self.constraint.grammar).encode(), b"root")
+        grammar = self._own or self.constraint.grammar
+        self.grammar = C.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root")
         if not self.grammar:
             raise EngineError("llama.cpp rejected the grammar")
-        if self.constraint.triggers:  # the free chain picked by itself; now truncate only
+        if self.constraint.triggers or self.constraint.loose:  # the free chain picked by itself; now truncate only
             C.llama_sampler_free(self.chain)
             self.chain = _chain(self._params, True)
             self.adjust = Adjustments(self._params)  # penalties count from the call's start, not the prose's
@@ -114,11 +117,14 @@ class Sampler:
             self._armed = True
             before, text = "", text[at + len(self.constraint.after):]
             self._recent = text
-        for which, trigger in enumerate(self.constraint.triggers):
-            at = text.find(trigger, max(0, len(before) - len(trigger) + 1))
-            if at < 0:
-                continue
-            end, self._fired = at + len(trigger), which
+        ends = [at + len(t) for t in self.constraint.triggers
+                if (at := text.find(t, max(0, len(before) - len(t) + 1))) >= 0]
+        for pattern, grammar in self._loose if not ends else ():
+            found = next((m for m in pattern.finditer(text) if m.end() > len(before)), None)
+            if found is not None:
+                ends, self._own = [found.end()], grammar
+                break
+        for end in ends[:1]:
             if end == len(text):
                 self._start_grammar()
                 return token

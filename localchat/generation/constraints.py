@@ -131,8 +131,8 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
            bool(after_think), rules.max_grammar_bytes)
     grammar, loosened, loose = cached(key, make_tools)
     if lazy:  # free text, then the calls once a trigger is written (the syntax's own, or a call begun otherwise)
-        return Constraint(grammar, (codec.trigger, *(t for t, _ in loose)), ("", *(g for _, g in loose)),
-                          after=after_think[0] if after_think else "", loosened=loosened)
+        return Constraint(grammar, (codec.trigger,), tuple(loose), after=after_think[0] if after_think else "",
+                          loosened=loosened)
     return Constraint(grammar, after_think, loosened=loosened)
 
 

@@ -76,12 +76,13 @@ def fill(pattern: str, index: int, call_id: str) -> str:
 
 
 def find_first(text: str, needles: tuple[str, ...], start: int = 0) -> tuple[int, str]:
-    """The earliest of `needles` in `text` (position, needle), or (-1, "")."""
+    """The earliest of `needles` in `text` (position, needle), or (-1, ""). A needle with
+    whitespace in it is a pattern: `{ "name"` is found in `{"name"` and `{\n  "name"` too."""
     best, which = -1, ""
     for needle in needles:
         if not needle:
             continue
-        at = text.find(needle, start)
+        at = _find(text, needle, start)
         if at >= 0 and (best < 0 or at < best or (at == best and len(needle) > len(which))):
             best, which = at, needle
     return best, which
@@ -91,8 +92,34 @@ def held_back(text: str, needles: tuple[str, ...]) -> int:
     """How many characters at the end of `text` could be the start of one of `needles`."""
     keep = 0
     for needle in needles:
+        if _spaced(needle):
+            head = needle[0]
+            at = text.find(head, max(0, len(text) - SPACED_WINDOW))
+            while at >= 0 and len(text) - at > keep:
+                if match(needle, text, at) == PARTIAL:
+                    keep = len(text) - at
+                    break
+                at = text.find(head, at + 1)
+            continue
         for n in range(min(len(needle) - 1, len(text)), keep, -1):
             if text.endswith(needle[:n]):
                 keep = n
                 break
     return keep
+
+
+SPACED_WINDOW = 64  # a spaced needle is looked for in this many characters at the end of a text
+
+
+def _spaced(needle: str) -> bool:
+    return any(c.isspace() for c in needle)
+
+
+def _find(text: str, needle: str, start: int) -> int:
+    if not _spaced(needle):
+        return text.find(needle, start)
+    head = needle[0]
+    at = text.find(head, start)
+    while at >= 0 and match(needle, text, at, final=True) < 0:
+        at = text.find(head, at + 1)
+    return at

@@ -74,7 +74,7 @@ class Shape:
             return self.marker
         start = (self.open or self.call_open).lstrip()
         cut = min([len(start)] + [m.start() for m in re.finditer(r"\s|\{index\}|\{id\}", start)])
-        return start[:cut] or ('{"' + self.name_key + '"' if self.json_form else "")
+        return start[:cut] or ('{ "' + self.name_key + '"' if self.json_form else "")  # (any spacing: pattern.py)
 
 
 def _json_type(value: Any) -> str:
@@ -204,22 +204,21 @@ class ShapeCodec(Codec):
                              for c in (s.close, s.call_close) if c.strip()}, key=lambda c: (-len(c), c)))
 
     def loose_triggers(self, tools: Sequence[Tool], options: GrammarOptions) -> list[tuple[str, str]]:
-        """`{"name": "TOOL"` (with or without the space), for each tool: the rest of the call
-        object (its arguments under `arguments` or `parameters`), then at most the closing text of
-        one of the alternatives; then the output ends."""
+        """`{"name": "TOOL"` (any spacing), for each tool: the rest of the call object (its
+        arguments under `arguments` or `parameters`), then at most the closing text of one of the
+        alternatives; then the output ends."""
         if not self.object_triggers or not self.shape.json_form:
             return []
-        key = json.dumps(self.shape.name_key)
-        tail = f' ( [ \\n]{{0,2}} ( {" | ".join(literal(c) for c in self.closers)} ) )?' if self.closers else ""
+        ws = "[ \\t\\n]{0,20}"
+        tail = f" ( {ws} ( {' | '.join(literal(c) for c in self.closers)} ) )?" if self.closers else ""
+        keys = " | ".join(literal(json.dumps(k)) for k in dict.fromkeys((self.shape.args_key, "arguments", "parameters")))
         out = []
         for i, tool in enumerate(tools):
             rules: dict[str, str] = {}
             args = self._args_rule(tool, i, rules, [], options.max_bytes)
-            keys = " | ".join(literal(json.dumps(k)) for k in dict.fromkeys((self.shape.args_key, "arguments",
-                                                                               "parameters")))
-            grammar = assemble(f'" "? "," " "? ( {keys} ) " "? ":" " "? {args} " "? "}}"{tail}', rules)
-            name = json.dumps(tool.name, ensure_ascii=False)
-            out += [("{" + key + ": " + name, grammar), ("{" + key + ":" + name, grammar)]
+            grammar = assemble(f'{ws} "," {ws} ( {keys} ) {ws} ":" {ws} {args} {ws} "}}"{tail}', rules)
+            name = re.escape(json.dumps(tool.name, ensure_ascii=False))
+            out.append((r"\{\s*" + re.escape(json.dumps(self.shape.name_key)) + r"\s*:\s*" + name, grammar))
         return out
 
     # -- reading ---------------------------------------------------------------------------
