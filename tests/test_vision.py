@@ -137,7 +137,8 @@ def test_the_images_tokens_count_against_the_context(server):
 
 def test_vision_is_a_listed_capability(http: httpx.Client):
     cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
-    assert cards["tiny-vision"]["capabilities"] == ["vision"] and cards["tiny-gemma"]["capabilities"] == []
+    assert cards["tiny-vision"]["capabilities"] == ["completion", "tools", "vision"]
+    assert cards["tiny-gemma"]["capabilities"] == ["completion", "tools"]
     assert http.get("/props", params={"model": "tiny-vision"}).json()["modalities"] == {"vision": True, "audio": False}
     assert http.get("/props", params={"model": "tiny-gemma"}).json()["modalities"]["vision"] is False
     show = http.post("/api/show", json={"model": "tiny-vision"}).json()

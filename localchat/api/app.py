@@ -3,6 +3,7 @@ middleware (access log, localhost guard, CORS); errors mapped once, in the proto
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 from typing import Any
@@ -22,7 +23,7 @@ from . import errors
 from . import webui as page
 from .access import AccessLog
 from .guard import LOCAL_ORIGINS, LocalOnly, Origins  # noqa: F401 - LOCAL_ORIGINS: the defaults, kept importable here
-from .health import health as health_body
+from .health import described, health as health_body
 from .protocols import PROTOCOLS
 
 
@@ -36,7 +37,8 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
     recent: deque[dict[str, Any]] = deque(maxlen=20)  # the last requests answered, newest first (GET /health)
 
     async def health(request: Request) -> Response:
-        return JSONResponse(health_body(chat, recent))
+        models = await asyncio.to_thread(described, chat.host)  # reading GGUF headers: off the event loop
+        return JSONResponse(health_body(chat, recent, models))
 
 
     routes = [

@@ -69,9 +69,3 @@ def url_image(url: str, where: str, url_where: str | None = None) -> Image:
 
 def base64_image(data: str, media_type: str | None, where: str) -> Image:
     return Image(b64(data, where), media_type, where)
-
-
-def media_capabilities(projector: Any) -> list[str]:
-    """What a model reads besides text (a `ProjectorInfo`, or None), as capability names."""
-    return [name for name, has in (("vision", projector and projector.vision), ("audio", projector and projector.audio))
-            if has]

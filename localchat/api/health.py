@@ -1,5 +1,6 @@
-"""`GET /health`: the loaded models with their slots and queues, the server's version and
-memory, and the last requests answered (what `localchat ps` and the web page's status panel show)."""
+"""`GET /health`: the registered models (what each is and can do, loaded or not), the loaded
+ones with their slots and queues, the server's version and memory, and the last requests
+answered (what `localchat ps` and the web page's status panel show)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,22 @@ from typing import Any
 
 from .. import __version__
 from ..generation import Chat
+from ..models.describe import Description
+from ..models.host import ModelHost
 
 
-def health(chat: Chat, recent: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """`recent`: the last requests that generated, newest first (recorded by the access log)."""
+def described(host: ModelHost) -> dict[str, Description]:
+    """Every registered model's description. Blocking (reads GGUF headers)."""
+    return {name: host.describe(name) for name in list(host.registry.models)}
+
+
+def health(chat: Chat, recent: Iterable[dict[str, Any]], models: dict[str, Description]) -> dict[str, Any]:
+    """`recent`: the last requests that generated, newest first (recorded by the access log);
+    `models`: what `described` says."""
     loaded = chat.host.current
     return {"status": "ok", "version": __version__, "model": loaded.spec.name if loaded else None,
             "loads": chat.host.loads, "loaded": [_loaded_card(m) for m in list(chat.host.loaded.values())],
+            "models": [{"name": name, "loaded": name in chat.host.loaded, **d.card()} for name, d in models.items()],
             "memory": memory(), "recent": list(recent)}
 
 

@@ -29,6 +29,17 @@ _KEEP_NUMERIC_ARRAYS = ("tokenizer.ggml.token_type",)
 _KEEP_PER_LAYER = (".attention.head_count_kv", ".attention.head_count", ".attention.sliding_window_pattern",
                    ".feed_forward_length")
 SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK: a reranker's classifier head
+# The fill-in-the-middle tokens as llama.cpp's vocabulary finds them (llama-vocab.cpp): the id a
+# `tokenizer.ggml.*` key gives (the current key, then the deprecated one), else a token with one of these texts.
+FIM_TOKENS = {
+    "pre": (("fim_pre_token_id", "prefix_token_id"), ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>",
+                                                     "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>")),
+    "suf": (("fim_suf_token_id", "suffix_token_id"), ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>",
+                                                     "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>")),
+    "mid": (("fim_mid_token_id", "middle_token_id"), ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>",
+                                                     "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>")),
+}
 
 
 class NotGGUF(ValueError):
@@ -124,6 +135,7 @@ class ModelInfo:
     pooling_type: int | None = None  # declared by embedding models (1 mean, 2 cls, 3 last) and rerankers (4 rank)
     rerank_template: str | None = None  # a reranker's prompt, with {query} and {document}
     n_vocab: int = 0
+    fim: bool = False  # the vocabulary has fill-in-the-middle tokens (prefix, suffix, middle), as llama.cpp finds them
     hparams: dict[str, Any] = field(default_factory=dict, compare=False)  # the `ARCH.*` keys, prefix removed
     files: tuple[Path, ...] = ()  # the file and, for a split GGUF, every part (llama.cpp loads them from the first)
 
@@ -161,9 +173,22 @@ def inspect(path: Path) -> ModelInfo:
         pooling_type=meta.get(f"{arch}.pooling_type") or None,
         rerank_template=meta.get("tokenizer.chat_template.rerank"),
         n_vocab=len(tokens),
+        fim=_has_fim(meta, tokens),
         hparams={k[len(arch) + 1:]: v for k, v in meta.items() if k.startswith(arch + ".")},
         files=files,
     )
+
+
+def _has_fim(meta: dict[str, Any], tokens: list[str]) -> bool:
+    """Whether llama.cpp will find the prefix, suffix and middle tokens /infill needs."""
+    texts: set[str] | None = None
+    for keys, names in FIM_TOKENS.values():
+        if any(isinstance(i := meta.get(f"tokenizer.ggml.{k}"), int) and 0 <= i < len(tokens) for k in keys):
+            continue
+        texts = set(tokens) if texts is None else texts
+        if not any(name in texts for name in names):
+            return False
+    return True
 
 
 def split_parts(path: Path, count: Any = None) -> tuple[Path, ...]:

@@ -17,11 +17,11 @@ from ..errors import LocalchatError, ModelTooLarge
 from ..families import Family
 from ..families import choose as choose_family
 from .catalog import ModelSpec, Registry, Settings
+from .describe import Describer, Description, embeds, reranks
 from .fit import Shape, Sizing, choose, free_memory
-from .gguf import ModelInfo, ProjectorInfo, inspect, inspect_projector
+from .gguf import RANK_POOLING, ModelInfo, ProjectorInfo, inspect, inspect_projector
 
 log = logging.getLogger("localchat.models")
-RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK: a reranker's classifier head
 
 
 @dataclass
@@ -41,12 +41,11 @@ class LoadedModel:
 
     @property
     def can_embed(self) -> bool:
-        return self.info.pooling_type not in (None, RANK_POOLING) or self.spec.embedding
+        return embeds(self.spec, self.info)
 
     @property
     def can_rerank(self) -> bool:
-        """By the GGUF's rank pooling (a classifier head), or by asking the model (`rerank = true`)."""
-        return self.info.pooling_type == RANK_POOLING or self.spec.rerank
+        return reranks(self.spec, self.info)
 
     @property
     def can_infill(self) -> bool:
@@ -97,8 +96,8 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
     chosen = choose_family(spec.family, info, spec.template)
     family, template = chosen.family, chosen.template
     projector = inspect_projector(spec.mmproj) if spec.mmproj else None
-    embeds = info.pooling_type not in (None, RANK_POOLING)  # a reranker's rank pooling makes no embeddings
-    pooling = None if embeds else 1 if spec.embedding else None  # 1: mean
+    pooled = info.pooling_type not in (None, RANK_POOLING)  # a reranker's rank pooling makes no embeddings
+    pooling = None if pooled else 1 if spec.embedding else None  # 1: mean
     started = engine(path, worker=settings.worker, name=spec.name, n_ctx=sizing.context, parallel=sizing.slots,
                      max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
                      visible=family.visible_tokens, pooling=pooling, loras=[lora.path for lora in spec.loras],
@@ -136,7 +135,7 @@ class ModelHost:
         self._loading: set[str] = set()
         self._cond: asyncio.Condition | None = None
         self._reaper: asyncio.Task[None] | None = None
-        self._infos: dict[str, ModelInfo] = {}
+        self.describer = Describer()  # each model file's header, read once per version of the file
         self.loads = 0  # models loaded since start (a model loaded twice at once would count twice)
 
     @property
@@ -153,7 +152,7 @@ class ModelHost:
             self._reaper = asyncio.create_task(self._reap())
         info = None
         if spec.name not in self.loaded:  # a missing or broken file: leave what is loaded alone
-            info = await asyncio.to_thread(inspect, spec.file())
+            info = await asyncio.to_thread(lambda: self.describer.header(spec.file()))
         async with cond:
             while True:
                 model = self.loaded.get(spec.name)
@@ -256,29 +255,38 @@ class ModelHost:
         return self._cond
 
     def sizing(self, name: str) -> Sizing | None:
-        """The context and slots a model has, or would get if loaded now; None if its file cannot
-        be read or it does not fit. Blocking (reads the GGUF header once)."""
+        """The context and slots a model has, or would get if loaded now; None if its file is not
+        on disk (a packaged model's is not fetched for this), cannot be read or does not fit.
+        Blocking (reads the GGUF header once per version of the file)."""
         spec = self.registry.resolve(name)
         if spec.name in self.loaded:
             return self.loaded[spec.name].sizing
+        where = spec.location()
         try:
-            if spec.name not in self._infos:
-                self._infos[spec.name] = inspect(spec.file())
-            return size_model(spec, self._infos[spec.name], self.settings)
+            return size_model(spec, self.describer.header(where), self.settings) if where else None
         except LocalchatError:
             return None
 
     def context_length(self, name: str) -> int | None:
-        """The context a model has or would get (without loading it). Blocking."""
+        """The context a model has or would get (without loading it): models.toml's while its file
+        is not on disk yet. Blocking."""
         spec = self.registry.resolve(name)
         if spec.name in self.loaded:
             return self.loaded[spec.name].engine.n_ctx
         sizing = self.sizing(spec.name)
+        if sizing is None and self.describer.describe(spec).file == "on_demand":
+            return spec.context_length
         return sizing.context if sizing else None
 
     def forget(self) -> None:
         """The registry changed (a model pulled or deleted): read model files afresh."""
-        self._infos.clear()
+        self.describer = Describer()
+
+    def describe(self, name: str) -> Description:
+        """What a model is and can do: the loaded model's answer, else its file's (nothing is
+        fetched). Blocking (reads the GGUF header once per version of the file)."""
+        spec = self.registry.resolve(name)
+        return self.describer.describe(spec, self.loaded.get(spec.name))
 
     def projector(self, name: str) -> ProjectorInfo | None:
         """What a model's projector (mmproj) reads, without loading the model; None: text only, or
@@ -289,7 +297,7 @@ class ModelHost:
         if spec.mmproj is None:
             return None
         try:
-            return inspect_projector(spec.mmproj)
+            return self.describer.projector(spec.mmproj)
         except LocalchatError:
             return None
 

@@ -21,14 +21,12 @@ from ...generation import Chat, LoadedModel
 from ...models import ModelInfo, ModelSpec, inspect
 from ...models.fit import Sizing
 from ...models.gguf import read_metadata
-from ...models.host import RANK_POOLING
 from ..body import parse, read_json
-from ..common import media_capabilities
 from .chat import model_name
 
-FIM_TEXTS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"), ("<fim-prefix>", "<fim-suffix>", "<fim-middle>"),
-             ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"), ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
-             ("<PRE>", "<SUF>", "<MID>"), ("▁<PRE>", "▁<SUF>", "▁<MID>"))  # as llama.cpp finds them by text
+# Ollama's names for localchat's capabilities (models.describe), in Ollama's order; a reranker has none.
+CAPABILITIES = {"completion": "completion", "tools": "tools", "fim": "insert", "embedding": "embedding",
+                "reasoning": "thinking", "vision": "vision", "audio": "audio"}
 
 
 class ShowBody(BaseModel):
@@ -101,13 +99,13 @@ async def show(chat: Chat, catalog: Catalog, request: Request) -> Response:
     facts = await catalog.facts(spec)
     loaded = chat.host.loaded.get(spec.name)
     sizing = loaded.sizing if loaded else await asyncio.to_thread(chat.host.sizing, spec.name)
-    projector = await asyncio.to_thread(chat.host.projector, spec.name)
+    described = await asyncio.to_thread(chat.host.describe, spec.name)
     family, template = _family(spec, facts.info, loaded)
     parameters = _parameters(spec, family)
     return JSONResponse({
         "license": "", "modelfile": _modelfile(spec, template, parameters), "parameters": parameters,
         "template": template, "details": _details(facts), "model_info": _model_info(spec, facts, sizing),
-        "capabilities": _capabilities(spec, facts, family, template, loaded) + media_capabilities(projector),
+        "capabilities": [ours for name, ours in CAPABILITIES.items() if name in described.capabilities],
         "modified_at": _iso(facts.modified)})
 
 
@@ -179,24 +177,3 @@ def _model_info(spec: ModelSpec, facts: Facts, sizing: Sizing | None) -> dict[st
         out.update({"localchat.slots": sizing.slots, "localchat.memory_needed": sizing.need.total,
                     "localchat.sizing": sizing.reason})
     return out
-
-
-def _capabilities(spec: ModelSpec, facts: Facts, family: Family, template: str,
-                  loaded: LoadedModel | None) -> list[str]:
-    info = facts.info
-    if info and info.pooling_type:  # an embedding model, or a reranker (no Ollama capability)
-        return ["embedding"] if info.pooling_type != RANK_POOLING else []
-    caps = ["completion", "tools"]  # every family's template gets tools, under the tool-call grammar
-    if loaded.can_infill if loaded else _has_fim(facts):
-        caps.append("insert")
-    if loaded.can_embed if loaded else spec.embedding:
-        caps.append("embedding")
-    if family.reasoning and family.reasoning[0] in template:
-        caps.append("thinking")
-    return caps
-
-
-def _has_fim(facts: Facts) -> bool:
-    keys = ("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.fim_mid_token_id")
-    tokens = facts.info.tokens if facts.info else frozenset()
-    return all(k in facts.meta for k in keys) or any(all(t in tokens for t in triple) for triple in FIM_TEXTS)

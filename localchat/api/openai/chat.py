@@ -20,8 +20,9 @@ from ...generation import (Chat, Delta, Finish, Logprobs, PromptLogprobs, Reason
                            ToolCallStart, Turn, Usage, total_usage)
 from ...errors import LocalchatError
 from ...models import Registry
+from ...models.describe import Description
 from ..body import parse, read_json
-from ..common import media_capabilities, respond, stream_error
+from ..common import respond, stream_error
 from ..errors import render
 from ..sse import DONE, frame, loosened_headers
 from .schemas import ChatCompletionRequest
@@ -54,8 +55,8 @@ def routes(chat: Chat) -> list[Route]:
         registry = chat.host.registry
 
         def cards() -> list[dict[str, Any]]:  # reading GGUF headers: off the event loop
-            return [{**_model_card(registry, name, chat.host.context_length(name), name in chat.host.loaded),
-                     "capabilities": media_capabilities(chat.host.projector(name))} for name in registry.models]
+            return [_model_card(registry, name, chat.host.context_length(name), name in chat.host.loaded,
+                                chat.host.describe(name)) for name in registry.models]
 
         return JSONResponse({"object": "list", "data": await asyncio.to_thread(cards)})
 
@@ -214,8 +215,10 @@ def usage(u: Usage) -> dict[str, Any]:
             "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
 
 
-def _model_card(registry: Registry, name: str, context_length: int | None, loaded: bool) -> dict[str, Any]:
+def _model_card(registry: Registry, name: str, context_length: int | None, loaded: bool,
+                described: Description) -> dict[str, Any]:
+    """OpenAI's fields, then ours: what the model is and can do, from its file or the model loaded."""
     spec = registry.models[name]
     return {"id": name, "object": "model", "created": 0, "owned_by": "localchat",
             "aliases": spec.aliases, "default": name == registry.default,
-            "context_length": context_length, "family": spec.family, "loaded": loaded}
+            "context_length": context_length, "loaded": loaded, **described.card()}
