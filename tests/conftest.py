@@ -155,3 +155,7 @@ def client(server: Server) -> openai.OpenAI:
 def http(server: Server) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, timeout=120) as c:
         yield c
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "real: the real-model tier (the shipped Qwen2.5-Coder 0.5B; scripts/test -m real)")
