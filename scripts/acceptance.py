@@ -110,7 +110,7 @@ def claude_env(home: Path, url: str, model: str) -> dict[str, str]:
     return {**os.environ, "HOME": str(home), "ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": "unused",
             "ANTHROPIC_MODEL": model, "ANTHROPIC_SMALL_FAST_MODEL": model,
             "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(context_length(url, model)), "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "API_TIMEOUT_MS": "1800000"}
 
 
 def context_length(url: str, model: str) -> int:
