@@ -67,14 +67,14 @@ class Turn:
     _splitters: list[OutputSplitter]
     loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce: "[tool]#/path:keyword"
     _record: RequestRecord | None = None
-    _running: dict[int, int] = field(default_factory=dict)  # choice → tokens generated, until its Done
+    _running: set[int] = field(default_factory=set)  # the choices whose Finish has not been given yet
     _closed: bool = False
 
     async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | PromptLogprobs | Finish]]:
         """(choice index, event) pairs; each choice ends with its Finish. A request that asked for
         prompt_logprobs gets them first (choice 0)."""
         record = self._record = current_request()
-        self._running = dict.fromkeys(range(self.n), 0)
+        self._running = set(range(self.n))
         try:
             async for event in self._stream:
                 if isinstance(event, PromptLogprobs):
@@ -82,7 +82,6 @@ class Turn:
                     continue
                 split = self._splitters[event.index]
                 if isinstance(event, Text):
-                    self._running[event.index] = event.generated
                     if record is not None and event.text:
                         record.text()
                     if event.logprobs:
@@ -94,7 +93,7 @@ class Turn:
                         yield event.index, piece
                     reason = "length" if event.finish_reason == "length" else "stop" if event.stop is not None else "end"
                     usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens)
-                    self._running.pop(event.index, None)
+                    self._running.discard(event.index)
                     if record is not None:
                         record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens, reason, event.why)
                     yield event.index, Finish(reason, usage, event.index, event.stop, split.calls)
@@ -109,7 +108,7 @@ class Turn:
         self._stream.close()
         self._lease.release()
         if not self._closed and self._record is not None:  # cancelled: what its choices had generated
-            self._record.generated += sum(self._running.values())
+            self._record.generated += sum(self._stream.generated.get(i, 0) for i in self._running)
         self._closed = True
 
 
