@@ -95,7 +95,8 @@ class Turn:
                     usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens)
                     self._running.discard(event.index)
                     if record is not None:
-                        record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens, reason, event.why)
+                        record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens, reason,
+                                    event.why)
                     yield event.index, Finish(reason, usage, event.index, event.stop, split.calls)
         except Exception as exc:
             if record is not None:
