@@ -77,17 +77,19 @@ class RequestRecord:
     generated: int = 0
     first_token: float | None = None  # monotonic time of the first generated text
     error: str | None = None  # why a request failed: its error message, or an error inside a stream
-    finish: str | None = None  # the first choice's end: stop | length | tool_calls
+    finish: str | None = None  # the first choice's end: end | stop | length
+    why: str | None = None  # why a choice ended early with "length": repetition
 
     def text(self) -> None:
         if self.first_token is None:
             self.first_token = time.monotonic()
 
-    def done(self, prompt_tokens: int, cached_tokens: int, generated: int, reason: str) -> None:
+    def done(self, prompt_tokens: int, cached_tokens: int, generated: int, reason: str, why: str | None = None) -> None:
         """One choice has ended."""
         self.prompt_tokens, self.cached_tokens = prompt_tokens, cached_tokens
         self.generated += generated
         self.finish = self.finish or reason
+        self.why = self.why or why
 
     def answered(self) -> dict[str, Any]:
         """The request as GET /health's `recent` list shows it (the web page's status panel)."""
@@ -103,6 +105,8 @@ class RequestRecord:
             parts.append(f"model={self.model}")
         if self.prompt_tokens is not None:
             parts.append(f"prompt={self.prompt_tokens} cached={self.cached_tokens or 0} generated={self.generated}")
+            finish = "error" if self.error else self.finish or "cancelled"
+            parts.append(f"finish={finish}" + (f" reason={self.why}" if self.why else ""))
         if self.first_token is not None:
             parts.append(f"ttft={self.first_token - self.started:.2f}s")
         parts.append(f"total={time.monotonic() - self.started:.2f}s")

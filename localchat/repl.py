@@ -24,7 +24,7 @@ HELP = {
     "/models": "the models the server offers",
     "/model NAME": "switch to another model",
     "/system TEXT": "set the system prompt (empty: none)",
-    "/set KEY VALUE": "temperature, top_p, top_k, min_p, max_tokens or seed (VALUE 'default' resets)",
+    "/set KEY VALUE": "temperature, top_p, top_k, min_p, max_tokens, seed or repetition_stop (VALUE 'default' resets)",
     "/show": "the model and settings",
     "/clear": "start a new conversation",
     "/retry": "answer the last message again",
@@ -34,11 +34,11 @@ HELP = {
     "/exit": "leave (or Ctrl-D)",
 }
 SETTINGS: dict[str, tuple[type, float, float]] = {  # bounds from the one declaration, SamplingParams
-    key: (int if key in ("top_k", "max_tokens", "seed") else float,
+    key: (int if key in ("top_k", "max_tokens", "seed", "repetition_stop") else float,
           KNOBS[key].get("ge", KNOBS[key].get("gt", -(1 << 63))), KNOBS[key].get("le", (1 << 63) - 1))
-    for key in ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed")
+    for key in ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed", "repetition_stop")
 }
-EXTRA_BODY = ("top_k", "min_p")  # not OpenAI parameters: sent in the body as extensions
+EXTRA_BODY = ("top_k", "min_p", "repetition_stop")  # not OpenAI parameters: sent in the body as extensions
 
 
 @dataclass

@@ -100,8 +100,11 @@ def test_set_and_show(chat: Chat):
     assert "takes a number" in chat.say("/set temperature hot")
     assert "between" in chat.say("/set top_p 3")
     assert "usage: /set KEY VALUE" in chat.say("/set warmth 1")
+    assert "repetition_stop = 0" in chat.say("/set repetition_stop 0")  # sent as an extension, as top_k
+    assert "whole number" in chat.say("/set repetition_stop 1.5")
     shown = chat.say("/show")
     assert re.search(r"temperature\s+0\.3", shown) and re.search(r"top_k\s+7", shown)
+    assert re.search(r"repetition_stop\s+0", shown)
     assert re.search(r"min_p\s+server default", shown)
     assert GEMMA in shown
 

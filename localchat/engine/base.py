@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
 from ..errors import EngineError
-from .params import Event, Generate, Prepared, Started
+from .params import Done, Event, Generate, Prepared, Started, Text
 
 Emit = Callable[[Event | Prepared | Started | BaseException | None], None]  # None: the request has ended
 
@@ -53,7 +53,8 @@ class Engine(Protocol):
 
 class Stream:
     """The events of one submitted request. Closing it (or abandoning it) cancels the request:
-    a queued one never starts, a running one stops within one step."""
+    a queued one never starts, a running one stops within one step. `generated`: per choice, the
+    tokens generated so far by the events that have arrived, read or not (a cancelled request's usage)."""
 
     def __init__(self, submit: Callable[[Generate, Emit], Any], cancel: Callable[[Any], None],
                  request: Generate) -> None:
@@ -61,12 +62,18 @@ class Stream:
         self._queue: asyncio.Queue[Event | Prepared | Started | BaseException | None] = asyncio.Queue()
         self._cancel = cancel
         self._ended = False
+        self.generated: dict[int, int] = {}
 
         def emit(item: Event | Prepared | Started | BaseException | None) -> None:
             if not loop.is_closed():
-                loop.call_soon_threadsafe(self._queue.put_nowait, item)
+                loop.call_soon_threadsafe(self._arrived, item)
 
         self._handle = submit(request, emit)
+
+    def _arrived(self, item: Event | Prepared | Started | BaseException | None) -> None:
+        if isinstance(item, (Text, Done)):
+            self.generated[item.index] = item.generated if isinstance(item, Text) else item.completion_tokens
+        self._queue.put_nowait(item)
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events()

@@ -1,6 +1,8 @@
 """A scripted engine, for fast tests of everything above the engine (splitting, framing, the
 protocols): it plays back the text a script gives for each request, as the real engines emit
 it — Started, Text events, each choice's Done — with a byte tokenizer, no model and no thread.
+Each piece counts as one generated token (for max_tokens and the loop detector, where the same
+piece is the same token).
 
     FakeEngine(lambda request, choice: ["Hello", " world"])
     ModelHost(registry, engine=fake_factory(script))  # every model of the registry plays it"""
@@ -16,6 +18,7 @@ from typing import Any
 from ..errors import ContextOverflow
 from .base import Emit, Stream
 from .params import Done, Generate, Started, Text
+from .repetition import detector
 
 Script = Callable[[Generate, int], Iterable[str]]  # (request, choice index) → the pieces of text it generates
 
@@ -77,15 +80,19 @@ class FakeEngine:
         try:
             emit(Started())
             for i in range(request.n):
-                budget, made, reason = request.params.max_tokens or self.n_ctx, 0, "stop"
+                budget, made, reason, why = request.params.max_tokens or self.n_ctx, 0, "stop", None
+                loop, ids = detector(request.params.repetition_stop), {}  # a piece is a token
                 for piece in self.script(request, i):
                     if made >= budget:
                         reason = "length"
                         break
                     await asyncio.sleep(self.delay)
-                    emit(Text(piece, i))
                     made += 1
-                emit(Done(reason, len(request.tokens), made, 0, i))
+                    emit(Text(piece, i, (), made))
+                    if loop is not None and loop.push(ids.setdefault(piece, len(ids))):
+                        reason, why = "length", "repetition"
+                        break
+                emit(Done(reason, len(request.tokens), made, 0, i, None, why))
             emit(None)
         finally:
             self._busy -= request.n

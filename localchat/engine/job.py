@@ -13,6 +13,7 @@ import llama_cpp as C
 from .base import Emit
 from .model import Model
 from .params import Event, Generate, Prepared, Started
+from .repetition import detector
 from .sampling import Sampler
 from .slot import Sequence, Slot, token_logprob
 
@@ -41,7 +42,8 @@ class Job:
 
 
 def make_sequence(job: Job, i: int, slot: Slot, model: Model, n_ctx: int) -> Sequence:
-    """Completion i of a job, in its slot: its sampler (seed + i), stop rules and token budget."""
+    """Completion i of a job, in its slot: its sampler (seed + i), stop rules, token budget and
+    loop detector."""
     req = job.request
     params = req.params
     if params.seed is not None and i:
@@ -54,7 +56,8 @@ def make_sequence(job: Job, i: int, slot: Slot, model: Model, n_ctx: int) -> Seq
     budget = n_ctx - len(job.tokens)
     if params.max_tokens is not None:
         budget = min(budget, params.max_tokens)
-    return Sequence(i, slot, model, sampler, req.stop_tokens, params.stop, budget, req.logprobs, job.emit)
+    return Sequence(i, slot, model, sampler, req.stop_tokens, params.stop, budget, req.logprobs, job.emit,
+                    detector(params.repetition_stop))
 
 
 def apply_adapters(ctx: int, model: Model, adapters: Adapters) -> None:

@@ -28,6 +28,9 @@ class SamplingParams:
     presence_penalty: float = _knob(0.0, ge=-2, le=2)
     frequency_penalty: float = _knob(0.0, ge=-2, le=2)
     penalty_last_n: int = _knob(64, ge=-1, le=1 << 20)  # llama.cpp allocates this many per sequence
+    # End a generation that loops: its last this-many tokens (and 3 periods) repeat a unit of 1 to 256
+    # tokens (engine/repetition.py); it ends as at max_tokens ("length"). 0: never.
+    repetition_stop: int = _knob(256, ge=0, le=1 << 20)
     seed: int | None = _knob(None)
     logit_bias: dict[int, float] = field(default_factory=dict)
     stop: tuple[str, ...] = ()
@@ -112,6 +115,7 @@ class Text:
     text: str
     index: int = 0
     logprobs: tuple[TokenLogprob, ...] = ()
+    generated: int = 0  # tokens generated in this choice so far (a cancelled request's usage counts them)
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class Done:
     cached_tokens: int
     index: int = 0
     stop: str | None = None  # the stop string that ended the text, if one did
+    why: str | None = None  # "repetition": a "length" end before the budget, the output having looped
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 A `Slot` is a llama.cpp sequence id whose K/V cells outlive a request (its prompt cache). A
 `Sequence` is one completion while it runs there: its sampler, its UTF-8 and stop-string
-state, its budget and where its events go. The scheduler decodes; a sequence turns each
-sampled token into events and says when it is finished."""
+state, its budget, its loop detector and where its events go. The scheduler decodes; a
+sequence turns each sampled token into events and says when it is finished."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import GrammarDeadEnd
 from .model import Model
 from .params import Done, Event, TokenLogprob, TopLogprob, Text
+from .repetition import LoopDetector
 from .sampling import Sampler
 from .text import StopMatcher, Utf8Stream
 
@@ -49,14 +50,16 @@ class Slot:
 
 class Sequence:
     def __init__(self, index: int, slot: Slot, model: Model, sampler: Sampler, stop_tokens: frozenset[int],
-                 stops: tuple[str, ...], budget: int, logprobs: int | None, emit: Callable[[Event], None]) -> None:
+                 stops: tuple[str, ...], budget: int, logprobs: int | None, emit: Callable[[Event], None],
+                 loop: LoopDetector | None = None) -> None:
         self.index, self.slot, self.model = index, slot, model
         self.sampler, self.stop_tokens, self.budget = sampler, stop_tokens, budget
-        self.logprobs, self.emit = logprobs, emit
+        self.logprobs, self.emit, self.loop = logprobs, emit, loop
         self.utf8, self.stopper = Utf8Stream(), StopMatcher(list(stops))
         self.generated = 0
         self.next_token: int | None = None  # sampled, to be decoded in the next step
         self.finish: str | None = None
+        self.why: str | None = None  # "repetition": ended early as "length" because it looped
         self._pending_logprobs: list[TokenLogprob] = []
 
     def sample(self, ctx, idx: int) -> None:
@@ -84,6 +87,9 @@ class Sequence:
             return self._end("stop", flush=False)
         if self.generated >= self.budget:
             return self._end("length", flush=True)
+        if self.loop is not None and self.loop.push(token):
+            self.why = "repetition"
+            return self._end("length", flush=True)
         self.next_token = token
 
     def cancel(self) -> None:
@@ -91,7 +97,7 @@ class Sequence:
         self.next_token = None
 
     def _text(self, text: str) -> None:
-        self.emit(Text(text, self.index, tuple(self._pending_logprobs)))
+        self.emit(Text(text, self.index, tuple(self._pending_logprobs), self.generated))
         self._pending_logprobs = []
 
     def _end(self, reason: str, flush: bool) -> None:
@@ -105,7 +111,7 @@ class Sequence:
 
     def done(self, prompt_tokens: int, cached_tokens: int) -> Done:
         return Done(self.finish or "cancelled", prompt_tokens, self.generated, cached_tokens, self.index,
-                    self.stopper.matched)
+                    self.stopper.matched, self.why)
 
     def _logprob(self, ctx, idx: int, token: int) -> TokenLogprob:
         return token_logprob(self.model, ctx, idx, token, max(self.logprobs or 0, 0))

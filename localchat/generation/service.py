@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..engine import Done, PromptLogprobs, Stream, Text, TokenLogprob
 from ..errors import InvalidRequest
-from ..logs import current_request
+from ..logs import RequestRecord, current_request
 from ..models.host import Lease, ModelHost
 from . import constraints
 from .prepare import prepare, rendered
@@ -56,7 +56,8 @@ class Logprobs:
 @dataclass
 class Turn:
     """One answer (n answers) being generated. Holds its model until the last event; `close`
-    cancels it and lets the model go (idempotent)."""
+    cancels it and lets the model go (idempotent), and counts what the choices that had not
+    finished generated into the request's log record."""
 
     model: str
     n: int
@@ -65,11 +66,15 @@ class Turn:
     _stream: Stream
     _splitters: list[OutputSplitter]
     loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce: "[tool]#/path:keyword"
+    _record: RequestRecord | None = None
+    _running: set[int] = field(default_factory=set)  # the choices whose Finish has not been given yet
+    _closed: bool = False
 
     async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | PromptLogprobs | Finish]]:
         """(choice index, event) pairs; each choice ends with its Finish. A request that asked for
         prompt_logprobs gets them first (choice 0)."""
-        record = current_request()
+        record = self._record = current_request()
+        self._running = set(range(self.n))
         try:
             async for event in self._stream:
                 if isinstance(event, PromptLogprobs):
@@ -88,8 +93,10 @@ class Turn:
                         yield event.index, piece
                     reason = "length" if event.finish_reason == "length" else "stop" if event.stop is not None else "end"
                     usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens)
+                    self._running.discard(event.index)
                     if record is not None:
-                        record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens, reason)
+                        record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens, reason,
+                                    event.why)
                     yield event.index, Finish(reason, usage, event.index, event.stop, split.calls)
         except Exception as exc:
             if record is not None:
@@ -101,6 +108,9 @@ class Turn:
     def close(self) -> None:
         self._stream.close()
         self._lease.release()
+        if not self._closed and self._record is not None:  # cancelled: what its choices had generated
+            self._record.generated += sum(self._stream.generated.get(i, 0) for i in self._running)
+        self._closed = True
 
 
 def total_usage(finishes: list[Finish]) -> Usage:

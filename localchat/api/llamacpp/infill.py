@@ -44,6 +44,7 @@ class InfillRequest(_Lenient):
     min_p: float | None = Field(None, ge=0, le=1)
     repeat_penalty: float | None = Field(None, gt=0, le=10)
     repeat_last_n: int | None = Field(None, ge=-1)
+    repetition_stop: int | None = Field(None, ge=0)  # localchat's: 0 lets a loop run on
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     seed: int | None = None

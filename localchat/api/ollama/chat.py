@@ -45,6 +45,7 @@ class Options(_Lenient):
     presence_penalty: float | None = Field(None, **KNOBS["presence_penalty"])
     frequency_penalty: float | None = Field(None, **KNOBS["frequency_penalty"])
     repeat_last_n: int | None = Field(None, **KNOBS["penalty_last_n"])
+    repetition_stop: int | None = Field(None, **KNOBS["repetition_stop"])  # localchat's: 0 lets a loop run on
     seed: int | None = None  # negative: a random seed
     num_predict: int | None = None  # -1, -2 (and 0): no limit of the request's own
     stop: str | list[str] | None = None

@@ -7,7 +7,7 @@ import { apiKey, getJSON } from './api.js';
 const KEY = 'localchat.settings';
 const THEME = 'localchat.theme';
 const SHOWN = ['temperature', 'top_p', 'top_k', 'min_p', 'repeat_penalty', 'max_tokens', 'seed'];
-const INTEGER = new Set(['top_k', 'max_tokens', 'seed', 'penalty_last_n']);
+const INTEGER = new Set(['top_k', 'max_tokens', 'seed', 'penalty_last_n', 'repetition_stop']);
 
 export function load() {
   try {

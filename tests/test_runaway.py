@@ -1,0 +1,117 @@
+"""Runaway answers on a real server (real llama.cpp, a tiny model): a generation forced into a
+loop ends soon as "length" and the access log says why; `repetition_stop` 0 (per request or per
+model) lets it run to max_tokens; a client that leaves mid-stream is logged with what it made.
+
+The loop is forced, never left to the model: a grammar allows only " hello" again and again,
+and a logit bias makes the single token "▁hello" the way to write it (the tiny vocabulary could
+also spell it letter by letter, which would not repeat token for token)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import TINY_CTX, Server
+from localchat.engine.params import SamplingParams
+from localchat.families import FAMILIES
+from tinymodels import vocabulary
+
+DEFAULT = SamplingParams().repetition_stop
+HELLO = vocabulary(FAMILIES["chatml"])[0].index("▁hello")  # the tiny chatml model's token
+HI = [{"role": "user", "content": "Hi"}]
+LOOP = {"messages": HI, "grammar": 'root ::= (" hello")+', "logit_bias": {str(HELLO): 100}, "ignore_eos": True,
+        "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def looping(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server whose models are the tiny chatml model: with the engine's default, with the
+    detector off, with a short span; and one for the cancelled requests (its own log lines)."""
+    path = tmp_path_factory.mktemp("runaway") / "models.toml"
+    model = f'path = "{tiny_models["chatml"]}"\ncontext_length = {TINY_CTX}\n'
+    path.write_text(f'default = "loop-default"\n[models.loop-default]\n{model}'
+                    f'[models.loop-off]\n{model}[models.loop-off.sampling]\nrepetition_stop = 0\n'
+                    f'[models.loop-short]\n{model}[models.loop-short.sampling]\nrepetition_stop = 40\n'
+                    f'[models.loop-cancel]\n{model}')
+    server = Server(path)
+    yield server
+    server.stop()
+
+
+def log_line(server: Server, model: str, path: str = "/v1/chat/completions") -> str:
+    """The access-log line of the latest request to `model` (it is written once the response ends)."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        lines = [line for line in server.output().splitlines() if f" {path} " in line and f"model={model} " in line]
+        if lines:
+            return lines[-1]
+        time.sleep(0.1)
+    raise AssertionError(f"no access-log line for {model}:\n{server.output()[-2000:]}")
+
+
+def chat(server: Server, model: str, max_tokens: int, **extra: object) -> tuple[str, int]:
+    r = httpx.post(server.url + "/v1/chat/completions", json={**LOOP, "model": model, "max_tokens": max_tokens, **extra},
+                   timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    return body["choices"][0]["finish_reason"], body["usage"]["completion_tokens"]
+
+
+def test_a_forced_loop_ends_soon_as_length(looping: Server):
+    finish, tokens = chat(looping, "loop-default", 1000)
+    assert finish == "length" and tokens == DEFAULT  # period 1: the span is the whole answer
+    assert "finish=length reason=repetition" in log_line(looping, "loop-default")
+
+
+def test_the_request_turns_it_off_or_sets_the_span(looping: Server):
+    assert chat(looping, "loop-default", 300, repetition_stop=0) == ("length", 300)
+    line = log_line(looping, "loop-default")
+    assert "generated=300 finish=length" in line and "reason=" not in line
+    assert chat(looping, "loop-default", 300, repetition_stop=50) == ("length", 50)
+
+
+def test_the_model_sets_the_default(looping: Server):
+    assert chat(looping, "loop-off", 300) == ("length", 300)
+    assert chat(looping, "loop-short", 300) == ("length", 40)
+    assert chat(looping, "loop-off", 300, repetition_stop=60) == ("length", 60)  # the request wins
+
+
+def test_messages_ends_with_max_tokens(looping: Server):
+    """Anthropic's Messages has no grammar: the bias alone repeats "▁hello" (its probability is 1 - e⁻¹⁰⁰)."""
+    r = httpx.post(looping.url + "/v1/messages", json={"model": "loop-default", "max_tokens": 1000, "messages": HI,
+                                                        "logit_bias": {str(HELLO): 100}, "temperature": 0}, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["stop_reason"] == "max_tokens" and r.json()["usage"]["output_tokens"] == DEFAULT
+    assert "finish=length reason=repetition" in log_line(looping, "loop-default", "/v1/messages")
+
+
+def test_a_cancelled_stream_is_logged_with_what_it_generated(looping: Server):
+    body = {**LOOP, "model": "loop-cancel", "max_tokens": 1500, "repetition_stop": 0, "stream": True}
+    seen = 0
+    with httpx.Client(timeout=60) as h, h.stream("POST", looping.url + "/v1/chat/completions", json=body) as r:
+        for line in r.iter_lines():
+            seen += '"content":" hello"' in line  # a token a chunk
+            if seen >= 5:
+                break
+    line = log_line(looping, "loop-cancel")
+    generated = int(re.search(r"generated=(\d+)", line).group(1))  # type: ignore[union-attr]
+    assert seen <= generated < 1500 and "finish=cancelled" in line, line
+
+
+def test_an_abandoned_answer_is_logged_with_what_it_generated(looping: Server):
+    """A client that gives up on a whole (non-streamed) answer: the line counts the tokens made."""
+    body = {**LOOP, "model": "loop-cancel", "max_tokens": 1500, "repetition_stop": 0}
+    before = looping.output().count("model=loop-cancel ")
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(looping.url + "/v1/chat/completions", json=body, timeout=2)
+    deadline = time.monotonic() + 15
+    while looping.output().count("model=loop-cancel ") == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    line = log_line(looping, "loop-cancel")
+    generated = int(re.search(r"generated=(\d+)", line).group(1))  # type: ignore[union-attr]
+    assert 0 < generated < 1500 and "finish=cancelled" in line, line
