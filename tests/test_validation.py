@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import GEMMA, SMOLLM, Server
+from conftest import DEFAULT, GEMMA, SMOLLM, Server
 from localchat.grammars import metaschema
 from localchat.models import Registry, Settings
 
@@ -240,7 +240,7 @@ def test_a_models_max_tokens_bounds_its_answers():
     registry = Registry.load()
     sampling = registry.models[GEMMA].sampling
     assert sampling.max_tokens == 256 and sampling.repeat_penalty > 1 and sampling.penalty_last_n > 0
-    assert registry.models[SMOLLM].sampling.max_tokens is None and registry.default == SMOLLM
+    assert registry.models[DEFAULT].sampling.max_tokens is None and registry.default == DEFAULT
     assert ChatCompletionRequest.model_validate({"messages": HELLO}).to_request(Settings()).sampling.max_tokens is None
     asked = ChatCompletionRequest.model_validate({"messages": HELLO, "max_tokens": 1000})
     assert asked.to_request(Settings()).sampling.max_tokens == 1000
