@@ -476,6 +476,21 @@ WRITTEN = [
 ]
 
 
+# Recorded verbatim: the raw output (no grammar) of the shipped models for one `shell` tool and "Use your shell
+# tool to run this command: echo localchat-acceptance-42", seeds 1-6, the models' sampling (temperature 0.7).
+RECORDED = {
+    "qwen2.5-coder-0.5b": [
+        '{\n"name": "shell",\n"arguments": {\n"command": "echo localchat-acceptance-42"\n}\n}',
+        '```json\n{\n  "name": "shell",\n  "arguments": {\n    "command": "echo localchat-acceptance-42"\n  }\n}\n```',
+        '{"name": "shell", "arguments": {"command": "echo localchat-acceptance-42"}',  # (its last brace missing)
+        '```json\n{"name": "shell", "arguments": {"command": "echo localchat-acceptance-42"}}\n```',
+        '{\n  "name": "shell",\n  "arguments": {\n    "command": "echo localchat-acceptance-42"\n  }\n}'],
+    "qwen2.5-coder-1.5b": [  # (the same for all six seeds)
+        '```json\n{\n  "name": "shell",\n  "arguments": {\n    "command": "echo localchat-acceptance-42"\n  }\n}\n```'],
+}
+WRITTEN += [(text, ("", "", [("shell", ECHO)])) for texts in RECORDED.values() for text in texts]
+
+
 @pytest.mark.parametrize("text, expected", WRITTEN, ids=[str(i) for i in range(len(WRITTEN))])
 @pytest.mark.parametrize("strict", [True, False], ids=["strict", "lenient"])
 def test_calls_as_qwen_models_write_them(text: str, expected: tuple, strict: bool):
