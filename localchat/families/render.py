@@ -3,7 +3,8 @@
 Message text is never parsed for control tokens: before rendering, each message's text is
 swapped for a random placeholder; the rendered string is then cut at the placeholders, so the
 template's own text (where `<|im_start|>` must be a control token) and the users' text (where it
-must stay plain text) reach the tokenizer as separate segments.
+must stay plain text) reach the tokenizer as separate segments. An empty text is left as it is:
+the template must see it empty (`{% if message.content %}`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import jinja2
@@ -35,11 +37,14 @@ class Prompt:
         return "".join(text for text, _ in self.segments)
 
 
+Content = str | list[tuple[str, bool]]  # a message's text, or (text, is_plain) pieces
+
+
 def _raise(message: str) -> None:
     raise jinja2.TemplateError(message)
 
 
-def _plain(content: str | list[tuple[str, bool]] | None) -> str:
+def _plain(content: Content | None) -> str:
     return content if isinstance(content, str) else "".join(t for t, _ in content or [])
 
 
@@ -117,17 +122,15 @@ def _render(template: str, messages: list[dict[str, Any]], context: dict[str, An
     texts: list[tuple[str, bool]] = []
     owner: list[int] = []  # the message each piece of text comes from
 
-    def hide(k: int, content: str | list[tuple[str, bool]]) -> str:
+    def hide(k: int, content: Content) -> str:
         """A placeholder per piece; a piece marked False is our own markup (control tokens parse)."""
-        pieces = [(content, True)] if isinstance(content, str) else content or [("", True)]
+        pieces = [(content, True)] if isinstance(content, str) else content
         start = len(texts)
         texts.extend(pieces)
         owner.extend([k] * len(pieces))
         return "".join(f"\ue000{nonce}:{i}\ue001" for i in range(start, len(texts)))
 
-    masked = [{**m, "content": hide(k, m["content"])} if isinstance(m.get("content"), (str, list)) else
-              {**m, "content": ""} if m.get("tool_calls") else dict(m)  # templates concatenate it
-              for k, m in enumerate(messages)]
+    masked = [_masked(m, partial(hide, k)) for k, m in enumerate(messages)]
     try:
         rendered = _compile(template).render(**{**context, "messages": masked})
     except (jinja2.TemplateError, TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as exc:
@@ -145,6 +148,19 @@ def _render(template: str, messages: list[dict[str, Any]], context: dict[str, An
         segments.append((prefill, True))
     dropped = frozenset(set(owner) - shown)
     return Prompt(tuple(s for s in segments if s[0]), dropped)
+
+
+def _masked(message: dict[str, Any], hide: Callable[[Content], str]) -> dict[str, Any]:
+    """The message as the template gets it: a text behind its placeholders; an empty text stays
+    the empty string (`{% if message.content %}` must see it empty, as llama.cpp and Hugging Face
+    give it); no text beside tool calls is the empty string (templates concatenate it, and
+    llama.cpp gives them that); otherwise as it came."""
+    content = message.get("content")
+    if isinstance(content, (str, list)):
+        return {**message, "content": hide(content) if _plain(content) else ""}
+    if content is None and message.get("tool_calls"):
+        return {**message, "content": ""}
+    return dict(message)
 
 
 _SYSTEM_PROBE = "zz_system_probe"
