@@ -59,12 +59,19 @@ class _Generation(jinja2.ext.Extension):
         return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    """Hugging Face's `tojson` (what templates are written for): not HTML-escaped, non-ASCII kept
+    unless the template asks for `ensure_ascii=True`."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 @lru_cache(maxsize=16)
 def _compile(source: str) -> jinja2.Template:
     # Sandboxed (no attribute access outside the data, no Python); lists the template builds may
     # change (`ns.ids.append(…)`, as Kimi's and others' templates do): it only ever sees copies.
     env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _Generation])
-    env.filters["tojson"] = lambda value, indent=None, **_: json.dumps(value, ensure_ascii=False, indent=indent)
+    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(source)
