@@ -118,9 +118,12 @@ def render_prompt(
 
 def llama_cpp_variables(tools: list[dict[str, Any]] | None) -> dict[str, Any]:
     """What llama.cpp's common/chat gives every template besides the messages and tools (unless
-    the request sets them): `datetime`, today's date, and `functions`, the tools as indented JSON
-    text (Firefunction v2's template lists them from it; llama.cpp sets it for that template)."""
-    return {"datetime": datetime.now().strftime("%b %d %Y"),
+    the request sets them): today's date as `datetime` ("Jan 05 2026") and as `date_string`
+    ("05 Jan 2026": Llama 3.x's templates date the prompt with it, else with 26 Jul 2024), and
+    `functions`, the tools as indented JSON text (Firefunction v2's template lists them from it;
+    llama.cpp sets it for that template)."""
+    now = datetime.now()
+    return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y"),
             "functions": json.dumps(tools, ensure_ascii=False, indent=2) if tools else ""}
 
 
