@@ -38,7 +38,9 @@ RESULT = {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "c
 # name: (messages, with tools)
 CONVERSATIONS: dict[str, tuple[list[dict[str, Any]], bool]] = {
     "chat": ([SYSTEM, USER], False),
-    "turns": ([SYSTEM, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}, USER], False),
+    # (texts ending in a newline, as pasted ones do: Llama 3.x's and others' templates trim them)
+    "turns": ([SYSTEM, {"role": "user", "content": "Hi\n"}, {"role": "assistant", "content": "Hello.\n"}, USER],
+              False),
     "call": ([SYSTEM, USER, {"role": "assistant", "content": "", "tool_calls": [CALL]}, RESULT], True),
     "call+text": ([SYSTEM, USER, {"role": "assistant", "content": "Let me look.", "tool_calls": [CALL]}, RESULT,
                    {"role": "assistant", "content": "21 °C."}, {"role": "user", "content": "And tomorrow?"}], True),

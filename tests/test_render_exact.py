@@ -110,3 +110,15 @@ def test_a_call_without_an_id_has_no_id_for_the_template():
                              spec=SimpleNamespace(system_prompt_strip=None))
     request = GenerationRequest(messages=conversation, continue_final=False)
     assert render_conversation(request, conversation, loaded).text == "f:False;f:True;"  # type: ignore[arg-type]
+
+
+def test_whitespace_at_a_texts_ends_is_the_templates_to_trim():
+    """The placeholder holds the text without the whitespace at its ends: a template that trims
+    (Llama 3.x's `| trim`) trims it, one that does not keeps it, a blank text stays blank."""
+    trims = "{% for m in messages %}[{{ m.content | trim }}]{{ m.content.strip() == '' }}{% endfor %}"
+    messages = [{"role": "user", "content": "  pasted code\n\n"}, {"role": "assistant", "content": " \n"},
+                {"role": "user", "content": "ok"}]
+    for template in (trims, QWEN):
+        ours = render_prompt(template, messages, add_generation_prompt=False)
+        assert ours.text == reference_render(template, messages, add_generation_prompt=False)
+    assert ("pasted code", True) in render_prompt(QWEN, messages, add_generation_prompt=False).segments

@@ -161,12 +161,18 @@ def _render(template: str, messages: list[dict[str, Any]], context: dict[str, An
 
 
 def _masked(message: dict[str, Any], hide: Callable[[Content], str]) -> dict[str, Any]:
-    """The message as the template gets it: a text behind its placeholders; an empty text stays
-    the empty string (`{% if message.content %}` must see it empty, as llama.cpp and Hugging Face
-    give it); no text beside tool calls is the empty string (templates concatenate it, and
+    """The message as the template gets it: a text behind its placeholders, the whitespace at
+    its ends outside them (a template's `| trim` or `.strip()` takes it off as it would from the
+    text: Llama 3.x's, Gemma's and others'); an empty text stays the empty string (`{% if
+    message.content %}` must see it empty, as llama.cpp and Hugging Face give it), a blank one
+    stays itself; no text beside tool calls is the empty string (templates concatenate it, and
     llama.cpp gives them that); otherwise as it came."""
     content = message.get("content")
-    if isinstance(content, (str, list)):
+    if isinstance(content, str):
+        core = content.strip()
+        lead, trail = content[:len(content) - len(content.lstrip())], content[len(content.rstrip()):]
+        return {**message, "content": lead + hide(core) + trail if core else content}
+    if isinstance(content, list):
         return {**message, "content": hide(content) if _plain(content) else ""}
     if content is None and message.get("tool_calls"):
         return {**message, "content": ""}
