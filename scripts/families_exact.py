@@ -5,8 +5,9 @@ model's BOS / EOS tokens, the variables llama.cpp gives every template).
 
 A conversation is compared only where localchat means to render exactly what the template
 renders: not a tool call's conversation where the template writes no tool calls itself and the
-family's codec writes them (`codec`); and without the system prompt where the template refuses one (`no
-system`: localchat folds it into the first user turn). What differs for a reason this project accepts is in EXPLAINED."""
+family's codec writes them (`codec`); and without the system prompt where the template refuses
+one (`no system`: localchat folds it into the first user turn). What differs for a reason this
+project accepts is named in EXPLAINED (the row passes, the table lists it under Notes)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,8 @@ from jinja2.exceptions import SecurityError
 
 from localchat.api.openai.messages import Message as OpenAIMessage, said
 from localchat.errors import LocalchatError
-from localchat.families.codecs.base import Tool
 from localchat.families.render import takes_system, template_caps
-from localchat.generation.constraints import OutputRules
+from localchat.generation.constraints import OutputRules, ToolSpec
 from localchat.generation.conversation import render_conversation
 from localchat.generation.request import GenerationRequest
 from plain_jinja import reference_render
@@ -52,8 +52,8 @@ EXPLAINED: dict[str, dict[str, str]] = {}
 def _ours(template: str, family: Any, bos: str, eos: str, messages: list[dict[str, Any]], tools: bool) -> str:
     """What localchat renders: the OpenAI route's translation, then generation's rendering."""
     conversation = tuple(said(i, OpenAIMessage.model_validate(m)) for i, m in enumerate(messages))
-    rules = OutputRules(tools=tuple(Tool(t["function"]["name"], t["function"]["parameters"],
-                                         t["function"]["description"]) for t in TOOLS) if tools else ())
+    rules = OutputRules(tools=tuple(ToolSpec(t["function"]["name"], t["function"]["description"],
+                                             t["function"]["parameters"]) for t in TOOLS) if tools else ())
     request = GenerationRequest(messages=conversation, output=rules)
     loaded = SimpleNamespace(template=template, family=family, bos_token=bos, eos_token=eos,
                              spec=SimpleNamespace(system_prompt_strip=None))
