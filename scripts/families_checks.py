@@ -17,9 +17,11 @@ from typing import Any
 import httpx
 import jsonschema
 
+from families_exact import compare
 from localchat.families import Family, choose, render_prompt
 from localchat.generation.constraints import OutputRules, ToolSpec
 from localchat.generation.conversation import _with_tools
+from localchat.models.gguf import inspect
 from tinymodels import value_ends, vocabulary, write_tiny_model
 from tool_schemas import ADD, WEATHER
 
@@ -68,8 +70,10 @@ class Row:
     call: str = "—"
     reasoning: str = "—"
     protocols: str = "—"
+    exact: str = "—"
     has_tools: bool = False
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -176,6 +180,10 @@ def check_template(p: Prepared, server: Server, protocols: bool) -> Row:
 
     row = Row(p.name, p.family.name, p.family.codec.name)
     row.has_tools = "tool" in p.source or "function" in p.source
+    info = inspect(p.gguf)  # the BOS / EOS the server gives the template (as llama.cpp does: the GGUF's)
+    row.exact, problems, row.notes = compare(p.name, p.source, p.family, info.bos_token or p.family.bos_token,
+                                             info.eos_token or p.family.eos_token)
+    row.problems += [f"renders differently: {x}" for x in problems]
     r = server.post("/v1/chat/completions", {"model": p.model, "messages": _openai(HISTORY), "tools": TOOLS,
                                              "max_tokens": 1})
     row.renders = "ok" if r.status_code == 200 else f"{r.status_code}"

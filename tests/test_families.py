@@ -242,5 +242,8 @@ def test_llama_cpps_template_variables_functions_and_datetime():
     template = "{{ functions }}|{{ datetime }}"
     text = render_prompt(template, [{"role": "user", "content": "x"}], tools=[tool]).text
     assert text == json.dumps([tool], indent=2) + "|" + datetime.now().strftime("%b %d %Y")
+    # Llama 3.x's templates date the prompt with `date_string` (llama.cpp gives it; else 26 Jul 2024)
+    dated = render_prompt("{{ date_string }}", [{"role": "user", "content": "x"}]).text
+    assert dated == datetime.now().strftime("%d %b %Y")
     assert render_prompt(template, [{"role": "user", "content": "x"}]).text.startswith("|")
     assert render_prompt(template, [{"role": "user", "content": "x"}], variables={"functions": "F"}).text[0] == "F"

@@ -3,7 +3,8 @@
 Message text is never parsed for control tokens: before rendering, each message's text is
 swapped for a random placeholder; the rendered string is then cut at the placeholders, so the
 template's own text (where `<|im_start|>` must be a control token) and the users' text (where it
-must stay plain text) reach the tokenizer as separate segments.
+must stay plain text) reach the tokenizer as separate segments. An empty text is left as it is:
+the template must see it empty (`{% if message.content %}`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import jinja2
@@ -35,11 +37,14 @@ class Prompt:
         return "".join(text for text, _ in self.segments)
 
 
+Content = str | list[tuple[str, bool]]  # a message's text, or (text, is_plain) pieces
+
+
 def _raise(message: str) -> None:
     raise jinja2.TemplateError(message)
 
 
-def _plain(content: str | list[tuple[str, bool]] | None) -> str:
+def _plain(content: Content | None) -> str:
     return content if isinstance(content, str) else "".join(t for t, _ in content or [])
 
 
@@ -54,12 +59,19 @@ class _Generation(jinja2.ext.Extension):
         return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    """Hugging Face's `tojson` (what templates are written for): not HTML-escaped, non-ASCII kept
+    unless the template asks for `ensure_ascii=True`."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 @lru_cache(maxsize=16)
 def _compile(source: str) -> jinja2.Template:
     # Sandboxed (no attribute access outside the data, no Python); lists the template builds may
     # change (`ns.ids.append(…)`, as Kimi's and others' templates do): it only ever sees copies.
     env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _Generation])
-    env.filters["tojson"] = lambda value, indent=None, **_: json.dumps(value, ensure_ascii=False, indent=indent)
+    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(source)
@@ -106,9 +118,12 @@ def render_prompt(
 
 def llama_cpp_variables(tools: list[dict[str, Any]] | None) -> dict[str, Any]:
     """What llama.cpp's common/chat gives every template besides the messages and tools (unless
-    the request sets them): `datetime`, today's date, and `functions`, the tools as indented JSON
-    text (Firefunction v2's template lists them from it; llama.cpp sets it for that template)."""
-    return {"datetime": datetime.now().strftime("%b %d %Y"),
+    the request sets them): today's date as `datetime` ("Jan 05 2026") and as `date_string`
+    ("05 Jan 2026": Llama 3.x's templates date the prompt with it, else with 26 Jul 2024), and
+    `functions`, the tools as indented JSON text (Firefunction v2's template lists them from it;
+    llama.cpp sets it for that template)."""
+    now = datetime.now()
+    return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y"),
             "functions": json.dumps(tools, ensure_ascii=False, indent=2) if tools else ""}
 
 
@@ -117,17 +132,15 @@ def _render(template: str, messages: list[dict[str, Any]], context: dict[str, An
     texts: list[tuple[str, bool]] = []
     owner: list[int] = []  # the message each piece of text comes from
 
-    def hide(k: int, content: str | list[tuple[str, bool]]) -> str:
+    def hide(k: int, content: Content) -> str:
         """A placeholder per piece; a piece marked False is our own markup (control tokens parse)."""
-        pieces = [(content, True)] if isinstance(content, str) else content or [("", True)]
+        pieces = [(content, True)] if isinstance(content, str) else content
         start = len(texts)
         texts.extend(pieces)
         owner.extend([k] * len(pieces))
         return "".join(f"\ue000{nonce}:{i}\ue001" for i in range(start, len(texts)))
 
-    masked = [{**m, "content": hide(k, m["content"])} if isinstance(m.get("content"), (str, list)) else
-              {**m, "content": ""} if m.get("tool_calls") else dict(m)  # templates concatenate it
-              for k, m in enumerate(messages)]
+    masked = [_masked(m, partial(hide, k)) for k, m in enumerate(messages)]
     try:
         rendered = _compile(template).render(**{**context, "messages": masked})
     except (jinja2.TemplateError, TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as exc:
@@ -145,6 +158,25 @@ def _render(template: str, messages: list[dict[str, Any]], context: dict[str, An
         segments.append((prefill, True))
     dropped = frozenset(set(owner) - shown)
     return Prompt(tuple(s for s in segments if s[0]), dropped)
+
+
+def _masked(message: dict[str, Any], hide: Callable[[Content], str]) -> dict[str, Any]:
+    """The message as the template gets it: a text behind its placeholders, the whitespace at
+    its ends outside them (a template's `| trim` or `.strip()` takes it off as it would from the
+    text: Llama 3.x's, Gemma's and others'); an empty text stays the empty string (`{% if
+    message.content %}` must see it empty, as llama.cpp and Hugging Face give it), a blank one
+    stays itself; no text beside tool calls is the empty string (templates concatenate it, and
+    llama.cpp gives them that); otherwise as it came."""
+    content = message.get("content")
+    if isinstance(content, str):
+        core = content.strip()
+        lead, trail = content[:len(content) - len(content.lstrip())], content[len(content.rstrip()):]
+        return {**message, "content": lead + hide(core) + trail if core else content}
+    if isinstance(content, list):
+        return {**message, "content": hide(content) if _plain(content) else ""}
+    if content is None and message.get("tool_calls"):
+        return {**message, "content": ""}
+    return dict(message)
 
 
 _SYSTEM_PROBE = "zz_system_probe"

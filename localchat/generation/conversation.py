@@ -91,9 +91,9 @@ def _template_messages(messages: tuple[Message, ...], strip: str | None) -> list
         if any(isinstance(p, tuple) for p in m.content):  # media markers: (text, is_plain) pieces
             content = [p if isinstance(p, tuple) else (p.text, True) for p in m.content]
         item: dict[str, Any] = {"role": m.role, "content": content}
-        if m.tool_calls:
-            item["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                                  for c in m.tool_calls]
+        if m.tool_calls:  # (an id the client left out stays out, as llama.cpp leaves it: `is defined` tells)
+            item["tool_calls"] = [{**({"id": c.id} if c.id is not None else {}), "type": "function",
+                                   "function": {"name": c.name, "arguments": c.arguments}} for c in m.tool_calls]
         if m.tool_call_id is not None:
             item["tool_call_id"] = m.tool_call_id
         if m.name is not None:
