@@ -507,7 +507,7 @@ def test_a_call_begun_in_another_form_is_forced_valid(opening: str, spacing: str
     grammar allows, after whatever opened it, parses into one call whose arguments validate."""
     tools = [Tool("get_weather", WEATHER), Tool("add", ADD)]
     loose = FAMILIES["chatml"].codec.loose_triggers(tools, GrammarOptions(lazy=True))
-    assert len(loose) == 3
+    assert len(loose) == 2
     rng = random.Random(3)
     for tool, (pattern, grammar) in zip(tools, loose):
         begun = spacing.format(tool.name)
@@ -520,23 +520,3 @@ def test_a_call_begun_in_another_form_is_forced_valid(opening: str, spacing: str
             assert len(calls) == 1 and calls[0][0] == tool.name, text
             jsonschema.validate(calls[0][1], {"add": ADD, "get_weather": WEATHER}[calls[0][0]])
             assert content.strip() in ("", "Run it:"), (content, text)
-
-
-@pytest.mark.parametrize("opening", ["```json\n", "<tools>\n", "", "\n```\n"])
-def test_an_answer_that_opens_with_a_call_object_calls_a_declared_tool(opening: str):
-    """`{"name": "` at the start of the answer (alone or after a fence or tag): the grammar makes
-    the name one of the declared tools' (Qwen2.5-Coder through Claude Code made one up: "Init")."""
-    tools = [Tool("get_weather", WEATHER), Tool("add", ADD)]
-    pattern, grammar = FAMILIES["chatml"].codec.loose_triggers(tools, GrammarOptions(lazy=True))[-1]
-    begun = opening + '{ "name": "'
-    assert re.match(pattern, begun) and re.match(pattern, begun).end() == len(begun)
-    assert not re.search(pattern, "Create package.json:\n" + begun)  # (only at the start of the answer)
-    validate(grammar)
-    sentences, rng, names = Grammar(grammar), random.Random(5), set()
-    for i in range(16):
-        text = begun + sentences.sample(rng, budget=120)
-        content, _, calls = split("chatml", text, strict=True, tools=tools, chunks=i)
-        assert len(calls) == 1 and not content.strip(), text
-        names.add(calls[0][0])
-        jsonschema.validate(calls[0][1], {"add": ADD, "get_weather": WEATHER}[calls[0][0]])
-    assert names == {"add", "get_weather"}

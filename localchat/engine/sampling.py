@@ -45,7 +45,6 @@ class Sampler:
         self._params = self.params = params
         self._piece, self._tokenize = piece, tokenize
         self._recent = ""  # the tail of the free text, watched for a trigger
-        self._whole = True  # ... and it is all of it so far
         self._utf8 = utf8
         self.guard: Utf8Guard | None = None
         self._forced: list[int] = []  # the rest of a trigger, emitted before the grammar starts
@@ -110,21 +109,17 @@ class Sampler:
         there (llama.cpp's own lazy grammar would be fed the overrun and abort the process)."""
         before = self._recent
         text = before + self._piece(token).decode("utf-8", errors="replace")
-        whole = self._whole  # `text` is all the free text so far (a pattern may anchor at its start: \A)
         self._recent = text[-self._window:]
-        self._whole = whole and len(text) <= self._window
         if not self._armed:
             at = text.find(self.constraint.after)
             if at < 0:
                 return token
             self._armed = True
             before, text = "", text[at + len(self.constraint.after):]
-            self._recent, whole = text, True
+            self._recent = text
         ends = [at + len(t) for t in self.constraint.triggers
                 if (at := text.find(t, max(0, len(before) - len(t) + 1))) >= 0]
         for pattern, grammar in self._loose if not ends else ():
-            if not whole and pattern.pattern.startswith("\\A"):
-                continue
             found = next((m for m in pattern.finditer(text) if m.end() > len(before)), None)
             if found is not None:
                 ends, self._own = [found.end()], grammar

@@ -206,28 +206,19 @@ class ShapeCodec(Codec):
     def loose_triggers(self, tools: Sequence[Tool], options: GrammarOptions) -> list[tuple[str, str]]:
         """`{"name": "TOOL"` (any spacing), for each tool: the rest of the call object (its
         arguments under `arguments` or `parameters`), then at most the closing text of one of the
-        alternatives; then the output ends. And `{"name": "` opening the answer: any tool's call."""
+        alternatives; then the output ends."""
         if not self.object_triggers or not self.shape.json_form:
             return []
         ws = "[ \\t\\n]{0,20}"
         tail = f" ( {ws} ( {' | '.join(literal(c) for c in self.closers)} ) )?" if self.closers else ""
         keys = " | ".join(literal(json.dumps(k)) for k in dict.fromkeys((self.shape.args_key, "arguments", "parameters")))
-        rest = f'{ws} "," {ws} ( {keys} ) {ws} ":" {ws} ARGS {ws} "}}"{tail}'
-        head = r"\{\s*" + re.escape(json.dumps(self.shape.name_key)) + r"\s*:\s*"
-        out, every, shared = [], [], {}
+        out = []
         for i, tool in enumerate(tools):
             rules: dict[str, str] = {}
             args = self._args_rule(tool, i, rules, [], options.max_bytes)
-            out.append((head + re.escape(json.dumps(tool.name, ensure_ascii=False)), assemble(rest.replace("ARGS", args),
-                                                                                              rules)))
-            every.append(f"{literal(json.dumps(tool.name, ensure_ascii=False)[1:])} {rest.replace('ARGS', args)}")
-            shared.update(rules)
-        # An answer that opens with a call object (alone, fenced or in another tag): its name must be a declared
-        # tool's (a model that makes up a tool name, Qwen2.5-Coder through Claude Code, calls a real one).
-        openers = sorted({(s.open or s.call_open).strip() for s in self.alternatives if (s.open or s.call_open).strip()},
-                         key=lambda o: (-len(o), o))
-        start = r"\A\s*(?:(?:" + "|".join(re.escape(o) for o in openers) + r")\s*)?" if openers else r"\A\s*"
-        out.append((start + head + '"', assemble(" | ".join(f"( {c} )" for c in every), shared)))
+            grammar = assemble(f'{ws} "," {ws} ( {keys} ) {ws} ":" {ws} {args} {ws} "}}"{tail}', rules)
+            name = re.escape(json.dumps(tool.name, ensure_ascii=False))
+            out.append((r"\{\s*" + re.escape(json.dumps(self.shape.name_key)) + r"\s*:\s*" + name, grammar))
         return out
 
     # -- reading ---------------------------------------------------------------------------
