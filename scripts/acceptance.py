@@ -42,6 +42,7 @@ from localchat.models import shipped_config  # noqa: E402
 
 CLIENTS = {"@anthropic-ai/claude-code": "2.1.330", "@openai/codex": "0.169.0"}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "localchat" / "acceptance"
+LOGS = Path(tempfile.mkdtemp(prefix="localchat-acceptance-"))  # each client run's output
 # A tool call written as text (what a client would print instead of running it): a plain answer must have none.
 RAW_CALL = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"(?:arguments|parameters|input)"|</?tool_call>|<tools>')
 TOOL_TASK = "Use your shell tool to run this command, then tell me what it printed: echo localchat-acceptance-42"
@@ -92,6 +93,8 @@ def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tupl
     """A headless client's exit code and the JSON events it printed, one per line."""
     proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
+    LOGS.mkdir(parents=True, exist_ok=True)  # what the client printed, for a look after a FAIL
+    (LOGS / f"{Path(argv[0]).name}-{len(list(LOGS.iterdir()))}.jsonl").write_text(proc.stdout + proc.stderr)
     events = []
     for line in proc.stdout.splitlines():
         try:
@@ -205,7 +208,7 @@ def main() -> int:
                 said = outcome.said.replace("\n", " ")[:160]
                 print(f"{client:7} {case:6} {'PASS' if outcome.ok else 'FAIL'} {outcome.seconds:7.1f} s  {said}",
                       flush=True)
-        print(f"({time.monotonic() - started:.0f} s in all)", flush=True)
+        print(f"({time.monotonic() - started:.0f} s in all; the clients' output: {LOGS})", flush=True)
     finally:
         print("\nserver access log:")
         print("\n".join(line for line in server.output().splitlines() if " POST " in line))
