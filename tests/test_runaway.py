@@ -43,12 +43,17 @@ def looping(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFacto
     server.stop()
 
 
-def log_line(server: Server, model: str, path: str = "/v1/chat/completions") -> str:
-    """The access-log line of the latest request to `model` (it is written once the response ends)."""
+def log_lines(server: Server, model: str, path: str = "/v1/chat/completions") -> list[str]:
+    return [line for line in server.output().splitlines() if f" {path} " in line and f"model={model} " in line]
+
+
+def log_line(server: Server, model: str, path: str = "/v1/chat/completions", before: int = 0) -> str:
+    """The access-log line of the latest request to `model`, once there are more than `before`
+    (it is written once the response has ended, which may be after the client has read it)."""
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        lines = [line for line in server.output().splitlines() if f" {path} " in line and f"model={model} " in line]
-        if lines:
+        lines = log_lines(server, model, path)
+        if len(lines) > before:
             return lines[-1]
         time.sleep(0.1)
     raise AssertionError(f"no access-log line for {model}:\n{server.output()[-2000:]}")
@@ -63,14 +68,16 @@ def chat(server: Server, model: str, max_tokens: int, **extra: object) -> tuple[
 
 
 def test_a_forced_loop_ends_soon_as_length(looping: Server):
+    before = len(log_lines(looping, "loop-default"))
     finish, tokens = chat(looping, "loop-default", 1000)
     assert finish == "length" and tokens == DEFAULT  # period 1: the span is the whole answer
-    assert "finish=length reason=repetition" in log_line(looping, "loop-default")
+    assert "finish=length reason=repetition" in log_line(looping, "loop-default", before=before)
 
 
 def test_the_request_turns_it_off_or_sets_the_span(looping: Server):
+    before = len(log_lines(looping, "loop-default"))
     assert chat(looping, "loop-default", 300, repetition_stop=0) == ("length", 300)
-    line = log_line(looping, "loop-default")
+    line = log_line(looping, "loop-default", before=before)
     assert "generated=300 finish=length" in line and "reason=" not in line
     assert chat(looping, "loop-default", 300, repetition_stop=50) == ("length", 50)
 
@@ -83,22 +90,23 @@ def test_the_model_sets_the_default(looping: Server):
 
 def test_messages_ends_with_max_tokens(looping: Server):
     """Anthropic's Messages has no grammar: the bias alone repeats "▁hello" (its probability is 1 - e⁻¹⁰⁰)."""
+    before = len(log_lines(looping, "loop-default", "/v1/messages"))
     r = httpx.post(looping.url + "/v1/messages", json={"model": "loop-default", "max_tokens": 1000, "messages": HI,
                                                         "logit_bias": {str(HELLO): 100}, "temperature": 0}, timeout=120)
     assert r.status_code == 200, r.text
     assert r.json()["stop_reason"] == "max_tokens" and r.json()["usage"]["output_tokens"] == DEFAULT
-    assert "finish=length reason=repetition" in log_line(looping, "loop-default", "/v1/messages")
+    assert "finish=length reason=repetition" in log_line(looping, "loop-default", "/v1/messages", before=before)
 
 
 def test_a_cancelled_stream_is_logged_with_what_it_generated(looping: Server):
     body = {**LOOP, "model": "loop-cancel", "max_tokens": 1500, "repetition_stop": 0, "stream": True}
-    seen = 0
+    seen, before = 0, len(log_lines(looping, "loop-cancel"))
     with httpx.Client(timeout=60) as h, h.stream("POST", looping.url + "/v1/chat/completions", json=body) as r:
         for line in r.iter_lines():
             seen += '"content":" hello"' in line  # a token a chunk
             if seen >= 5:
                 break
-    line = log_line(looping, "loop-cancel")
+    line = log_line(looping, "loop-cancel", before=before)
     generated = int(re.search(r"generated=(\d+)", line).group(1))  # type: ignore[union-attr]
     assert seen <= generated < 1500 and "finish=cancelled" in line, line
 
