@@ -5,7 +5,6 @@ The real engine's side is in test_runaway.py."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from pathlib import Path
@@ -14,11 +13,9 @@ import httpx
 import pytest
 
 from conftest import TINY_CTX
-from localchat.api import create_app
-from localchat.engine.fake import fake_factory
+from test_protocols import post as scripted_post
 from localchat.engine.params import SamplingParams
 from localchat.engine.repetition import MAX_PERIOD, LoopDetector, detector
-from localchat.generation import Chat, ModelHost
 from localchat.models import ModelSpec, Registry, Settings
 from localchat.models.catalog import SamplingDefaults
 
@@ -88,17 +85,8 @@ def registry(tiny_models: dict[str, Path]) -> Registry:
 
 
 def post(registry: Registry, path: str, body: dict) -> httpx.Response:
-    chat = Chat(ModelHost(registry, engine=fake_factory(lambda r, i: LOOP)))
-
-    async def run() -> httpx.Response:
-        transport = httpx.ASGITransport(app=create_app(chat, webui=False))
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            try:
-                return await client.post(path, json=body, timeout=30)
-            finally:
-                chat.host.close()
-
-    return asyncio.run(run())
+    """One request to an app whose every model plays the looping script."""
+    return scripted_post(registry, lambda r, i: LOOP, path, body)
 
 
 def ask(registry: Registry, protocol: str, budget: int, model: str = "chatml", **knob: int) -> tuple[str, int]:
