@@ -5,7 +5,7 @@
 Installs pinned releases of Claude Code and the Codex CLI with npm into a cache folder (once),
 starts `localchat serve` on a free loopback port with the shipped default config (or the
 registry `--config` names; `--model` picks one of its models instead of its default), then
-drives each client headless, with nothing but the base URL / provider lines the README gives,
+drives each client headless, with nothing but the base URL / provider lines docs/clients.md gives,
 in a throw-away HOME and work folder for each client (both cases share them, as two tasks of one
 user would: the second reads the agent's long prompt from the cache):
 
@@ -109,7 +109,7 @@ def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tupl
 # -- Claude Code ----------------------------------------------------------------------------------
 
 def claude_env(home: Path, url: str, model: str) -> dict[str, str]:
-    """The README's lines for Claude Code (the context is the model's, as /health says it)."""
+    """docs/clients.md's lines for Claude Code (the context is the model's, as /health says it)."""
     return {**os.environ, "HOME": str(home), "ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": "unused",
             "ANTHROPIC_MODEL": model, "ANTHROPIC_SMALL_FAST_MODEL": model,
             "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(context_length(url, model)), "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",

@@ -98,7 +98,7 @@ def table(rows: list[Row], markdown: bool) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", default=[], help="templates whose name contains one of these")
-    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown (for the README)")
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown (for docs/families.md)")
     ap.add_argument("--keep", type=Path, help="write the tiny models here (default: a temporary folder)")
     args = ap.parse_args()
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "localchat"

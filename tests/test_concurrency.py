@@ -37,7 +37,7 @@ def test_concurrent_streams_match_the_same_requests_alone(server: Server, client
     bodies = [{"model": GEMMA, "messages": [{"role": "user", "content": p}], "max_tokens": 24, "temperature": 0,
                "ignore_eos": True} for p in PROMPTS]
     # llama.cpp's CPU kernels give a prompt decoded cold slightly other logits than the same
-    # prompt read from the cache (README: "Same answer alone or in company"), so both runs below
+    # prompt read from the cache (docs/operations.md: "Same answer alone or in company"), so both runs below
     # start from the same state: each prompt already cached in a slot.
     for b in bodies:
         stream_text(server.url, {**b, "max_tokens": 1})

@@ -26,7 +26,7 @@ def logprobs(http: httpx.Client, lora=None, prompt=PROMPT, **extra) -> list[tupl
 
 def warm(http: httpx.Client, lora=None) -> None:
     """Decode the prompt into a slot first: a prompt decoded cold and one read from the cache give
-    slightly different logits on the CPU (README), so compared runs both read it from the cache."""
+    slightly different logits on the CPU (docs/operations.md), so compared runs both read it from the cache."""
     logprobs(http, lora, max_tokens=1)
 
 

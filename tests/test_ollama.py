@@ -132,7 +132,7 @@ def test_tool_calls_are_whole_and_valid(client: ollama.Client):
     test_a_forced_call_goes_out_whole_in_one_chunk covers the framing of a call that surely comes."""
     options = {"num_predict": 60, "temperature": 0}  # a call cut by the limit is left out: still none invalid
     # a prompt decoded cold gives slightly other logits than the same prompt read from the cache
-    # (README: "Same answer alone or in company"): both runs below read it from the cache
+    # (docs/operations.md: "Same answer alone or in company"): both runs below read it from the cache
     client.chat(model=DEFAULT, messages=ASK, tools=TOOLS, options={"num_predict": 1})
     whole = client.chat(model=DEFAULT, messages=ASK, tools=TOOLS, options=options)
     for call in whole.message.tool_calls or []:
