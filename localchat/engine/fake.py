@@ -22,6 +22,7 @@ for a script that answers by what was asked."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import re
 import time
@@ -32,7 +33,7 @@ from typing import Any
 
 from ..errors import ContextOverflow, EngineCrashed, ModelUnavailable, QueueFull
 from .base import Emit, Stream
-from .params import Done, Generate, Started, Text
+from .params import Done, Generate, Prepared, Started, Text
 from .repetition import detector
 
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # as WorkerEngine's: this many deaths within this many seconds fail the model
@@ -54,6 +55,15 @@ class Crash:
 
 Step = str | Wait | Crash | BaseException
 Script = Callable[[Generate, int], Iterable[Step]]  # (request, choice index) → the pieces of text it generates
+
+
+def _fresh(exc: BaseException) -> BaseException:
+    """A copy of a script's error, so that playing it again (or a layer that amends an error's
+    message or field) never touches the one the script holds."""
+    try:
+        return copy.copy(exc)
+    except Exception:  # noqa: BLE001 - an exception that cannot be rebuilt from its args: the script's own
+        return exc
 
 
 def prompt_text(request: Generate) -> str:
@@ -138,6 +148,8 @@ class FakeEngine:
             job.task.cancel()
 
     async def _run(self, job: _Job) -> None:
+        if job.request.media:  # read at once (a token each), before the queue: what Stream.prepared() waits for
+            job.emit(Prepared(len(job.request.tokens) + len(job.request.media)))  # as _play's n_prompt
         try:
             while self._busy + job.request.n > self.parallel:  # wait for free slots, as the scheduler's queue
                 free = asyncio.get_running_loop().create_future()
@@ -161,6 +173,7 @@ class FakeEngine:
 
     async def _play(self, job: _Job) -> None:
         request, emit = job.request, job.emit
+        n_prompt = len(request.tokens) + len(request.media)
         emit(Started())
         if self.prompt_delay:
             await asyncio.sleep(self.prompt_delay)
@@ -176,7 +189,7 @@ class FakeEngine:
                         self._crash(step.how)
                         return
                     if isinstance(step, BaseException):
-                        raise step
+                        raise _fresh(step)
                     if made >= budget:
                         reason = "length"
                         break
@@ -186,7 +199,7 @@ class FakeEngine:
                     if loop is not None and loop.push(ids.setdefault(step, len(ids))):
                         reason, why = "length", "repetition"
                         break
-                emit(Done(reason, len(request.tokens), made, 0, i, None, why))
+                emit(Done(reason, n_prompt, made, 0, i, None, why))
         except Exception as exc:  # noqa: BLE001 - a scripted failure (or a broken script): the request's error
             emit(exc)
         emit(None)
