@@ -159,3 +159,5 @@ def http(server: Server) -> Iterator[httpx.Client]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "real: the real-model tier (the shipped Qwen2.5-Coder 0.5B; scripts/test -m real)")
+    config.addinivalue_line("markers", "fast: the fast tier: protocols, framing and splitting over the scripted "
+                            "engine, no model loaded (scripts/test --fast)")

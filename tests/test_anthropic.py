@@ -362,6 +362,7 @@ def test_other_errors_use_anthropic_types(claude: anthropic.Anthropic, http: htt
     check_error(http.post("/v1/messages/nothing", json={}), 404, "not_found_error")
 
 
+@pytest.mark.fast
 def test_an_error_after_the_first_byte_is_an_error_event():
     class FailingTurn:
         model = "m"
@@ -382,6 +383,7 @@ def test_an_error_after_the_first_byte_is_an_error_event():
     assert frames[0].startswith(b"event: message_start\n") and frames[1].startswith(b"event: ping\n")
 
 
+@pytest.mark.fast
 def test_blocks_keep_text_and_tool_input_apart():
     blocks = Blocks()
     events = [e for piece in (Delta("Let me check."), ToolCallStart(0, "ab", "add"), ToolCallArguments(0, '{"a": 1,'),

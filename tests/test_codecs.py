@@ -283,6 +283,7 @@ OUTPUTS = [
 ]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("strict", [True, False], ids=["strict", "lenient"])
 @pytest.mark.parametrize("family, text, thinking, expected", OUTPUTS, ids=[f"{o[0]}-{i}" for i, o in enumerate(OUTPUTS)])
 def test_what_models_write_parses_whatever_the_chunking(family: str, text: str, thinking: bool, expected: tuple,
@@ -365,11 +366,13 @@ LENIENT = [
 ]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("family, text, expected", LENIENT, ids=[f"{o[0]}-{i}" for i, o in enumerate(LENIENT)])
 def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expected: tuple):
     check(family, text, expected, strict=False)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("family", ["chatml", "qwen3-coder", "mistral3", "kimi-k2", "deepseek-v3.1", "gpt-oss",
                                     "deepseek-v3.2", "gemma4", "lfm2", "minicpm5", "hy3",
                                     "seed-oss", "minimax-m2", "nemotron-nano-2", "apriel-1.6", "minimax-m1",
@@ -388,6 +391,7 @@ def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     assert not any(isinstance(p, Delta) and p.content.strip() for p in pieces)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("family", FAMILIES)
 def test_output_cut_off_after_a_call_shows_no_markup(family: str):
     """Strict: max_tokens anywhere after the first call: the rest, a cut-off call, is not text
@@ -408,6 +412,7 @@ def test_output_cut_off_after_a_call_shows_no_markup(family: str):
 CALLS = [Call("write_file", WRITE_ARGS, "call_1"), Call("get_weather", PARIS, "call_2")]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("strict", [True, False], ids=["strict", "lenient"])
 def test_calls_written_by_the_codec_read_back(family: str, strict: bool):
@@ -491,6 +496,7 @@ RECORDED = {
 WRITTEN += [(text, ("", "", [("shell", ECHO)])) for texts in RECORDED.values() for text in texts]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("text, expected", WRITTEN, ids=[str(i) for i in range(len(WRITTEN))])
 @pytest.mark.parametrize("strict", [True, False], ids=["strict", "lenient"])
 def test_calls_as_qwen_models_write_them(text: str, expected: tuple, strict: bool):
@@ -500,6 +506,7 @@ def test_calls_as_qwen_models_write_them(text: str, expected: tuple, strict: boo
         assert split("chatml", text, strict=strict, tools=REAL_TOOLS, chunks=seed) == whole, f"chunking {seed}"
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("opening", ["```json\n", "<tools>\n", "", "Run it:\n```\n"])
 @pytest.mark.parametrize("spacing", ['{{"name": "{}"', '{{\n  "name":"{}"'], ids=["inline", "pretty"])
 def test_a_call_begun_in_another_form_is_forced_valid(opening: str, spacing: str):

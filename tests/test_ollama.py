@@ -160,6 +160,7 @@ CALL = (ToolCallStart(0, "a", "get_weather"), ToolCallArguments(0, '{"city": "Pa
         ToolCallArguments(1, '"b": 2.5}'), ToolCallStart(2, "c", "add"), ToolCallArguments(2, '{"a": 1, "b'))
 
 
+@pytest.mark.fast
 def test_scripted_thinking_and_calls_are_framed():
     """Ollama's framing of events that surely come: thoughts in `thinking` (dropped with
     think=False), each call whole in one line with its arguments an object, a call cut by the
@@ -290,6 +291,7 @@ def test_empty_requests_load_and_unload(client: ollama.Client):
     assert r.done and r.done_reason == "load" and r.message.content == ""
 
 
+@pytest.mark.fast
 def test_the_translation_of_options_and_tool_history():
     registry = Registry({"m": ModelSpec(name="m", path=Path("/m.gguf"), aliases=["alias"])}, "m")
     body = parse(ChatBody, {"model": "alias:latest", "options": {

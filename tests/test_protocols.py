@@ -23,6 +23,8 @@ from localchat.generation import Chat, ModelHost
 from localchat.models import ModelSpec, Registry, Settings
 from tool_schemas import ADD
 
+pytestmark = pytest.mark.fast  # the fast tier (scripts/test --fast)
+
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
 HI = [{"role": "user", "content": "Hi"}]
 

@@ -19,6 +19,8 @@ from localchat.engine.repetition import MAX_PERIOD, LoopDetector, detector
 from localchat.models import ModelSpec, Registry, Settings
 from localchat.models.catalog import SamplingDefaults
 
+pytestmark = pytest.mark.fast  # the fast tier (scripts/test --fast)
+
 DEFAULT = SamplingParams().repetition_stop
 HI = [{"role": "user", "content": "Hi"}]
 

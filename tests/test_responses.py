@@ -351,6 +351,7 @@ class FailingTurn:
         raise EngineError("llama_decode returned -3")
 
 
+@pytest.mark.fast
 def test_error_mid_stream_is_an_error_event_then_failed():
     async def frames() -> list[bytes]:
         shell = Shell(ResponsesRequest(input="Hi"), "m")

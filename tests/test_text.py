@@ -1,6 +1,10 @@
 """Incremental UTF-8 decoding and stop strings across token boundaries."""
 
+import pytest
+
 from localchat.engine.text import StopMatcher, Utf8Stream
+
+pytestmark = pytest.mark.fast  # the fast tier (scripts/test --fast)
 
 
 def test_utf8_never_splits_a_character():
