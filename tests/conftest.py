@@ -53,6 +53,7 @@ KWARGS_TEMPLATE = (
 _HOME = Path(tempfile.mkdtemp(prefix="localchat-tests-"))
 os.environ["LOCALCHAT_CONFIG_DIR"] = str(_HOME / "config")
 os.environ["LOCALCHAT_DATA_DIR"] = str(_HOME / "data")
+os.environ["LOCALCHAT_PROMPT_CACHE_DIR"] = str(_HOME / "prompts")
 
 
 @pytest.fixture(scope="session")

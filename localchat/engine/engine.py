@@ -14,6 +14,7 @@ from .base import Stream
 from .embed import Embedder
 from .rerank import Ranker
 from .model import Model
+from .prompt_store import PromptStore
 from .params import N_BATCH, Event, Generate
 from .scheduler import Scheduler
 from .vision import Projector
@@ -33,15 +34,19 @@ class LocalEngine:
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = N_BATCH,
                  visible: Iterable[str] = (), pooling: int | None = None, rope: tuple[str, float] | None = None,
-                 loras: Iterable[str] = (), mmproj: str | None = None) -> None:
+                 loras: Iterable[str] = (), mmproj: str | None = None, prompt_cache: str | None = None,
+                 prompt_cache_bytes: int = 0) -> None:
         self.model = Model(path, n_gpu_layers=n_gpu_layers)
         self.projector: Projector | None = None
         try:
             self.model.load_adapters(loras)
             if mmproj:
                 self.projector = Projector(self.model, Path(mmproj), n_threads=n_threads, use_gpu=n_gpu_layers != 0)
+            # prompts kept on disk under `prompt_cache` (a folder), up to prompt_cache_bytes (0: none)
+            store = PromptStore(Path(prompt_cache), path, prompt_cache_bytes) if prompt_cache and prompt_cache_bytes else None
             self.scheduler = Scheduler(self.model, n_ctx=n_ctx, parallel=parallel, max_queue=max_queue,
-                                       n_threads=n_threads, n_batch=n_batch, rope=rope, projector=self.projector)
+                                       n_threads=n_threads, n_batch=n_batch, rope=rope, projector=self.projector,
+                                       store=store)
         except BaseException:
             if self.projector is not None:
                 self.projector.close()

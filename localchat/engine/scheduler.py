@@ -26,6 +26,7 @@ from .job import Adapters, Emit, Job, apply_adapters, common_prefix, make_sequen
 from .media_feed import MediaFeed
 from .model import Model
 from .params import N_BATCH, SWA_FULL, Generate, PromptLogprobs, Started
+from .prompt_store import RESTORE_MIN, SAVE_MIN, PromptStore
 from .slot import Sequence, Slot
 from .vision import Projector
 
@@ -39,8 +40,9 @@ PROMPT_LOGPROBS_CHUNK = 32
 class Scheduler:
     def __init__(self, model: Model, *, n_ctx: int, parallel: int, max_queue: int,
                  n_threads: int | None = None, n_batch: int = N_BATCH, rope: tuple[str, float] | None = None,
-                 projector: Projector | None = None) -> None:
+                 projector: Projector | None = None, store: PromptStore | None = None) -> None:
         self.model, self.n_ctx, self.parallel, self.max_queue = model, n_ctx, parallel, max_queue
+        self.store = store  # slots' prompts on disk (prompt_store.py): saved when big, restored when they serve
         self.n_batch = max(n_batch, parallel + 1)
         cparams = C.llama_context_default_params()
         cparams.n_ctx = n_ctx * parallel  # every slot may hold a whole context_length
@@ -136,6 +138,8 @@ class Scheduler:
             job.emit(EngineError("the model was unloaded"))
             job.emit(None)
             self._release(job)
+        if self.store is not None:
+            self.store.close()  # what was copied out reaches the disk before the model goes
         C.llama_batch_free(self.batch)
         C.llama_free(self.ctx)
         self.ctx = None
@@ -209,6 +213,8 @@ class Scheduler:
         n = min(common_prefix(lead.cached, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
         if lead.adapters != req.adapters or not req.cache_prompt or req.prompt_logprobs is not None:
             n, lead.adapters = 0, req.adapters  # other adapters' cache, none wanted, or every token's logits wanted
+        elif self.store is not None and job.prompt is None and not req.adapters:
+            n = self._restore(lead, job.tokens, n)
         if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
             n = span.start
         if n < len(lead.cached) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, lead.keep(n), -1):
@@ -217,6 +223,23 @@ class Scheduler:
         job.cached, job.pending = n, list(job.tokens[n:])
         self.running.append(job)
         job.emit(Started())
+
+    def _restore(self, slot: Slot, tokens: list[int], n: int) -> int:
+        """Put a saved prompt into the slot when it serves RESTORE_MIN tokens more than the slot's
+        own cache (whose cells it replaces); how many of `tokens` the slot now holds."""
+        hit = self.store.best(tokens, self.n_ctx)
+        if hit is None or min(hit[1], len(tokens) - 1) - n < RESTORE_MIN:
+            return n
+        slot.cached, slot.media, slot.pos_delta = self.store.restore(hit[0], self.ctx, slot.seq_id) or [], [], 0
+        return min(common_prefix(slot.cached, tokens), len(tokens) - 1)
+
+    def _save(self, job: Job) -> None:
+        """Save the lead slot's cells when it holds SAVE_MIN tokens more than any saved prompt
+        shares with it (an agent's first long prompt, a chat grown by that much)."""
+        slot = job.slots[0]
+        if (self.store is not None and job.request.cache_prompt and not slot.adapters and not slot.media
+                and len(slot.cached) - self.store.saved_prefix(slot.cached) >= SAVE_MIN):
+            self.store.save(self.ctx, slot.seq_id, slot.cached)
 
     def _drop_cancelled(self) -> None:
         for job in [j for j in self.running if j.cancelled]:
@@ -336,6 +359,7 @@ class Scheduler:
                 job.emit(seq.done(job.n_prompt, job.cached))
         if job.pending:  # cancelled mid-prompt: the cells past what was decoded are the slot's cache
             job.pending = []
+        self._save(job)
         if not job.request.cache_prompt:  # nothing of it stays: the slots are empty for the next request
             for slot in job.slots:
                 C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)

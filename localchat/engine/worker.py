@@ -48,7 +48,8 @@ class WorkerEngine:
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
                  visible: Iterable[str] = (), name: str = "", pooling: int | None = None,
-                 rope: tuple[str, float] | None = None, loras: Iterable[str] = (), mmproj: str | None = None) -> None:
+                 rope: tuple[str, float] | None = None, loras: Iterable[str] = (), mmproj: str | None = None,
+                 prompt_cache: str | None = None, prompt_cache_bytes: int = 0) -> None:
         self.name = name or path.stem
         self.model = Model(path, vocab_only=True)
         self.model.show_tokens(visible)
@@ -56,7 +57,8 @@ class WorkerEngine:
         self._config = {"path": str(path), "n_ctx": n_ctx, "parallel": parallel, "n_threads": n_threads,
                         "n_gpu_layers": n_gpu_layers, "n_batch": n_batch, "visible": list(visible), "pooling": pooling,
                         "rope": list(rope) if rope else None,
-                        "loras": [str(p) for p in loras], "mmproj": str(mmproj) if mmproj else None}
+                        "loras": [str(p) for p in loras], "mmproj": str(mmproj) if mmproj else None,
+                        "prompt_cache": prompt_cache, "prompt_cache_bytes": prompt_cache_bytes}
         self.n_adapters = len(self._config["loras"])
         self._embeds: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._jobs: dict[int, _Job] = {}
@@ -280,7 +282,8 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
                         n_threads=config["n_threads"], n_gpu_layers=config["n_gpu_layers"], n_batch=config["n_batch"],
                         visible=config["visible"], pooling=config["pooling"],
                         rope=tuple(config["rope"]) if config["rope"] else None, loras=config["loras"],
-                        mmproj=config["mmproj"])
+                        mmproj=config["mmproj"], prompt_cache=config["prompt_cache"],
+                        prompt_cache_bytes=config["prompt_cache_bytes"])
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it there
         conn.send(("failed", str(exc)))
         return

@@ -20,6 +20,7 @@ from .catalog import ModelSpec, Registry, Settings
 from .describe import Describer, Description, embeds, reranks
 from .fit import Shape, Sizing, choose, free_memory
 from .gguf import RANK_POOLING, ModelInfo, ProjectorInfo, inspect, inspect_projector
+from .paths import prompt_cache_dir
 
 log = logging.getLogger("localchat.models")
 
@@ -102,7 +103,8 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
                      max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
                      visible=family.visible_tokens, pooling=pooling, loras=[lora.path for lora in spec.loras],
                      mmproj=str(spec.mmproj) if spec.mmproj else None,
-                     rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None)
+                     rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None,
+                     prompt_cache=str(prompt_cache_dir()), prompt_cache_bytes=settings.prompt_cache_bytes)
     stop_ids = frozenset(i for t in family.stop_tokens if (i := started.tokenizer.token_id(t)) is not None)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(spec, info, family, template, started, stop_ids, keep_alive=keep if keep >= 0 else None,

@@ -24,6 +24,11 @@ def history_file() -> Path:
     return data_dir() / "history"
 
 
+def prompt_cache_dir() -> Path:
+    """Prompts' K/V cells kept across restarts (LOCALCHAT_PROMPT_CACHE_DIR overrides)."""
+    return Path(os.environ.get("LOCALCHAT_PROMPT_CACHE_DIR") or cache_dir() / "prompts")
+
+
 def cache_dir() -> Path:
     """Model files localchat fetched itself (LOCALCHAT_CACHE_DIR overrides)."""
     return Path(os.environ.get("LOCALCHAT_CACHE_DIR") or platformdirs.user_cache_dir("localchat"))

@@ -1,0 +1,235 @@
+"""Prompts never read twice: a slot's K/V cells on disk, found again by their tokens.
+
+When a request leaves a slot holding at least `SAVE_MIN` tokens more than any saved entry shares
+with it (an agent's first 10k-token prompt, a chat grown by that much), the scheduler copies the
+sequence's state out of llama.cpp (`llama_state_seq_get_data`, a memory copy) and a writer
+thread puts it in a file of its own under the cache folder. A later request whose prompt shares
+at least `RESTORE_MIN` tokens more with an entry than with its slot's own cache has that entry's
+cells put back into the slot (`llama_state_seq_set_data`) and reads only the rest: after a
+restart, an unload, or when the slot was given to other work. The OS page cache keeps recent
+entries in RAM; `limit_bytes` bounds the folder (least recently used entries go first), and an
+entry whose tokens are a prefix of a newer one's is dropped as superseded.
+
+A file is: MAGIC, one JSON line (the model's key, token count, state bytes, the state's CRC-32),
+the tokens (int32), the state. Entries are per model file (its path, size and mtime make the key,
+one folder each); a file that is torn, corrupt or another model's is skipped and deleted, never
+given to llama.cpp. The state holds the cells as computed when the entry was saved: a restored
+prefix gives the logits that prompt gave then (its last token is decoded again, in a batch of
+its own, so within llama.cpp's batch-size rounding of a cold read)."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import queue
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as C
+import numpy as np
+
+_log = logging.getLogger("localchat.engine")
+MAGIC = b"localchat-kv 1\n"
+SAVE_MIN = 1024  # tokens a slot must hold beyond what is saved before it is saved
+RESTORE_MIN = 256  # tokens an entry must serve beyond the slot's own cache to be restored
+PENDING = 2  # states copied out and waiting for the writer; past it a save is skipped
+
+
+@dataclass
+class Entry:
+    path: Path
+    tokens: np.ndarray  # int32
+    size: int  # bytes of the file
+    used: float  # last saved or restored (time.time), for LRU
+
+
+def model_key(path: Path) -> str:
+    """A model file's identity: a re-downloaded or edited file gets a new key (and folder)."""
+    st = path.stat()
+    return hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:24]
+
+
+def common(a: np.ndarray, b: np.ndarray) -> int:
+    """The length of a and b's common prefix."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n
+
+
+class PromptStore:
+    def __init__(self, folder: Path, model_path: Path, limit_bytes: int) -> None:
+        self.key = model_key(model_path)
+        self.folder = folder / self.key
+        self.limit = limit_bytes
+        self.entries: list[Entry] = []
+        self._lock = threading.Lock()
+        self._queue: queue.Queue = queue.Queue(PENDING)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for path in self.folder.iterdir():
+            if path.suffix == ".tmp":
+                path.unlink(missing_ok=True)  # a write cut short by a crash
+            elif path.suffix == ".kv":
+                entry = self._read_index(path)
+                if entry is None:
+                    _log.warning("prompt cache: skipped and removed %s (torn, corrupt or another model's)", path.name)
+                    path.unlink(missing_ok=True)
+                else:
+                    self.entries.append(entry)
+        self._writer = threading.Thread(target=self._write_loop, name="localchat-prompt-store", daemon=True)
+        self._writer.start()
+
+    # -- finding and restoring (the scheduler's thread) --------------------------------------
+
+    def best(self, tokens: list[int], room: int | None = None) -> tuple[Entry, int] | None:
+        """The entry sharing the longest prefix with `tokens`, and that length (only entries of
+        at most `room` tokens: a slot made smaller since cannot take a longer one)."""
+        want = np.asarray(tokens, dtype=np.int32)
+        with self._lock:
+            scored = [(common(e.tokens, want), e) for e in self.entries if room is None or len(e.tokens) <= room]
+        if not scored:
+            return None
+        n, entry = max(scored, key=lambda s: s[0])
+        return (entry, n) if n else None
+
+    def restore(self, entry: Entry, ctx: int, seq_id: int) -> list[int] | None:
+        """Put the entry's cells into sequence `seq_id` (emptied first); its tokens, or None when
+        the file is gone or fails its checks (then it is deleted and the sequence left empty)."""
+        mem = C.llama_get_memory(ctx)
+        C.llama_memory_seq_rm(mem, seq_id, -1, -1)
+        state = self._read_state(entry)
+        ok = state is not None and C.llama_state_seq_set_data(
+            ctx, (ctypes.c_uint8 * len(state)).from_buffer(state), len(state), seq_id) == len(state)
+        if not ok:
+            C.llama_memory_seq_rm(mem, seq_id, -1, -1)
+            _log.warning("prompt cache: could not restore %s; removed it", entry.path.name)
+            self._drop(entry)
+            return None
+        entry.used = time.time()
+        try:
+            os.utime(entry.path)
+        except OSError:
+            pass
+        return entry.tokens.tolist()
+
+    # -- saving ----------------------------------------------------------------------------
+
+    def saved_prefix(self, tokens: list[int]) -> int:
+        hit = self.best(tokens)
+        return hit[1] if hit else 0
+
+    def save(self, ctx: int, seq_id: int, tokens: list[int]) -> bool:
+        """Copy the sequence's state out now (it changes with the next request); the writer
+        thread writes it. False when the writer is behind (the save is skipped)."""
+        if self._queue.full():
+            return False
+        size = C.llama_state_seq_get_size(ctx, seq_id)
+        state = bytearray(size)
+        got = C.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(state), size, seq_id)
+        if got != size:
+            return False
+        try:
+            self._queue.put_nowait((np.asarray(tokens, dtype=np.int32), state))
+        except queue.Full:
+            return False
+        return True
+
+    def flush(self) -> None:
+        """Wait until every copied state is on disk (an unload, a shutdown)."""
+        self._queue.join()
+
+    def close(self) -> None:
+        self.flush()
+        self._queue.put(None)
+        self._writer.join(10)
+
+    def _write_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                self._write(*item)
+            except Exception as exc:  # noqa: BLE001 - a full disk loses a cache entry, nothing else
+                _log.warning("prompt cache: could not save a prompt: %s", exc)
+            finally:
+                self._queue.task_done()
+
+    def _write(self, tokens: np.ndarray, state: bytearray) -> None:
+        name = hashlib.sha256(tokens.tobytes()).hexdigest()[:32]
+        path = self.folder / f"{name}.kv"
+        header = {"model": self.key, "tokens": len(tokens), "bytes": len(state), "crc32": zlib.crc32(state)}
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            f.write(MAGIC)
+            f.write(json.dumps(header).encode() + b"\n")
+            f.write(tokens.tobytes())
+            f.write(state)
+        os.replace(tmp, path)
+        entry = Entry(path, tokens, path.stat().st_size, time.time())
+        with self._lock:
+            superseded = [e for e in self.entries if e.path == path
+                          or (len(e.tokens) <= len(tokens) and common(e.tokens, tokens) == len(e.tokens))]
+            self.entries = [e for e in self.entries if e not in superseded] + [entry]
+            total = sum(e.size for e in self.entries)
+            evict = []
+            for e in sorted(self.entries, key=lambda e: e.used):
+                if total <= self.limit:
+                    break
+                evict.append(e)
+                total -= e.size
+            self.entries = [e for e in self.entries if e not in evict]
+        for e in superseded + evict:
+            if e.path != path or e in evict:
+                e.path.unlink(missing_ok=True)
+
+    # -- the file --------------------------------------------------------------------------
+
+    def _header(self, f) -> dict | None:
+        if f.read(len(MAGIC)) != MAGIC:
+            return None
+        try:
+            header = json.loads(f.readline(4096))
+        except ValueError:
+            return None
+        ok = (isinstance(header, dict) and header.get("model") == self.key
+              and all(isinstance(header.get(k), int) and header[k] >= 0 for k in ("tokens", "bytes", "crc32")))
+        return header if ok else None
+
+    def _read_index(self, path: Path) -> Entry | None:
+        try:
+            with open(path, "rb") as f:
+                header = self._header(f)
+                if header is None:
+                    return None
+                raw = f.read(4 * header["tokens"])
+                rest = path.stat().st_size - f.tell()
+        except OSError:
+            return None
+        if len(raw) != 4 * header["tokens"] or rest != header["bytes"] or not header["tokens"]:
+            return None
+        return Entry(path, np.frombuffer(raw, dtype=np.int32).copy(), path.stat().st_size, path.stat().st_mtime)
+
+    def _read_state(self, entry: Entry) -> bytearray | None:
+        try:
+            with open(entry.path, "rb") as f:
+                header = self._header(f)
+                if header is None or header["tokens"] != len(entry.tokens):
+                    return None
+                f.seek(4 * header["tokens"], os.SEEK_CUR)
+                state = bytearray(header["bytes"])
+                if f.readinto(state) != header["bytes"] or f.read(1):
+                    return None
+        except OSError:
+            return None
+        return state if zlib.crc32(state) == header["crc32"] else None
+
+    def _drop(self, entry: Entry) -> None:
+        with self._lock:
+            self.entries = [e for e in self.entries if e is not entry]
+        entry.path.unlink(missing_ok=True)

@@ -1,0 +1,155 @@
+"""Prompts never read twice: a long prompt's K/V cells saved to disk and restored after a
+restart; torn, corrupt and foreign cache files skipped (engine/prompt_store.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from conftest import Server
+from localchat.engine.prompt_store import MAGIC, SAVE_MIN, PromptStore
+
+MODEL = "tiny-chatml"
+# A prompt of well over SAVE_MIN tokens (the tiny models' vocabulary spells most words letter by letter).
+LONG = " ".join(f"line {i}: the sea and the world." for i in range(60))
+
+
+# -- the store alone (no llama.cpp context: a state is any bytes) ----------------------------
+
+def store(tmp_path: Path, limit: int = 1 << 30) -> PromptStore:
+    model = tmp_path / "model.gguf"
+    if not model.exists():
+        model.write_bytes(b"GGUF")
+    return PromptStore(tmp_path / "prompts", model, limit)
+
+
+@pytest.mark.fast
+def test_entries_are_found_by_prefix_and_survive_a_new_store(tmp_path: Path):
+    s = store(tmp_path)
+    s._write(np.arange(100, dtype=np.int32), bytearray(b"state-a"))
+    s._write(np.arange(50, 150, dtype=np.int32), bytearray(b"state-b"))
+    s.close()
+    again = store(tmp_path)
+    entry, n = again.best([*range(80), 7, 7])
+    assert n == 80 and len(entry.tokens) == 100
+    assert again._read_state(entry) == bytearray(b"state-a")
+    assert again.best([9999]) is None
+    assert again.best(list(range(100)), room=99) is None  # a slot of 99 tokens cannot take it
+    again.close()
+
+
+@pytest.mark.fast
+def test_a_longer_prompt_supersedes_its_prefix_and_the_limit_drops_the_least_recent(tmp_path: Path):
+    s = store(tmp_path, limit=3 * (len(MAGIC) + 120 + 4 * 100 + 1000))
+    s._write(np.arange(50, dtype=np.int32), bytearray(1000))
+    s._write(np.arange(100, dtype=np.int32), bytearray(1000))  # the first is its prefix: gone
+    assert [len(e.tokens) for e in s.entries] == [100]
+    for k in range(1, 4):
+        s._write(np.full(100, k, dtype=np.int32), bytearray(1000))
+    kept = sorted(int(e.tokens[0]) for e in s.entries)
+    assert len(kept) == 3 and 0 not in kept  # the least recently used (arange: starts at 0) went first
+    assert len(list((tmp_path / "prompts" / s.key).glob("*.kv"))) == 3
+    s.close()
+
+
+@pytest.mark.fast
+def test_torn_corrupt_and_foreign_files_are_skipped_and_removed(tmp_path: Path):
+    s = store(tmp_path)
+    s._write(np.arange(100, dtype=np.int32), bytearray(b"x" * 5000))
+    s.close()
+    folder = tmp_path / "prompts" / s.key
+    good = next(folder.glob("*.kv"))
+    data = good.read_bytes()
+    (folder / "torn.kv").write_bytes(data[:-10])
+    (folder / "garbage.kv").write_bytes(b"\x00" * 300)
+    header = json.loads(data[len(MAGIC):].split(b"\n", 1)[0])
+    foreign = MAGIC + json.dumps({**header, "model": "another"}).encode() + b"\n" + data.split(b"\n", 2)[2]
+    (folder / "foreign.kv").write_bytes(foreign)
+    (folder / "half-written.tmp").write_bytes(b"...")
+    flipped = bytearray(data)
+    flipped[-7] ^= 0xFF
+    (folder / "flipped.kv").write_bytes(bytes(flipped))  # reads as an entry; its checksum fails on restore
+    again = store(tmp_path)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([good.name, "flipped.kv"])
+    bad = next(e for e in again.entries if e.path.name == "flipped.kv")
+    assert again._read_state(bad) is None
+    again.close()
+
+
+# -- through a real server: a restart, then a corrupt file -----------------------------------
+
+def ask(url: str) -> dict:
+    r = httpx.post(url + "/v1/chat/completions", timeout=300, json={
+        "model": MODEL, "messages": [{"role": "user", "content": LONG}], "max_tokens": 4, "temperature": 0,
+        "logprobs": True})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def saved(folder: Path) -> list[Path]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        files = list(folder.glob("*/*.kv"))
+        if files:
+            return files
+        time.sleep(0.1)
+    return []
+
+
+def test_a_long_prompt_is_read_once_across_a_restart(registry_file: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch):
+    """Served cold, saved; after a restart the same request reads only its last token and
+    answers with the same tokens, each log-probability within 0.01 of the cold read's."""
+    monkeypatch.setenv("LOCALCHAT_PROMPT_CACHE_DIR", str(tmp_path))
+    first = Server(registry_file, "--model", MODEL)
+    try:
+        cold = ask(first.url)
+        assert cold["usage"]["prompt_tokens"] > SAVE_MIN
+        assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert len(saved(tmp_path)) == 1
+    finally:
+        first.stop()
+    second = Server(registry_file, "--model", MODEL)
+    try:
+        warm = ask(second.url)
+        usage = warm["usage"]
+        assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
+        a, b = (c["choices"][0]["logprobs"]["content"] for c in (cold, warm))
+        assert [t["token"] for t in a] == [t["token"] for t in b]
+        assert max(abs(x["logprob"] - y["logprob"]) for x, y in zip(a, b)) < 0.01
+        assert f"cached={usage['prompt_tokens'] - 1}" in second.output()
+    finally:
+        second.stop()
+
+
+def test_a_corrupt_cache_file_is_skipped_and_the_prompt_read_again(registry_file: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("LOCALCHAT_PROMPT_CACHE_DIR", str(tmp_path))
+    first = Server(registry_file, "--model", MODEL)
+    try:
+        ask(first.url)
+        (path,) = saved(tmp_path)
+    finally:
+        first.stop()
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF  # inside the state: the checksum fails, llama.cpp never sees it
+    path.write_bytes(bytes(data))
+    second = Server(registry_file, "--model", MODEL)
+    try:
+        again = ask(second.url)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert "could not restore" in second.output()
+        assert second.proc.poll() is None and httpx.get(second.url + "/health").status_code == 200
+        # read again, it is saved again (a fresh file under the same name)
+        (fresh,) = saved(tmp_path)
+        deadline = time.monotonic() + 30
+        while fresh.read_bytes() == bytes(data) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert fresh.read_bytes() != bytes(data)
+    finally:
+        second.stop()
