@@ -7,6 +7,7 @@
     scripts/bench --tools [--rounds R]
     scripts/bench --lora [--tokens N] [--rounds R] [--model NAME]
     scripts/bench --vision [--rounds R] [--model NAME]
+    scripts/bench --agent [--model NAME]            (LLAMA_SERVER=path/to/llama-server: side by side)
 
 Prints decode tokens/s through the server (SSE, official-client framing) and through
 llama-cpp-python directly (no HTTP, same prompt tokens, same greedy sampling), their ratio,
@@ -19,6 +20,11 @@ ratio, and whether each meets its goal. With --lora: two random LoRA adapters ma
 two streams at once with one adapter against two streams with different adapters (and none).
 With --vision: what an image costs, in prompt tokens and time to first token (the tiny test
 projector, or the model's own `mmproj`), cold and read again from the prompt cache.
+With --agent: an agent-like prompt of 10k+ tokens (long instructions, 24 tools, an environment
+block), time to first token cold, then the next turn, a new session, a new session after a
+restart, after an unload, and a new session whose environment block moved (written after the
+user's prompt, as Claude Code does): each against cold (goal <= 5%), and llama-server's figures
+for the same requests when LLAMA_SERVER names its binary (--cache-reuse 256, --cache-ram).
 A benchmark, not a test: figures vary with the machine's load.
 """
 
@@ -33,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -489,6 +496,131 @@ def vision_bench(config: Path, spec: ModelSpec, rounds: int) -> None:
         server.stop()
 
 
+# -- --agent: an agent's long prompt, read once -----------------------------------------------
+
+def agent_body(model: str, session: str, moved: bool = False, turns: tuple = ()) -> dict:
+    """An agent-like request: ~8k tokens of instructions, 24 tools, an environment block (~1.5k
+    tokens) before the user's task, or after it with `moved` (Claude Code's order)."""
+    from agent_tools import agent_tools
+
+    rules = "\n".join(f"{i}. When a task touches file group {i}, read the files first, keep the style you find, "
+                      f"make the smallest change that works, run the tests for group {i}, and say what changed."
+                      for i in range(240))
+    env = "<environment>\n" + "\n".join(f"  <file path=\"src/module_{i}.py\" lines=\"{100 + i}\" />"
+                                         for i in range(120)) + "\n</environment>"
+    task = f"Session {session}: find where the configuration is parsed and explain it."
+    user = f"{task}\n\n{env}" if moved else f"{env}\n\n{task}"
+    tools = agent_tools(24)
+    return {"model": model, "temperature": 0, "max_tokens": 1, "tools": tools,
+            "messages": [{"role": "system", "content": "You are a coding agent.\n" + rules},
+                         {"role": "user", "content": user}, *turns]}
+
+
+def timed(url: str, body: dict) -> tuple[float, dict]:
+    start = time.perf_counter()
+    r = httpx.post(url + "/v1/chat/completions", json=body, timeout=3600)
+    r.raise_for_status()
+    return time.perf_counter() - start, r.json().get("usage") or {}
+
+
+def agent_cases(url: str, model: str, restart: Callable[[], str] | None, unload: Callable[[], None] | None):
+    """(case, seconds, usage) for each case, in order; a case the server cannot do is None."""
+    out = []
+    seconds, usage = timed(url, agent_body(model, "A"))
+    out.append(("cold", seconds, usage))
+    turn = agent_body(model, "A", turns=({"role": "assistant", "content": "I will look at the parser."},
+                                         {"role": "user", "content": "Go on."}))
+    out.append(("next turn", *timed(url, turn)))
+    out.append(("new session", *timed(url, agent_body(model, "B"))))
+    if restart is not None:
+        url = restart()
+        out.append(("after a restart", *timed(url, agent_body(model, "C"))))
+    else:
+        out.append(("after a restart", None, {}))
+    if unload is not None:
+        unload()
+        out.append(("after an unload", *timed(url, agent_body(model, "D"))))
+    else:
+        out.append(("after an unload", None, {}))
+    timed(url, agent_body(model, "E", moved=True))  # the environment block after the task, once
+    out.append(("env block moved", *timed(url, agent_body(model, "F", moved=True))))
+    return out
+
+
+def agent_bench(config: Path, spec: ModelSpec) -> None:
+    import os
+    import subprocess
+
+    folder = Path(tempfile.mkdtemp(prefix="localchat-bench-prompts-"))
+    os.environ["LOCALCHAT_PROMPT_CACHE_DIR"] = str(folder)  # a cold cache for this run
+    state = {"server": Server(config, "--model", spec.name)}
+
+    def restart() -> str:
+        state["server"].stop()
+        state["server"] = Server(config, "--model", spec.name)
+        return state["server"].url
+
+    def unload() -> None:
+        httpx.post(state["server"].url + "/api/generate", json={"model": spec.name, "keep_alive": 0},
+                   timeout=120).raise_for_status()
+
+    try:
+        ours = agent_cases(state["server"].url, spec.name, restart, unload)
+    finally:
+        state["server"].stop()
+    theirs = None
+    binary = os.environ.get("LLAMA_SERVER")
+    if binary:
+        port = free_port()
+        ctx = 32768
+        argv = [binary, "-m", str(spec.file()), "--port", str(port), "-c", str(4 * ctx), "-np", "4", "--jinja",
+                "--cache-reuse", "256", "--cache-ram", "8192", "-t", str(spec.threads or os.cpu_count())]
+        log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        procs = {"proc": proc}
+
+        def up() -> str:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(url + "/health", timeout=1).status_code == 200:
+                        return url
+                except httpx.HTTPError:
+                    time.sleep(0.5)
+            raise RuntimeError("llama-server did not come up: " + open(log.name).read()[-2000:])
+
+        def restart_theirs() -> str:
+            procs["proc"].terminate()
+            procs["proc"].wait(30)
+            procs["proc"] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            return up()
+
+        try:
+            up()
+            theirs = agent_cases(url, spec.name, restart_theirs, None)
+        finally:
+            procs["proc"].terminate()
+            procs["proc"].wait(30)
+    cold = ours[0][1]
+    print(f"model {spec.name}: an agent's prompt of {ours[0][2].get('prompt_tokens')} tokens, 24 tools; "
+          "time to first token (goal: <= 5% of cold for all but cold)")
+    print(f"{'case':18} {'localchat':>10} {'cached':>7} {'of cold':>8}  {'llama-server':>12} {'ratio':>6}  goal")
+    for i, (case, seconds, usage) in enumerate(ours):
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        share = seconds / cold
+        them = theirs[i][1] if theirs else None
+        ratio = f"{them / seconds:5.1f}x" if them else "     -"
+        goal = "" if case == "cold" else ("PASS" if share <= 0.05 else "FAIL")
+        print(f"{case:18} {seconds:9.2f}s {cached:7} {share:7.1%}  "
+              f"{(f'{them:11.2f}s' if them else '           -')} {ratio}  {goal}")
+
+
+def free_port() -> int:
+    from conftest import free_port as port
+    return port()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=256)
@@ -501,6 +633,8 @@ def main() -> None:
     ap.add_argument("--tools", action="store_true", help="preparing an agent's 100-tool, 200 KB request")
     ap.add_argument("--lora", action="store_true", help="two streams with one LoRA adapter against two adapters")
     ap.add_argument("--vision", action="store_true", help="what an image costs: prompt tokens, time to first token")
+    ap.add_argument("--agent", action="store_true",
+                    help="an agent's 10k-token prompt: cold, next turn, new session, restart, unload, moved block")
     ap.add_argument("--worker", action="store_true",
                     help="the worker process (the default) against llama.cpp inside the server (--in-process)")
     args = ap.parse_args()
@@ -512,6 +646,8 @@ def main() -> None:
         return lora_bench(spec, args.tokens, args.rounds)
     if args.vision:
         return vision_bench(config, spec, args.rounds)
+    if args.agent:
+        return agent_bench(config, spec)
     # only to render and tokenize the prompt exactly as the server does (one slot: a small context)
     loaded = load_model(spec, settings=Settings(parallel=1, worker=False))
     prompt = render_prompt(loaded.template, PROMPT, bos_token=loaded.bos_token, eos_token=loaded.eos_token)
