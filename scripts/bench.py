@@ -498,20 +498,27 @@ def vision_bench(config: Path, spec: ModelSpec, rounds: int) -> None:
 
 # -- --agent: an agent's long prompt, read once -----------------------------------------------
 
-def agent_body(model: str, session: str, moved: bool = False, turns: tuple = ()) -> dict:
-    """An agent-like request: ~8k tokens of instructions, 24 tools, an environment block (~1.5k
-    tokens) before the user's task, or after it with `moved` (Claude Code's order)."""
-    from agent_tools import agent_tools
+AGENT_TOOLS = [{"type": "function", "function": {
+    "name": f"tool_{i}", "description": f"Tool {i}: reads, edits or searches files in group {i} and reports what it found.",
+    "parameters": {"type": "object", "properties": {
+        "path": {"type": "string", "description": "Absolute path of the file."},
+        "pattern": {"type": "string", "description": "What to look for."},
+        "limit": {"type": "integer", "minimum": 1, "description": "At most this many results."}},
+        "required": ["path"]}}} for i in range(24)]
 
+
+def agent_body(model: str, session: str, moved: bool = False, turns: tuple = ()) -> dict:
+    """An agent-like request of ~10k tokens: ~6k of instructions, 24 tools, an environment block
+    (~1.5k tokens) before the user's task, or after it with `moved` (Claude Code's order); each
+    session's task is of another length."""
     rules = "\n".join(f"{i}. When a task touches file group {i}, read the files first, keep the style you find, "
                       f"make the smallest change that works, run the tests for group {i}, and say what changed."
-                      for i in range(240))
+                      for i in range(140))
     env = "<environment>\n" + "\n".join(f"  <file path=\"src/module_{i}.py\" lines=\"{100 + i}\" />"
-                                         for i in range(120)) + "\n</environment>"
-    task = f"Session {session}: find where the configuration is parsed and explain it."
+                                         for i in range(90)) + "\n</environment>"
+    task = f"Session {session}: find where the configuration is parsed and explain it" + " in detail" * len(session) + "."
     user = f"{task}\n\n{env}" if moved else f"{env}\n\n{task}"
-    tools = agent_tools(24)
-    return {"model": model, "temperature": 0, "max_tokens": 1, "tools": tools,
+    return {"model": model, "temperature": 0, "max_tokens": 1, "tools": AGENT_TOOLS,
             "messages": [{"role": "system", "content": "You are a coding agent.\n" + rules},
                          {"role": "user", "content": user}, *turns]}
 
@@ -542,7 +549,7 @@ def agent_cases(url: str, model: str, restart: Callable[[], str] | None, unload:
         out.append(("after an unload", *timed(url, agent_body(model, "D"))))
     else:
         out.append(("after an unload", None, {}))
-    timed(url, agent_body(model, "E", moved=True))  # the environment block after the task, once
+    timed(url, agent_body(model, "EE", moved=True))  # the environment block after the task, once
     out.append(("env block moved", *timed(url, agent_body(model, "F", moved=True))))
     return out
 
