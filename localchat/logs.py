@@ -79,15 +79,20 @@ class RequestRecord:
     error: str | None = None  # why a request failed: its error message, or an error inside a stream
     finish: str | None = None  # the first choice's end: end | stop | length
     why: str | None = None  # why a choice ended early with "length": repetition
+    drafted: int = 0  # tokens drafted from the text and verified, and of those the ones kept
+    kept: int = 0
 
     def text(self) -> None:
         if self.first_token is None:
             self.first_token = time.monotonic()
 
-    def done(self, prompt_tokens: int, cached_tokens: int, generated: int, reason: str, why: str | None = None) -> None:
+    def done(self, prompt_tokens: int, cached_tokens: int, generated: int, reason: str, why: str | None = None,
+             drafted: int = 0, kept: int = 0) -> None:
         """One choice has ended."""
         self.prompt_tokens, self.cached_tokens = prompt_tokens, cached_tokens
         self.generated += generated
+        self.drafted += drafted
+        self.kept += kept
         self.finish = self.finish or reason
         self.why = self.why or why
 
@@ -107,6 +112,8 @@ class RequestRecord:
             parts.append(f"prompt={self.prompt_tokens} cached={self.cached_tokens or 0} generated={self.generated}")
             finish = "error" if self.error else self.finish or "cancelled"
             parts.append(f"finish={finish}" + (f" reason={self.why}" if self.why else ""))
+            if self.drafted:  # drafts from the text: kept of drafted
+                parts.append(f"drafts={self.kept}/{self.drafted}")
         if self.first_token is not None:
             parts.append(f"ttft={self.first_token - self.started:.2f}s")
         parts.append(f"total={time.monotonic() - self.started:.2f}s")

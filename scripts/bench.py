@@ -7,6 +7,7 @@
     scripts/bench --tools [--rounds R]
     scripts/bench --lora [--tokens N] [--rounds R] [--model NAME]
     scripts/bench --vision [--rounds R] [--model NAME]
+    scripts/bench --edit [--model NAME] [--tokens N]  (default: qwen2.5-coder-1.5b, 1200 tokens)
     scripts/bench --agent [--model NAME]            (LLAMA_SERVER=path/to/llama-server: side by side)
 
 Prints decode tokens/s through the server (SSE, official-client framing) and through
@@ -20,6 +21,10 @@ ratio, and whether each meets its goal. With --lora: two random LoRA adapters ma
 two streams at once with one adapter against two streams with different adapters (and none).
 With --vision: what an image costs, in prompt tokens and time to first token (the tiny test
 projector, or the model's own `mmproj`), cold and read again from the prompt cache.
+With --edit: a 110-line file returned with one rename, greedy: decode tok/s without drafts
+(ngram_draft 0) and with them (the default), the text asserted identical, and llama-server's
+tok/s with --spec-type ngram-mod when LLAMA_SERVER names its binary (goals: >= 1.5x without
+drafts, >= llama-server's).
 With --agent: an agent-like prompt of 10k+ tokens (long instructions, 24 tools, an environment
 block), time to first token cold, then the next turn, a new session, a new session after a
 restart, after an unload, and a new session whose environment block moved (written after the
@@ -623,6 +628,115 @@ def agent_bench(config: Path, spec: ModelSpec) -> None:
               f"{(f'{them:11.2f}s' if them else '           -')} {ratio}  {goal}")
 
 
+# -- --edit: a file returned with one rename, drafts from the text --------------------------------
+
+def edit_file() -> str:
+    """A 110-line Python module (config loading and checking), the same every run."""
+    out = ['"""Configuration: read, check and merge the settings of a small service."""', "",
+           "from __future__ import annotations", "", "import json", "import os", "from pathlib import Path", ""]
+    for i in range(10):
+        out += ["", f"def check_{i}(settings: dict) -> list[str]:",
+                f'    """Problems with the settings of part {i}."""',
+                "    problems = []",
+                f'    value = settings.get("part_{i}", {{}})',
+                f'    if not isinstance(value, dict):',
+                f'        problems.append("part_{i} must be a table")',
+                f'    elif value.get("size", 0) > {100 * (i + 1)}:',
+                f'        problems.append("part_{i}.size is over {100 * (i + 1)}")',
+                "    return problems"]
+    out += ["", "", "def load_config(path: Path) -> dict:", '    """The settings in a JSON file, with defaults."""',
+            "    settings = json.loads(path.read_text())",
+            '    settings.setdefault("name", os.environ.get("SERVICE_NAME", "service"))',
+            "    problems = [p for check in CHECKS for p in check(settings)]",
+            "    if problems:", '        raise ValueError("; ".join(problems))', "    return settings", "",
+            "", "CHECKS = [" + ", ".join(f"check_{i}" for i in range(10)) + "]"]
+    return "\n".join(out) + "\n"
+
+
+def edit_body(model: str, n: int, draft: int | None) -> dict:
+    body = {"model": model, "temperature": 0, "max_tokens": n, "messages": [{"role": "user", "content":
+            "Return this file with the function `load_config` renamed to `read_config`. Output only the code.\n\n"
+            "```python\n" + edit_file() + "```"}]}
+    if draft is not None:
+        body["ngram_draft"] = draft
+    return body
+
+
+def stream_text(url: str, body: dict) -> tuple[str, dict]:
+    """The streamed text and http_stream's figures (ttft, decode tok/s, usage)."""
+    parts: list[str] = []
+    start = time.perf_counter()
+    first = last = None
+    usage = None
+    with httpx.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True,
+                      "stream_options": {"include_usage": True}}, timeout=3600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            data = json.loads(line[6:])
+            if data.get("usage"):
+                usage = data["usage"]
+            elif data.get("choices") and data["choices"][0]["delta"].get("content"):
+                now = time.perf_counter()
+                first = first or now
+                last = now
+                parts.append(data["choices"][0]["delta"]["content"])
+    n = usage["completion_tokens"] if usage else len(parts)
+    return "".join(parts), {"ttft": (first or start) - start, "tps": (n - 1) / (last - first) if first and last > first
+                            else 0.0, "tokens": n}
+
+
+def edit_bench(config: Path, spec: ModelSpec, n: int) -> None:
+    import os
+    import subprocess
+
+    server = Server(config, "--model", spec.name)
+    try:
+        stream_text(server.url, edit_body(spec.name, 8, 0))  # the prompt read once, cached for both runs
+        plain_text, plain = stream_text(server.url, edit_body(spec.name, n, 0))
+        draft_text, drafted = stream_text(server.url, edit_body(spec.name, n, None))
+    finally:
+        server.stop()
+    same = plain_text == draft_text
+    theirs = None
+    binary = os.environ.get("LLAMA_SERVER")
+    if binary:
+        port = free_port()
+        argv = [binary, "-m", str(spec.file()), "--port", str(port), "-c", "8192", "-np", "1", "--jinja",
+                "--spec-type", "ngram-mod", "-t", str(spec.threads or os.cpu_count())]
+        log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 300
+            while True:
+                try:
+                    if httpx.get(url + "/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("llama-server did not come up: " + open(log.name).read()[-2000:])
+                time.sleep(0.5)
+            stream_text(url, edit_body(spec.name, 8, None))
+            their_text, theirs = stream_text(url, edit_body(spec.name, n, None))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    speedup = drafted["tps"] / plain["tps"] if plain["tps"] else 0.0
+    print(f"model {spec.name}: a {len(edit_file().splitlines())}-line file returned with one rename, greedy, "
+          f"{drafted['tokens']} tokens")
+    print(f"without drafts : {plain['tps']:6.1f} tok/s")
+    print(f"with drafts    : {drafted['tps']:6.1f} tok/s   {speedup:.2f}x   (goal >= 1.5x)  "
+          f"{'PASS' if speedup >= 1.5 else 'FAIL'}")
+    print(f"identical text : {'yes' if same else 'NO'}   {'PASS' if same else 'FAIL'}")
+    if theirs is not None:
+        ratio = drafted["tps"] / theirs["tps"] if theirs["tps"] else 0.0
+        print(f"llama-server ngram-mod: {theirs['tps']:6.1f} tok/s; localchat/llama-server {ratio:.2f}x  (goal >= 1)  "
+              f"{'PASS' if ratio >= 1 else 'FAIL'}")
+
+
 def free_port() -> int:
     from conftest import free_port as port
     return port()
@@ -640,6 +754,8 @@ def main() -> None:
     ap.add_argument("--tools", action="store_true", help="preparing an agent's 100-tool, 200 KB request")
     ap.add_argument("--lora", action="store_true", help="two streams with one LoRA adapter against two adapters")
     ap.add_argument("--vision", action="store_true", help="what an image costs: prompt tokens, time to first token")
+    ap.add_argument("--edit", action="store_true",
+                    help="a file returned with one rename: decode tok/s with and without drafts from the text")
     ap.add_argument("--agent", action="store_true",
                     help="an agent's 10k-token prompt: cold, next turn, new session, restart, unload, moved block")
     ap.add_argument("--worker", action="store_true",
@@ -655,6 +771,9 @@ def main() -> None:
         return vision_bench(config, spec, args.rounds)
     if args.agent:
         return agent_bench(config, spec)
+    if args.edit:
+        spec = registry.resolve(args.model or "qwen2.5-coder-1.5b")
+        return edit_bench(config, spec, args.tokens if args.tokens != 256 else 1200)
     # only to render and tokenize the prompt exactly as the server does (one slot: a small context)
     loaded = load_model(spec, settings=Settings(parallel=1, worker=False))
     prompt = render_prompt(loaded.template, PROMPT, bos_token=loaded.bos_token, eos_token=loaded.eos_token)

@@ -31,6 +31,9 @@ class SamplingParams:
     # End a generation that loops: its last this-many tokens (and 3 periods) repeat a unit of 1 to 256
     # tokens (engine/repetition.py); it ends as at max_tokens ("length"). 0: never.
     repetition_stop: int = _knob(256, ge=0, le=1 << 20)
+    # Draft up to this many tokens a step from the text written so far (engine/drafts.py: n-gram lookup),
+    # verified in the same batch: the same text, faster where the output repeats the prompt (an edit). 0: off.
+    ngram_draft: int = _knob(16, ge=0, le=64)
     seed: int | None = _knob(None)
     logit_bias: dict[int, float] = field(default_factory=dict)
     stop: tuple[str, ...] = ()
@@ -127,6 +130,8 @@ class Done:
     index: int = 0
     stop: str | None = None  # the stop string that ended the text, if one did
     why: str | None = None  # "repetition": a "length" end before the budget, the output having looped
+    drafted: int = 0  # tokens drafted from the text (engine/drafts.py) and verified
+    kept: int = 0  # of those, the ones the model wrote
 
 
 @dataclass(frozen=True)

@@ -273,14 +273,20 @@ class Scheduler:
         Returns whether anything was decoded."""
         busy = self.media is not None and self.media.decode_heads(jobs, self.ctx, lambda: self._use(adapters),
                                                                   self.n_batch, self._fail)
-        # tokens for a slot; who samples; with prompt logprobs, the job and the prompt index of its first token
-        rows: list[tuple[Slot, list[int], Sequence | Job | None, tuple[Job, int] | None]] = []
+        # tokens for a slot; who samples; with prompt logprobs, the job and the prompt index of its first token;
+        # the tokens drafted after a sequence's next token (drafts.py), each with its logits, verified after
+        rows: list[tuple[Slot, list[int], Sequence | Job | None, tuple[Job, int] | None, list[int]]] = []
         room = self.n_batch
         for job in jobs:
             for seq in job.seqs:
                 if seq.next_token is not None:
-                    rows.append((seq.slot, [seq.next_token], seq, None))
+                    rows.append((seq.slot, [seq.next_token], seq, None, []))
                     room -= 1
+        for row in rows:  # drafts take what room the next tokens left, never a prompt's chunk
+            drafts = row[2].draft(min(room, self.n_ctx - row[0].next_pos - 1))
+            row[1].extend(drafts)
+            row[4].extend(drafts)
+            room -= len(drafts)
         for job in jobs:
             text = self.media.text_room(job) if self.media is not None else len(job.pending)
             every = job.request.prompt_logprobs is not None
@@ -288,21 +294,21 @@ class Scheduler:
                 chunk = job.pending[: min(room, text, PROMPT_LOGPROBS_CHUNK if every else room)]
                 start = len(job.tokens) - len(job.pending)
                 del job.pending[: len(chunk)]
-                rows.append((job.lead.slot, chunk, None if job.pending else job, (job, start) if every else None))
+                rows.append((job.lead.slot, chunk, None if job.pending else job, (job, start) if every else None, []))
                 room -= len(chunk)
         if not rows:
             return busy
         rows.sort(key=lambda row: row[0].seq_id)  # llama.cpp batches ascending slot ids together
         n, outputs, prompts = 0, [], []
-        for slot, tokens, who, every in rows:
+        for slot, tokens, who, every, drafts in rows:
             if every is not None:
                 prompts.append((*every, n, len(tokens)))
             for token in tokens:
-                self._add(n, slot, token, every is not None)
+                self._add(n, slot, token, every is not None or bool(drafts))
                 n += 1
             if who is not None:
                 self._logits[n - 1] = True
-                outputs.append((who, n - 1))
+                outputs.append((who, n - 1 - len(drafts), drafts))
         self.batch.n_tokens = n
         self._use(adapters)
         rc = C.llama_decode(self.ctx, self.batch)
@@ -312,16 +318,33 @@ class Scheduler:
             return True
         for job, start, at, count in prompts:
             read_prompt_logprobs(job, self.model, self.ctx, start, at, count)
-        for item, idx in outputs:
+        for item, idx, drafts in outputs:
             try:
                 if isinstance(item, Job):
                     self._prompt_done(item, idx)
+                elif drafts:
+                    self._verify(item, idx, drafts)
                 else:
                     item.sample(self.ctx, idx)
             except Exception as exc:  # noqa: BLE001 - one request's failure (a grammar dead end) is its own
                 job = item if isinstance(item, Job) else next(j for j in jobs if item in j.seqs)
                 self._fail(job, exc)
         return True
+
+    def _verify(self, seq: Sequence, idx: int, drafts: list[int]) -> None:
+        """The sequence samples at its next token's row, then at each drafted token's row while
+        the drafted token is the one it sampled; the cells of the drafted tokens it did not keep go."""
+        seq.sample(self.ctx, idx)
+        kept = 0
+        for token in drafts:
+            if seq.next_token != token:
+                break
+            kept += 1
+            seq.sample(self.ctx, idx + kept)
+        if kept < len(drafts):
+            slot = seq.slot
+            C.llama_memory_seq_rm(self.mem, slot.seq_id, slot.keep(len(slot.cached) - (len(drafts) - kept)), -1)
+        seq.drafter.verified(len(drafts), kept)
 
     def _use(self, adapters: Adapters) -> None:
         """Apply a set of LoRA adapters to the context (a no-op when it is already applied)."""

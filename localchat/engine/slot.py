@@ -14,6 +14,7 @@ import llama_cpp as C
 import numpy as np
 
 from ..errors import GrammarDeadEnd
+from .drafts import NgramDrafter
 from .model import Model
 from .params import Done, Event, TokenLogprob, TopLogprob, Text
 from .repetition import LoopDetector
@@ -61,6 +62,17 @@ class Sequence:
         self.finish: str | None = None
         self.why: str | None = None  # "repetition": ended early as "length" because it looped
         self._pending_logprobs: list[TokenLogprob] = []
+        self.drafter: NgramDrafter | None = None  # made at the first step that may draft (scheduler)
+
+    def draft(self, room: int) -> list[int]:
+        """Tokens to decode after next_token this step, to be verified (none when drafts are off,
+        nothing matches, or there is no room: the batch's, the budget's)."""
+        limit = self.sampler.params.ngram_draft
+        if not limit or self.next_token is None:
+            return []
+        if self.drafter is None:
+            self.drafter = NgramDrafter([*self.slot.cached, self.next_token], limit)
+        return self.drafter.propose(min(room, self.budget - self.generated - 1))
 
     def sample(self, ctx, idx: int) -> None:
         """Sample from the logits at batch index `idx`; emit its text; finish or queue the token."""
@@ -91,6 +103,8 @@ class Sequence:
             self.why = "repetition"
             return self._end("length", flush=True)
         self.next_token = token
+        if self.drafter is not None:
+            self.drafter.push(token)
 
     def cancel(self) -> None:
         self.finish = "cancelled"
@@ -111,7 +125,7 @@ class Sequence:
 
     def done(self, prompt_tokens: int, cached_tokens: int) -> Done:
         return Done(self.finish or "cancelled", prompt_tokens, self.generated, cached_tokens, self.index,
-                    self.stopper.matched, self.why)
+                    self.stopper.matched, self.why, *((self.drafter.drafted, self.drafter.kept) if self.drafter else ()))
 
     def _logprob(self, ctx, idx: int, token: int) -> TokenLogprob:
         return token_logprob(self.model, ctx, idx, token, max(self.logprobs or 0, 0))

@@ -96,7 +96,7 @@ class Turn:
                     self._running.discard(event.index)
                     if record is not None:
                         record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens, reason,
-                                    event.why)
+                                    event.why, event.drafted, event.kept)
                     yield event.index, Finish(reason, usage, event.index, event.stop, split.calls)
         except Exception as exc:
             if record is not None:
