@@ -28,9 +28,7 @@ from typing import Any
 
 from ..errors import EngineCrashed, ModelUnavailable, QueueFull
 from ..logs import escape_request_text
-from .base import Emit, Stream
-from .engine import check_adapters
-from .model import Model
+from .base import Emit, Stream, check_adapters
 from .params import Generate, Started
 
 log = logging.getLogger("localchat.worker")
@@ -49,6 +47,8 @@ class WorkerEngine:
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
                  visible: Iterable[str] = (), name: str = "", pooling: int | None = None,
                  rope: tuple[str, float] | None = None, loras: Iterable[str] = (), mmproj: str | None = None) -> None:
+        from .model import Model  # the vocabulary, in this process: llama.cpp loads here, not on import
+
         self.name = name or path.stem
         self.model = Model(path, vocab_only=True)
         self.model.show_tokens(visible)

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...engine.embed import Embedder
+from ...engine.params import EMBED_BATCH
 from ...errors import InvalidRequest
 from ...generation import Chat
 from .. import errors
@@ -27,7 +27,7 @@ from .pull import delete_route, pull_route
 from .stream import Clock, nanos
 
 VERSION = "0.9.0"  # the Ollama API this follows: `think` (0.9), structured outputs (0.5), tools
-EMBED_MAX_TOKENS = Embedder.__init__.__kwdefaults__["n_batch"]  # the longest input one embedding takes
+EMBED_MAX_TOKENS = EMBED_BATCH  # the longest input one embedding takes
 
 
 def render(status: int, kind: str, message: str, param: str | None, code: str | None) -> dict[str, Any]:
