@@ -1,5 +1,6 @@
-"""OpenAI's Responses API: input items and tools in (request.py), output items and named SSE
-events out (stream.py), stored responses. Errors in OpenAI's shape, with its field names."""
+"""OpenAI's Responses API: the request's models (schemas.py), input items and tools in
+(request.py), output items and named SSE events out (stream.py), stored responses. Errors in
+OpenAI's shape, with its field names."""
 
 from __future__ import annotations
 
