@@ -1,7 +1,8 @@
 """Ollama's API on the same port, for the clients that speak it (VS Code Copilot's Ollama
 provider, Open WebUI, the `ollama` libraries): the models (`/api/tags`, `/api/show`, `/api/ps`:
-ollama_models.py; `/api/pull`, `/api/delete`: ollama_pull.py), chat and generate (ollama_chat.py),
-embeddings (`/api/embed`, `/api/embeddings`) and `/api/version` here. Errors are Ollama's `{"error": "message"}`."""
+models.py; `/api/pull`, `/api/delete`: pull.py), chat and generate (chat.py, stream.py),
+embeddings (`/api/embed`, `/api/embeddings`) and `/api/version` here. Errors are Ollama's
+`{"error": "message"}` (`ERRORS`, registered by create_app)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def render(status: int, kind: str, message: str, param: str | None, code: str | 
     return {"error": message}
 
 
-errors.register("/api/", render, fields=[(r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
-                                         (r"json_schema", "format"), (r"json_object", "format")])
+ERRORS = [errors.Shape("/api/", render, fields=[(r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
+                                                (r"json_schema", "format"), (r"json_object", "format")])]
 
 
 class _Body(BaseModel):
