@@ -17,8 +17,6 @@ from ..errors import EngineError, InvalidRequest, ModelUnavailable
 from .model import Model
 from .params import EMBED_BATCH
 
-POOLING = {"mean": C.LLAMA_POOLING_TYPE_MEAN, "cls": C.LLAMA_POOLING_TYPE_CLS, "last": C.LLAMA_POOLING_TYPE_LAST}
-
 
 class Embedder:
     param = "input"  # the request field an input error names
