@@ -157,7 +157,7 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return found
 
 
-def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function():
+def test_the_cycle_finder_names_each_cycle_once_in_import_order():
     graph = {"a": {"b": 3}, "b": {"c": 9}, "c": {"a": 40}, "d": {"a": 1}}
     assert cycles(graph) == [["a", "b", "c", "a"]]
     assert cycles({"a": {"b": 1}, "b": {}}) == []
