@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .codecs.base import Codec, Segments, Tool
+from .codecs.base import Codec, Tool
 from .codecs.json_codecs import GENERIC
 from .codecs.split import Splitter
 
@@ -80,6 +80,3 @@ class Family:
                  calls: bool = True) -> Splitter:
         """What splits this family's output into reasoning, content and (with `calls`) tool calls."""
         return self.codec.splitter(self.reasoning, thinking, tools if calls else None, strict)
-
-    def describe_tools(self, tools: Sequence[Tool]) -> Segments:
-        return self.codec.describe(tools)

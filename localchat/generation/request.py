@@ -8,7 +8,7 @@ own words (api/<protocol>'s table)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, make_dataclass, replace
+from dataclasses import dataclass, field, make_dataclass, replace
 from typing import Any, Literal
 
 from ..engine.params import KNOBS, SamplingParams
@@ -117,6 +117,3 @@ class GenerationRequest:
     documents: tuple[dict[str, str], ...] = ()  # for retrieval: to a template that takes them, else the system prompt
     cache_prompt: bool = True  # False: the prompt is neither read from a slot's cache nor left in it
     prompt_logprobs: int | None = None  # k: each prompt token's log-probability and the k most likely
-
-
-SAMPLING_FIELDS = tuple(f.name for f in fields(Sampling))

@@ -7,7 +7,7 @@ user `tool_result` blocks → `tool` messages, assistant `thinking` → `reasoni
 system prompt when the model's template cannot place them). Tools the hosted API runs itself
 (web search, code execution, MCP servers) are dropped and reported (hosted.py); a tool with
 `defer_loading` is shown to the model once a `tool_reference` block in a tool result loads it.
-The response side (blocks, SSE events) is in anthropic_stream.py."""
+The response side (blocks, SSE events) is in stream.py."""
 
 from __future__ import annotations
 

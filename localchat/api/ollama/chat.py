@@ -16,7 +16,7 @@ from ...generation import Chat, GenerationRequest, Message as Said, OutputRules,
 from ...models import Registry, Settings
 from ..body import KeepAlive, parse, read_json
 from ..common import Lenient as _Lenient, base64_image, respond, sampling
-from ..openai.schemas import call_arguments
+from ..fields import call_arguments
 from ..sse import loosened_headers
 from .stream import Answer, Clock, Shape, collect, stream
 

@@ -22,7 +22,8 @@ from ...generation import Chat, Delta, Finish, GenerationRequest, Logprobs, Outp
 from ...grammars.metaschema import schema_problem
 from ...models import Settings
 from ..body import KeepAlive, parse, read_json
-from .schemas import SamplingFields, StreamOptions
+from ..fields import SamplingFields
+from .schemas import StreamOptions
 from ..common import respond, sampling, stream_error
 from ..errors import render
 from .chat import prompt_logprobs

@@ -3,13 +3,13 @@ text, image and audio parts, tool calls with their arguments as JSON values."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from ...errors import InvalidRequest
 from ...generation import Audio, Message as Said, Part, Text, ToolCall as Called
 from ...generation.media import b64
 from ..common import Lenient as _Lenient, url_image
+from ..fields import call_arguments
 
 
 class ImageUrl(_Lenient):
@@ -75,12 +75,3 @@ def said(i: int, m: Message) -> Said:
     return Said("system" if m.role == "developer" else m.role, tuple(parts), calls, m.tool_call_id, m.name,
                 m.reasoning_content)
 
-
-def call_arguments(arguments: str | dict[str, Any]) -> Any:
-    """A tool call's arguments as the JSON value they encode (a string that is not JSON stays)."""
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        return json.loads(arguments)
-    except ValueError:
-        return arguments

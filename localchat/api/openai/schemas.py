@@ -11,13 +11,13 @@ from pydantic import Field, ValidationInfo, field_validator
 from ...errors import InvalidRequest
 from ...generation import GenerationRequest, OutputRules, ToolSpec
 from ...grammars.metaschema import schema_problem
-from ...models import Settings, sampling_model
+from ...models import Settings
 from ..body import KeepAlive
 from ..common import Lenient as _Lenient, sampling
-from ..llamacpp.lora import LoraField, lora_choice
-from .messages import Message, call_arguments, said
+from ..fields import LoraField, SamplingFields, lora_choice
+from .messages import Message, said
 
-__all__ = ["ChatCompletionRequest", "SamplingFields", "StreamOptions", "call_arguments"]
+__all__ = ["ChatCompletionRequest", "StreamOptions"]
 
 _DEFAULT_LIMITS = Settings()
 
@@ -85,9 +85,6 @@ class ResponseFormat(_Lenient):
     @classmethod
     def _schema(cls, v: dict[str, Any] | bool | None, info: ValidationInfo) -> dict[str, Any] | bool | None:
         return None if v is None else _checked_schema(v, info)
-
-
-SamplingFields = sampling_model("SamplingFields", optional=True, base=_Lenient)
 
 
 class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]

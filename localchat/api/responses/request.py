@@ -1,6 +1,6 @@
 """OpenAI's Responses API, `POST /v1/responses`: input items (messages, function calls and
 their outputs) become chat messages, `tools` / `tool_choice` / `text.format` the output rules,
-and the generation's events become output items (responses_stream.py).
+and the generation's events become output items (stream.py). The request's models: schemas.py.
 
 Stored responses (`store`, on by default) are kept in memory, the last STORED of them, so that
 `previous_response_id` continues a conversation and `GET /v1/responses/{id}` finds one; a
@@ -17,9 +17,8 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -28,82 +27,13 @@ from ...errors import InvalidRequest, LocalchatError
 from ...generation import Chat, GenerationRequest, Image, Message as Said, OutputRules, Text, ToolCall, ToolSpec
 from ...models import Settings
 from .. import hosted
-from ..body import KeepAlive, parse, read_json
-from ..common import Lenient as _Lenient, respond, sampling, url_image
-from ..openai.schemas import SamplingFields
+from ..body import parse, read_json
+from ..common import respond, sampling, url_image
 from ..sse import loosened_headers
+from .schemas import InputItem, NamedChoice, Part, ResponsesRequest, Tool
 from .stream import Numbered, Output, Shell, collect, stream
 
 STORED = 100  # responses kept for previous_response_id
-
-
-class Part(_Lenient):
-    type: str
-    text: str | None = None
-    image_url: str | None = None  # an input_image's (a data: URI)
-
-
-class InputItem(_Lenient):
-    type: str = "message"
-    role: Literal["user", "system", "developer", "assistant"] | None = None
-    content: str | list[Part] | None = None
-    call_id: str | None = None
-    name: str | None = None
-    namespace: str | None = None  # a call of a function tool inside a namespace tool
-    arguments: str | None = None
-    output: str | list[Part] | None = None
-
-
-class Tool(_Lenient):
-    type: str
-    name: str | None = Field(None, pattern=r"^[a-zA-Z0-9_.:-]{1,64}$")
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-    tools: list[Tool] | None = None  # a namespace's function tools
-
-
-class NamedChoice(_Lenient):
-    type: str
-    name: str | None = None
-
-
-class TextFormat(_Lenient):
-    type: Literal["text", "json_object", "json_schema"]
-    name: str | None = None
-    description: str | None = None
-    schema_: dict[str, Any] | bool | None = Field(None, alias="schema")
-    strict: bool | None = None
-
-
-class TextConfig(_Lenient):
-    format: TextFormat | None = None
-
-
-class Reasoning(_Lenient):
-    effort: str | None = None
-    summary: str | None = None
-
-
-class ResponsesRequest(SamplingFields):  # type: ignore[misc, valid-type]
-    model: str | None = None
-    input: str | list[InputItem] | None = None
-    instructions: str | None = None
-    tools: list[Tool] = []
-    tool_choice: Literal["auto", "none", "required"] | NamedChoice = "auto"
-    parallel_tool_calls: bool = True
-    text: TextConfig | None = None
-    max_output_tokens: int | None = Field(None, ge=1)
-    reasoning: Reasoning | None = None
-    store: bool = True
-    previous_response_id: str | None = None
-    metadata: dict[str, Any] | None = None
-    stream: bool = False
-    logit_bias: dict[str, float] | None = None  # extension, as in chat completions
-    keep_alive: KeepAlive = None  # extension (Ollama's)
-
-    def items(self) -> list[InputItem]:
-        return [InputItem(role="user", content=self.input)] if isinstance(self.input, str) else list(self.input or [])
 
 
 class ResponseNotFound(LocalchatError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import BlockParser, Codec, Delta, Piece, ReasoningDelta, Stepped, Tool
+from .pieces import BlockParser, CallSyntax as Codec, Delta, Piece, ReasoningDelta, Stepped, Tool
 from .pattern import find_first, held_back
 
 
