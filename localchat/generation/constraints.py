@@ -18,8 +18,6 @@ from ..families import Family
 from ..errors import GrammarError
 from ..grammars import validate
 from ..grammars.gbnf import MAX_BYTES
-from ..grammars.metaschema import schema_problem
-from ..models import Settings
 from ..grammars.schema import assemble, convert
 from ..grammars.tools import after_reasoning
 from ..families.codecs.base import GrammarOptions, Tool
@@ -51,12 +49,9 @@ class OutputRules:
         return bool(self.tools) and self.tool_choice != "none"
 
 
-def check(rules: OutputRules, limits: Settings | None = None) -> None:
+def check(rules: OutputRules) -> None:
     """Everything about the output's shape that can be refused before any work, whatever the
-    protocol: names, choices, and (with the server's limits) the tools' count and size and
-    every schema against its draft's metaschema."""
-    if limits is not None:
-        _check_limits(rules, limits)
+    protocol: names and choices (the server's limits on tools and schemas: limits.py)."""
     names = [t.name for t in rules.tools]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
@@ -68,21 +63,6 @@ def check(rules: OutputRules, limits: Settings | None = None) -> None:
         raise InvalidRequest("a tool call is required but the request has no tools", field="tool_choice")
     if rules.grammar is not None and (rules.json_schema is not None or rules.json_object or rules.calls_tools):
         raise InvalidRequest("a grammar cannot be combined with a JSON output format or with tools", field="grammar")
-
-
-def _check_limits(rules: OutputRules, limits: Settings) -> None:
-    if len(rules.tools) > limits.max_tools:
-        raise InvalidRequest(f"{len(rules.tools)} tools; at most {limits.max_tools} per request (max_tools)",
-                             field="tools")
-    size = sum(len(json.dumps(t.parameters, separators=(",", ":"))) for t in rules.tools if t.parameters)
-    if size > limits.max_tool_schema_bytes:
-        raise InvalidRequest(f"the tools' schemas are {size} bytes together; at most "
-                             f"{limits.max_tool_schema_bytes} (max_tool_schema_bytes)", field="tools")
-    for i, tool in enumerate(rules.tools):
-        if tool.parameters is not None and (problem := schema_problem(tool.parameters, limits.max_schema_depth)):
-            raise InvalidRequest(problem, field=f"tools.{i}.parameters")
-    if rules.json_schema is not None and (problem := schema_problem(rules.json_schema, limits.max_schema_depth)):
-        raise InvalidRequest(problem, field="json_schema")
 
 
 def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | None:

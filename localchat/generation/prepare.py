@@ -12,7 +12,7 @@ from ..engine.params import Media
 from ..errors import InvalidRequest
 from ..models import Settings
 from ..models.host import LoadedModel
-from . import constraints
+from . import constraints, limits
 from .adapters import resolve_adapters
 from .conversation import render_conversation
 from .fetch import load_url
@@ -28,10 +28,11 @@ class Prepared:
     splitters: list[OutputSplitter]
 
 
-def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings | None = None,
-            check: bool = True) -> Prepared:
+def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings | None = None) -> Prepared:
     """Render the prompt (images and audio decoded and placed), build and check the grammar,
-    tokenize; apply the model's sampling defaults and the server's limits (`settings`)."""
+    tokenize; apply the model's sampling defaults and the server's max_tokens_cap (`settings`;
+    the other limits: limits.check, before the model is leased; the prompt's length: the
+    engine's check_fits, as it takes the request)."""
     settings = settings or Settings()
     rules, family, tokenizer = request.output, loaded.family, loaded.engine.tokenizer
     media: tuple[Media, ...] = ()
@@ -50,11 +51,8 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     constraint = constraints.build(rules, family, thinking)
     params = request.sampling.over(SamplingParams(**loaded.spec.sampling.model_dump()))
     params = replace(params, logit_bias=_logit_bias(request.sampling.logit_bias, tokenizer.n_vocab),
-                     stop=tuple(params.stop or ()), ignore_eos=bool(params.ignore_eos))
-    if check and (params.max_tokens is None or params.max_tokens > settings.max_tokens_cap):
-        params = replace(params, max_tokens=settings.max_tokens_cap)
-    if check:
-        loaded.engine.check_fits(tokens)
+                     stop=tuple(params.stop or ()), ignore_eos=bool(params.ignore_eos),
+                     max_tokens=limits.max_tokens(params.max_tokens, settings))
     raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
     strict = constraint is not None and rules.calls_tools  # the calls follow the codec's grammar
     splitters = [OutputSplitter() if raw else family.splitter(constraints.codec_tools(rules), thinking, strict,

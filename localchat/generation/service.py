@@ -13,10 +13,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from ..engine import Done, PromptLogprobs, Stream, Text, TokenLogprob
-from ..errors import InvalidRequest
 from ..logs import RequestRecord, current_request
 from ..models.host import Lease, ModelHost
-from . import constraints
+from . import constraints, limits
 from .prepare import prepare, rendered
 from .request import GenerationRequest
 from .stream import OutputSplitter, Piece
@@ -124,14 +123,14 @@ class Chat:
 
     async def start(self, request: GenerationRequest) -> Turn:
         """Everything that can reject the request happens here, before a byte is sent: the
-        model, the template, the grammar, the prompt's length, a full queue."""
-        constraints.check(request.output, self.host.settings)
+        server's limits (limits.py), the model, the template, the grammar, the prompt's length
+        (checked by the engine as it takes the request), a full queue."""
+        await asyncio.to_thread(limits.check, request, self.host.settings)  # 100 new schemas: ~0.5 s, off the loop
+        constraints.check(request.output)
         lease = await self.host.lease(request.model, request.keep_alive)
         try:
             loaded = lease.model
-            if request.n > loaded.engine.parallel:
-                raise InvalidRequest(f"at most {loaded.engine.parallel} completions per request for this model "
-                                     "(its `parallel` setting)", field="n")
+            limits.check_n(request.n, loaded.engine.parallel)
             # templates, images, grammars, tokens: off the event loop
             prepared = await asyncio.to_thread(prepare, request, loaded, self.host.settings)
             loosened = prepared.generate.constraint.loosened if prepared.generate.constraint else ()
@@ -157,10 +156,11 @@ class Chat:
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
-        constraints.check(request.output, self.host.settings)
+        await asyncio.to_thread(limits.check, request, self.host.settings)
+        constraints.check(request.output)
         lease = await self.host.lease(request.model, request.keep_alive)
         try:
-            prepared = await asyncio.to_thread(prepare, request, lease.model, self.host.settings, False)
+            prepared = await asyncio.to_thread(prepare, request, lease.model, self.host.settings)
             return len(prepared.generate.tokens)
         finally:
             lease.release()

@@ -16,7 +16,7 @@ import re
 import secrets
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -102,25 +102,15 @@ class MessagesRequest(CountRequest):
     logit_bias: dict[str, float] | None = None  # extension (OpenAI's): token id → bias
     keep_alive: KeepAlive = None  # extension (Ollama's): how long the model stays loaded afterwards
 
-    @field_validator("stop_sequences")
-    @classmethod
-    def _stops(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
-        limits: Settings = (info.context or {}).get("limits") or Settings()
-        if v and len(v) > limits.max_stop_strings:
-            raise ValueError(f"at most {limits.max_stop_strings} stop sequences (max_stop_strings)")
-        if any(len(s) > limits.max_stop_chars for s in v or []):
-            raise ValueError(f"a stop sequence may be at most {limits.max_stop_chars} characters (max_stop_chars)")
-        return v
-
 
 def to_request(req: CountRequest, settings: Settings, dropped: list[str] | None = None) -> GenerationRequest:
-    """The neutral request. max_tokens is a ceiling in Anthropic's API: past the server's cap it
-    is lowered to the cap (Claude Code asks for 32000). Hosted tools left out are appended to
+    """The neutral request. max_tokens is a ceiling: past the server's cap generation lowers it
+    to the cap (Claude Code asks for 32000). Hosted tools left out are appended to
     `dropped`. `thinking` turns reasoning on or off where the template has the switch."""
     knobs = req.model_dump()
     extra: dict[str, Any] = {}
     if isinstance(req, MessagesRequest):
-        knobs["max_tokens"] = min(req.max_tokens, settings.max_tokens_cap)
+        knobs["max_tokens"] = req.max_tokens
         extra = {"keep_alive": req.keep_alive}
     else:
         knobs["max_tokens"] = None
@@ -278,7 +268,7 @@ def routes(chat: Chat) -> list[Route]:
         body = await read_json(request, settings.max_body_bytes)
 
         def translate() -> tuple[CountRequest, GenerationRequest, list[str]]:  # a long conversation: off the loop
-            req, dropped = parse(model, body, limits=settings), []
+            req, dropped = parse(model, body), []
             return req, to_request(req, settings, dropped), dropped
 
         return await asyncio.to_thread(translate)

@@ -21,7 +21,7 @@ def routes(chat: Chat) -> list[Route]:
     async def apply_template(request: Request) -> Response:
         limits = chat.host.settings
         body = await read_json(request, limits.max_body_bytes)
-        req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body, limits=limits))
+        req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body))
         return JSONResponse({"prompt": await chat.render(req.to_request(limits))})
 
     return [Route("/apply-template", apply_template, methods=["POST"])]

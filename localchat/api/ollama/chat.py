@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -49,16 +49,6 @@ class Options(_Lenient):
     seed: int | None = None  # negative: a random seed
     num_predict: int | None = None  # -1, -2 (and 0): no limit of the request's own
     stop: str | list[str] | None = None
-
-    @field_validator("stop")
-    @classmethod
-    def _stop(cls, v: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
-        limits: Settings = (info.context or {}).get("limits") or Settings()
-        stops = [v] if isinstance(v, str) else v or []
-        if len(stops) > limits.max_stop_strings or any(len(s) > limits.max_stop_chars for s in stops):
-            raise ValueError(f"at most {limits.max_stop_strings} stop strings of at most {limits.max_stop_chars} "
-                             "characters each (max_stop_strings, max_stop_chars)")
-        return v
 
     def sampling(self) -> Any:
         knobs = {**self.model_dump(), "penalty_last_n": self.repeat_last_n,
@@ -201,7 +191,7 @@ async def _load(chat: Chat, body: _Generation, shape: Shape) -> Response:
 
 async def chat_route(chat: Chat, request: Request) -> Response:
     clock, limits = Clock(), chat.host.settings
-    body = parse(ChatBody, await read_json(request, limits.max_body_bytes), limits=limits)
+    body = parse(ChatBody, await read_json(request, limits.max_body_bytes))
     if not body.messages:
         return await _load(chat, body, Shape(True, body.model))
     turn = await chat.start(chat_request(body, chat.host.registry))
@@ -210,7 +200,7 @@ async def chat_route(chat: Chat, request: Request) -> Response:
 
 async def generate_route(chat: Chat, request: Request) -> Response:
     clock, limits = Clock(), chat.host.settings
-    body = parse(GenerateBody, await read_json(request, limits.max_body_bytes), limits=limits)
+    body = parse(GenerateBody, await read_json(request, limits.max_body_bytes))
     if not body.prompt and not body.suffix:
         return await _load(chat, body, Shape(False, body.model))
     turn = await chat.start(generate_request(body, chat.host.registry))

@@ -36,7 +36,8 @@ def render(status: int, kind: str, message: str, param: str | None, code: str | 
 
 
 ERRORS = [errors.Shape("/api/", render, fields=[(r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
-                                                (r"json_schema", "format"), (r"json_object", "format")])]
+                                                (r"json_schema", "format"), (r"json_object", "format"),
+                                                (r"stop", "options.stop")])]
 
 
 class _Body(BaseModel):
