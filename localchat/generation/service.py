@@ -121,13 +121,18 @@ class Chat:
     def __init__(self, host: ModelHost) -> None:
         self.host = host
 
+    async def _checked_lease(self, request: GenerationRequest) -> Lease:
+        """The server's limits (off the event loop: 100 new schemas take ~0.5 s to check) and the
+        output's rules checked, then the model leased."""
+        await asyncio.to_thread(limits.check, request, self.host.settings)
+        constraints.check(request.output)
+        return await self.host.lease(request.model, request.keep_alive)
+
     async def start(self, request: GenerationRequest) -> Turn:
         """Everything that can reject the request happens here, before a byte is sent: the
         server's limits (limits.py), the model, the template, the grammar, the prompt's length
         (checked by the engine as it takes the request), a full queue."""
-        await asyncio.to_thread(limits.check, request, self.host.settings)  # 100 new schemas: ~0.5 s, off the loop
-        constraints.check(request.output)
-        lease = await self.host.lease(request.model, request.keep_alive)
+        lease = await self._checked_lease(request)
         try:
             loaded = lease.model
             limits.check_n(request.n, loaded.engine.parallel)
@@ -156,9 +161,7 @@ class Chat:
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
-        await asyncio.to_thread(limits.check, request, self.host.settings)
-        constraints.check(request.output)
-        lease = await self.host.lease(request.model, request.keep_alive)
+        lease = await self._checked_lease(request)
         try:
             prepared = await asyncio.to_thread(prepare, request, lease.model, self.host.settings)
             return len(prepared.generate.tokens)
