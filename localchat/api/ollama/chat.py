@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from ...engine.params import KNOBS
 from ...errors import InvalidRequest, ModelNotFound
 from ...generation import Chat, GenerationRequest, Message as Said, OutputRules, Part, Text, ToolCall, ToolSpec, Turn
-from ...models import Registry, Settings
+from ...models import Registry
 from ..body import KeepAlive, parse, read_json
 from ..common import Lenient as _Lenient, base64_image, respond, sampling
 from ..fields import call_arguments
