@@ -9,7 +9,6 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..engine import Constraint
@@ -17,36 +16,10 @@ from ..errors import InvalidRequest
 from ..families import Family
 from ..errors import GrammarError
 from ..grammars import validate
-from ..grammars.gbnf import MAX_BYTES
+from ..neutral import OutputRules, ToolSpec
 from ..grammars.schema import assemble, convert
 from ..grammars.tools import after_reasoning
 from ..families.codecs.base import GrammarOptions, Tool
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str | None
-    parameters: dict[str, Any] | None
-    strict: bool = False  # a keyword of `parameters` the grammar cannot enforce is a 400, not a header
-
-
-@dataclass(frozen=True)
-class OutputRules:
-    """The request's wishes for the output, as the API parsed them."""
-
-    tools: tuple[ToolSpec, ...] = ()
-    tool_choice: str = "auto"  # auto | none | required | the name of one tool
-    parallel_tool_calls: bool = True
-    json_schema: dict[str, Any] | bool | None = None  # response_format json_schema
-    json_object: bool = False  # response_format json_object
-    strict: bool = False  # json_schema's strict: a keyword the grammar cannot enforce is a 400, not a header
-    grammar: str | None = None  # raw GBNF (extension)
-    max_grammar_bytes: int = MAX_BYTES  # the server's limit, for the raw grammar and for those made from schemas
-
-    @property
-    def calls_tools(self) -> bool:
-        return bool(self.tools) and self.tool_choice != "none"
 
 
 def check(rules: OutputRules) -> None:

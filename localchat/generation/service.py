@@ -1,4 +1,4 @@
-"""The generation step: a neutral request in (request.py), neutral events out — content,
+"""The generation step: a neutral request in, neutral events out (both localchat/neutral.py) — content,
 reasoning, tool calls, log-probabilities, and each choice's finish with its usage.
 
 Everything that can reject a request (unknown model, bad template input, a prompt longer than
@@ -12,44 +12,15 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from ..engine import Done, PromptLogprobs, Stream, Text, TokenLogprob
+from ..engine import Done, PromptLogprobs, Stream, Text
+from ..families.codecs.split import Splitter
 from ..logs import RequestRecord, current_request
 from ..models.host import Lease, ModelHost
+from ..neutral import Finish, GenerationRequest, Logprobs, Piece, Usage
 from . import constraints, limits
 from .prepare import prepare, rendered
-from .request import GenerationRequest
-from .stream import OutputSplitter, Piece
 
 log = logging.getLogger("localchat.generation")
-
-
-@dataclass(frozen=True)
-
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass(frozen=True)
-class Finish:
-    """One choice has ended; `usage` counts that choice's completion tokens."""
-
-    reason: str  # end: the model ended its turn | stop: a stop string matched | length: out of tokens
-    usage: Usage
-    index: int = 0
-    stop: str | None = None  # the stop string that ended the text, if one did
-    calls: int = 0  # tool calls made in this choice
-
-
-@dataclass(frozen=True)
-class Logprobs:
-    index: int
-    tokens: tuple[TokenLogprob, ...]
 
 
 @dataclass
@@ -63,7 +34,7 @@ class Turn:
     prompt_tokens: int  # known before the first event
     _lease: Lease
     _stream: Stream
-    _splitters: list[OutputSplitter]
+    _splitters: list[Splitter]
     loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce: "[tool]#/path:keyword"
     _record: RequestRecord | None = None
     _running: set[int] = field(default_factory=set)  # the choices whose Finish has not been given yet

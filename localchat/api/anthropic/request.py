@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...errors import InvalidRequest
-from ...generation import Chat, GenerationRequest, Message as Said, OutputRules, Part, Text, ToolCall, ToolSpec
+from ...generation import REASONING_OFF, REASONING_ON, Chat, ChatMessage, GenerationRequest, OutputRules, Part, PastCall, TextPart, ToolSpec
 from ...models import Settings, sampling_model
 from .. import hosted
 from ..body import KeepAlive, parse, read_json
@@ -121,7 +121,7 @@ def to_request(req: CountRequest, settings: Settings, dropped: list[str] | None 
         messages=messages, model=req.model or None,
         sampling=sampling(knobs, stop=getattr(req, "stop_sequences", None), logit_bias=getattr(req, "logit_bias", None)),
         output=output_rules(req, settings, loaded, [] if dropped is None else dropped),
-        reasoning={"enabled": True, "disabled": False}.get(thinking or ""), **extra)
+        reasoning={"enabled": REASONING_ON, "disabled": REASONING_OFF}.get(thinking or ""), **extra)
 
 
 def output_rules(req: CountRequest, settings: Settings, loaded: set[str] = frozenset(),  # type: ignore[assignment]
@@ -157,19 +157,19 @@ def _tools(req: CountRequest, settings: Settings, loaded: set[str], dropped: lis
     return out
 
 
-def conversation(req: CountRequest, loaded: set[str] | None = None) -> tuple[Said, ...]:
-    out: list[Said] = []
+def conversation(req: CountRequest, loaded: set[str] | None = None) -> tuple[ChatMessage, ...]:
+    out: list[ChatMessage] = []
     system = _without_billing(req.system if isinstance(req.system, str) else _texts(req.system or [], "system"))
     if system:
-        out.append(Said.of("system", system))
+        out.append(ChatMessage.of("system", system))
     names: dict[str, str] = {}  # tool_use id → tool name, for the tool messages answering them
     loaded = set() if loaded is None else loaded
     for i, m in enumerate(req.messages):
         where = f"messages.{i}.content"
         if isinstance(m.content, str):
-            out.append(Said.of(m.role, m.content))
+            out.append(ChatMessage.of(m.role, m.content))
         elif m.role == "system":
-            out.append(Said.of("system", _texts(m.content, where)))
+            out.append(ChatMessage.of("system", _texts(m.content, where)))
         elif m.role == "assistant":
             out.append(_assistant(m.content, where, names))
         else:
@@ -187,7 +187,7 @@ def _without_billing(system: str) -> str:
     return _BILLING.sub("", system).strip("\n") if "x-anthropic-billing-header:" in system else system
 
 
-def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> Said:
+def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> ChatMessage:
     texts, thoughts, calls = [], [], []
     for j, b in enumerate(blocks):
         if b.type == "text":
@@ -198,32 +198,32 @@ def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> Said:
             if not b.id or not b.name:
                 raise InvalidRequest(f"{where}.{j}: a tool_use block needs `id` and `name`", param=f"{where}.{j}")
             names[b.id] = b.name
-            calls.append(ToolCall(b.name, b.input or {}, b.id))
+            calls.append(PastCall(b.name, b.input or {}, b.id))
         elif b.type != "redacted_thinking":  # encrypted by Anthropic: nothing a local model can read
             raise _unsupported(b, f"{where}.{j}")
-    return Said("assistant", (Text("\n".join(texts)),), tuple(calls), reasoning="\n".join(thoughts) or None)
+    return ChatMessage("assistant", (TextPart("\n".join(texts)),), tuple(calls), reasoning="\n".join(thoughts) or None)
 
 
-def _user(blocks: list[Block], where: str, names: dict[str, str], loaded: set[str]) -> list[Said]:
+def _user(blocks: list[Block], where: str, names: dict[str, str], loaded: set[str]) -> list[ChatMessage]:
     """Tool results become `tool` messages; runs of text and image blocks become user messages."""
-    out: list[Said] = []
+    out: list[ChatMessage] = []
     parts: list[Part] = []
     for j, b in enumerate(blocks):
         if b.type in ("text", "image"):
-            parts.append(Text(b.text or "") if b.type == "text" else _image(b, f"{where}.{j}"))
+            parts.append(TextPart(b.text or "") if b.type == "text" else _image(b, f"{where}.{j}"))
             continue
         if b.type != "tool_result":
             raise _unsupported(b, f"{where}.{j}")
         if not b.tool_use_id:
             raise InvalidRequest(f"{where}.{j}.tool_use_id is required", param=f"{where}.{j}.tool_use_id")
         if parts:
-            out.append(Said("user", tuple(parts)))
+            out.append(ChatMessage("user", tuple(parts)))
             parts = []
         content = b.content if isinstance(b.content, str) else _texts(b.content or [], f"{where}.{j}.content", loaded)
-        out.append(Said.of("tool", ("Error: " if b.is_error else "") + content, tool_call_id=b.tool_use_id,
+        out.append(ChatMessage.of("tool", ("Error: " if b.is_error else "") + content, tool_call_id=b.tool_use_id,
                            name=names.get(b.tool_use_id)))
     if parts or not out:
-        out.append(Said("user", tuple(parts) or (Text(""),)))
+        out.append(ChatMessage("user", tuple(parts) or (TextPart(""),)))
     return out
 
 

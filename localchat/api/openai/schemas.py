@@ -8,10 +8,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ...errors import InvalidRequest
-from ...generation import GenerationRequest, OutputRules, ToolSpec
+from ...generation import GenerationRequest, OutputRules, Reasoning, ToolSpec
 from ...models import Settings
 from ..body import KeepAlive
-from ..common import Lenient as _Lenient, sampling
+from ..common import Lenient as _Lenient, openai_reasoning, sampling
 from ..fields import LoraField, SamplingFields, lora_choice
 from .messages import Message, said
 
@@ -129,20 +129,21 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             return None
         return bool(self.continue_final_message)
 
-    def _reasoning(self, enable_thinking: Any) -> bool | None:
+    def _reasoning(self, enable_thinking: Any) -> Reasoning | None:
         """The reasoning switch: `chat_template_kwargs.enable_thinking` (Qwen 3's), or
-        `reasoning_effort` ("none" and "minimal": off); both must agree."""
-        effort = None if self.reasoning_effort is None else self.reasoning_effort not in ("none", "minimal")
+        `reasoning_effort` ("none" and "minimal": off; "low" / "medium" / "high": on, that
+        hard, where the template takes an effort); both must agree."""
+        effort = openai_reasoning(self.reasoning_effort)
         if enable_thinking is None:
             return effort
         if not isinstance(enable_thinking, bool):
             raise InvalidRequest("chat_template_kwargs.enable_thinking: must be true or false",
                                  param="chat_template_kwargs.enable_thinking")
-        if effort is not None and effort != enable_thinking:
+        if effort is not None and effort.enabled != enable_thinking:
             raise InvalidRequest(f"chat_template_kwargs.enable_thinking: it is {str(enable_thinking).lower()} but "
                                  f"reasoning_effort is {self.reasoning_effort!r}; send one of them",
                                  param="chat_template_kwargs.enable_thinking")
-        return enable_thinking
+        return effort or Reasoning(enable_thinking)
 
     def _output_rules(self, limits: Settings) -> OutputRules:
         fmt = self.response_format

@@ -1,10 +1,11 @@
 """What a tool-call codec is: for one wire syntax, how calls and results are written into the
 history, the grammar that forces a call, and the splitter that reads calls back (split.py, through
-the codec's reading half: pieces.py, which also holds the pieces every parser produces; they are
-imported here too, so that a codec needs only this module).
+the codec's reading half: pieces.py, imported here too, so that a codec needs only this module
+and the neutral vocabulary).
 
-The pieces a parser produces are the same whatever the syntax: text, reasoning, the start of a
-call (its name) and its arguments, always as fragments of a JSON object's text."""
+The pieces a parser produces are the same whatever the syntax (localchat/neutral.py): text,
+reasoning, the start of a call (its name) and its arguments, always as fragments of a JSON
+object's text."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...grammars.gbnf import MAX_BYTES
-from .pieces import (BlockParser, CallSyntax, Delta, Piece, ReasoningDelta, Stepped, Tool, ToolCallArguments,
-                     ToolCallStart, new_call_id)
+from .pieces import BlockParser, CallSyntax, Stepped, Tool
 from .split import Splitter
 
 Segments = list[tuple[str, bool]]  # (text, is_plain): only plain=False text may hold control tokens
@@ -81,5 +81,4 @@ class Codec(CallSyntax):
         return []
 
 
-__all__ = ["BlockParser", "Call", "CallSyntax", "Codec", "Delta", "GrammarOptions", "Piece", "ReasoningDelta",
-           "Segments", "Stepped", "Tool", "ToolCallArguments", "ToolCallStart", "new_call_id", "tidy"]
+__all__ = ["BlockParser", "Call", "CallSyntax", "Codec", "GrammarOptions", "Segments", "Stepped", "Tool", "tidy"]

@@ -9,7 +9,8 @@ import json
 import re
 from collections.abc import Sequence
 
-from .base import Delta, Piece, ReasoningDelta, Stepped, Tool, ToolCallArguments, ToolCallStart, new_call_id
+from ...neutral import Delta, Piece, ReasoningDelta, ToolCallArguments, ToolCallStart, new_call_id
+from .base import Stepped, Tool
 from .jsonscan import loads_object
 from .pattern import find_first, held_back
 

@@ -1,50 +1,19 @@
-"""What splitting a model's output produces and reads with, whatever the tool-call syntax: the
-pieces (text, reasoning, the start of a call and its arguments, always as fragments of a JSON
-object's text), the tools calls are read against, a parser for one block of calls, and the
-reading half of a codec (`CallSyntax`). base.py's `Codec` is a CallSyntax that also writes calls
+"""What splitting a model's output reads with, whatever the tool-call syntax: the tools calls
+are read against, a parser for one block of calls, and the reading half of a codec
+(`CallSyntax`). What it produces, the pieces (text, reasoning, the start of a call and its
+arguments, always as fragments of a JSON object's text), is the neutral vocabulary's
+(localchat/neutral.py). base.py's `Codec` is a CallSyntax that also writes calls
 and makes their grammar; split.py's splitter reads through a CallSyntax, so it needs nothing of
 base.py (which makes splitters)."""
 
 from __future__ import annotations
 
-import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-
-# -- what a parser produces ---------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Delta:
-    content: str
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolCallStart:
-    index: int
-    id: str
-    name: str
-
-
-@dataclass(frozen=True)
-class ToolCallArguments:
-    index: int
-    fragment: str
-
-
-Piece = Delta | ReasoningDelta | ToolCallStart | ToolCallArguments
-
-
-def new_call_id() -> str:
-    """A neutral call id (each protocol writes it with its own prefix: call_, toolu_)."""
-    return secrets.token_hex(12)
+from ...neutral import Piece
 
 
 # -- what calls are read against ---------------------------------------------------------------

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from .base import BlockParser, Delta, Piece, Tool, ToolCallArguments, ToolCallStart, new_call_id
+from ...neutral import Delta, Piece, ToolCallArguments, ToolCallStart, new_call_id
+from .base import BlockParser, Tool
 from .jsonscan import JsonScanner, loads_object, repair
 from .pattern import FAIL, PARTIAL, held_back, match
 from .xmlargs import XmlArgs, properties
