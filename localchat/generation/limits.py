@@ -13,7 +13,7 @@ from ..errors import InvalidRequest
 from ..grammars.metaschema import schema_problem
 from ..models import Settings
 from .constraints import OutputRules
-from .request import GenerationRequest
+from ..neutral import GenerationRequest
 
 
 def check(request: GenerationRequest, settings: Settings) -> None:
