@@ -24,9 +24,6 @@ class LocalchatError(Exception):
         if code is not None:
             self.code = code
 
-    def to_json(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
 
 class InvalidRequest(LocalchatError):
     status = 400
@@ -71,12 +68,6 @@ class ModelTooLarge(ModelUnavailable):
     (models/fit.py): refused before llama.cpp tries."""
 
     code = "model_too_large"
-
-
-class Unauthorized(LocalchatError):
-    status = 401
-    type = "authentication_error"
-    code = "invalid_api_key"
 
 
 class EngineError(LocalchatError):

@@ -376,7 +376,7 @@ def tools_bench(spec: ModelSpec, rounds: int) -> None:
     from agent_tools import agent_tools, size
 
     from localchat.generation.constraints import OutputRules, ToolSpec
-    from localchat.generation import GenerationRequest, Message
+    from localchat.generation import ChatMessage, GenerationRequest
     from localchat.generation.prepare import prepare
     from localchat.grammars.metaschema import schema_problem
 
@@ -384,13 +384,13 @@ def tools_bench(spec: ModelSpec, rounds: int) -> None:
     rules = OutputRules(tools=tuple(ToolSpec(t["function"]["name"], t["function"]["description"],
                                              t["function"]["parameters"]) for t in tools), tool_choice="auto")
     loaded = load_model(spec, settings=Settings(parallel=1, worker=False))
-    messages = (Message.of("system", "You are a coding agent."), Message.of("user", "Fix the bug."))
+    messages = (ChatMessage.of("system", "You are a coding agent."), ChatMessage.of("user", "Fix the bug."))
     times = []
     for r in range(rounds + 1):
         start = time.perf_counter()
         assert all(schema_problem(t["function"]["parameters"]) is None for t in tools)
-        prepared = prepare(GenerationRequest(messages=(*messages, Message.of("user", f"turn {r}")), output=rules),
-                           loaded, None, False)
+        prepared = prepare(GenerationRequest(messages=(*messages, ChatMessage.of("user", f"turn {r}")), output=rules),
+                           loaded, None)
         times.append(time.perf_counter() - start)
     loaded.engine.close()
     print(f"model {spec.name}: {len(tools)} tools, {size(tools) / 1000:.0f} KB of schemas, "

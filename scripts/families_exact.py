@@ -23,7 +23,7 @@ from localchat.errors import LocalchatError
 from localchat.families.render import takes_system, template_caps
 from localchat.generation.constraints import OutputRules, ToolSpec
 from localchat.generation.conversation import render_conversation
-from localchat.generation.request import GenerationRequest
+from localchat.neutral import GenerationRequest
 from plain_jinja import reference_render
 from tool_schemas import ADD, WEATHER
 

@@ -16,7 +16,7 @@ from agent_tools import agent_tools
 from localchat.engine import Done, LocalEngine, Generate, SamplingParams, Text
 from localchat.families import FAMILIES, render_prompt
 from localchat.generation.constraints import OutputRules, ToolSpec, build, codec_tools
-from localchat.generation.stream import ToolCallArguments, ToolCallStart
+from localchat.neutral import ToolCallArguments, ToolCallStart
 from tinymodels import write_tiny_model
 
 TOOLS = agent_tools()

@@ -14,9 +14,9 @@ import pytest
 
 from gbnf_sample import Grammar
 from localchat.families import FAMILIES
-from localchat.families.codecs.base import (Call, Delta, GrammarOptions, Piece, ReasoningDelta, Tool,
-                                            ToolCallArguments, ToolCallStart)
+from localchat.families.codecs.base import Call, GrammarOptions, Tool
 from localchat.grammars import validate
+from localchat.neutral import Delta, Piece, ReasoningDelta, ToolCallArguments, ToolCallStart
 from tool_schemas import ADD, WEATHER
 
 WRITE = {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"},

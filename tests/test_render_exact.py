@@ -14,9 +14,9 @@ import pytest
 
 from localchat.families import FAMILIES, choose, render_prompt
 from localchat.generation.conversation import render_conversation
-from localchat.generation.request import GenerationRequest, Message, ToolCall
 from localchat.models import inspect
 from localchat.models.catalog import Registry, shipped_config
+from localchat.neutral import ChatMessage, GenerationRequest, PastCall
 from plain_jinja import reference_render
 
 FIXTURE = Path(__file__).parent / "fixtures" / "qwen2.5-coder-0.5b-instruct.jinja"
@@ -61,9 +61,9 @@ def test_no_text_beside_a_call_renders_as_an_empty_one():
 
 def test_the_server_path_renders_as_the_template_does():
     """Through generation (the neutral messages, the template's own tool handling): the same bytes."""
-    conversation = (Message.of("system", "You are terse."), Message.of("user", "Weather in Zürich?"),
-                    Message("assistant", (), (ToolCall("get_weather", {"city": "Zürich"}, "call00001"),)),
-                    Message.of("tool", "21 °C", tool_call_id="call00001", name="get_weather"))
+    conversation = (ChatMessage.of("system", "You are terse."), ChatMessage.of("user", "Weather in Zürich?"),
+                    ChatMessage("assistant", (), (PastCall("get_weather", {"city": "Zürich"}, "call00001"),)),
+                    ChatMessage.of("tool", "21 °C", tool_call_id="call00001", name="get_weather"))
     family = FAMILIES["chatml"]
     loaded = SimpleNamespace(template=QWEN, family=family, bos_token=BOS, eos_token=EOS,
                              spec=SimpleNamespace(system_prompt_strip=None))
@@ -105,7 +105,7 @@ def test_a_call_without_an_id_has_no_id_for_the_template():
     """As llama.cpp and HF leave it: an id the client left out is undefined, not None."""
     template = ("{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.name }}:{{ c.id is defined }};"
                 "{% endfor %}{% endfor %}")
-    conversation = (Message.of("user", "u"), Message("assistant", (), (ToolCall("f", {}), ToolCall("f", {}, "c1"))))
+    conversation = (ChatMessage.of("user", "u"), ChatMessage("assistant", (), (PastCall("f", {}), PastCall("f", {}, "c1"))))
     loaded = SimpleNamespace(template=template, family=FAMILIES["chatml"], bos_token="", eos_token="",
                              spec=SimpleNamespace(system_prompt_strip=None))
     request = GenerationRequest(messages=conversation, continue_final=False)

@@ -22,7 +22,7 @@ from ..logs import escape_request_text
 from . import errors
 from . import webui as page
 from .access import AccessLog
-from .guard import LOCAL_ORIGINS, LocalOnly, Origins  # noqa: F401 - LOCAL_ORIGINS: the defaults, kept importable here
+from .guard import LocalOnly, Origins
 from .health import described, health as health_body
 from .protocols import PROTOCOLS
 
@@ -41,6 +41,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         return JSONResponse(health_body(chat, recent, models))
 
 
+    errors.register(shape for protocol in PROTOCOLS for shape in protocol.ERRORS)
     routes = [
         Route("/health", health, methods=["GET"]),
         *(route for protocol in PROTOCOLS for route in protocol.routes(chat)),

@@ -14,8 +14,8 @@ from starlette.responses import Response
 
 from ..engine.params import KNOBS
 from ..errors import EngineError, LocalchatError
-from ..generation import Image, Sampling
 from ..generation.media import b64, data_uri
+from ..neutral import EFFORTS, REASONING_OFF, Image, Reasoning, Sampling
 from .sse import COMMENT, EventStream, Keepalive, json_answer
 
 log = logging.getLogger("localchat.api")
@@ -49,12 +49,23 @@ def stream_error(exc: Exception) -> LocalchatError:
 
 
 def sampling(fields: dict[str, Any], *, stop: str | list[str] | tuple[str, ...] | None = None,
-             logit_bias: dict[str, float] | None = None, ignore_eos: bool = False) -> Any:
+             logit_bias: dict[str, float] | None = None, ignore_eos: bool = False) -> Sampling:
     """The neutral sampling overrides: the knobs the client set (None: not set), its stop
     strings, logit bias (token ids as the client wrote them) and ignore_eos."""
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
     return Sampling(**{k: v for k, v in fields.items() if k in KNOBS and v is not None}, stop=stops or None,
                     logit_bias=dict(logit_bias or {}), ignore_eos=ignore_eos or None)
+
+
+def openai_reasoning(effort: str | None) -> Reasoning | None:
+    """OpenAI's `reasoning_effort` (chat) and `reasoning.effort` (Responses): "none" and
+    "minimal" turn reasoning off, "low" / "medium" / "high" set its effort, another value turns
+    it on at the template's default effort; None (not sent) leaves the template's default."""
+    if effort is None:
+        return None
+    if effort in ("none", "minimal"):
+        return REASONING_OFF
+    return Reasoning(True, effort if effort in EFFORTS else None)  # type: ignore[arg-type]
 
 
 def url_image(url: str, where: str, url_where: str | None = None) -> Image:

@@ -1,6 +1,7 @@
 """Errors, mapped once: a localchat error (or Starlette's 404/405, or a crash) becomes the error
-body of the protocol the request came in on. Each protocol registers its path prefixes, its
-renderer and its table of field names; anything else gets OpenAI's shape and names.
+body of the protocol the request came in on. Each protocol package lists its `ERRORS`: its path
+prefixes, its renderer and its table of field names; create_app registers them. Anything else gets
+OpenAI's shape and names.
 
 An error raised in generation names a `field` of the neutral request (`tools.2.parameters`,
 `json_schema`, `messages`); the table turns it into the protocol's own parameter
@@ -10,7 +11,7 @@ message, as the errors raised by the protocol's own parsing do."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,30 +26,34 @@ def openai(status: int, kind: str, message: str, param: str | None, code: str | 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-OPENAI_FIELDS: Fields = [(r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
+OPENAI_FIELDS: Fields = ((r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
                          (r"json_schema", "response_format.json_schema.schema"), (r"json_object", "response_format"),
                          (r"continue_final", "continue_final_message"),
-                         (r"template_kwargs\.(.+)", r"chat_template_kwargs.\1")]
+                         (r"template_kwargs\.(.+)", r"chat_template_kwargs.\1"))
 
 
 @dataclass(frozen=True)
 class Shape:
-    prefix: str
-    render: Render
-    fields: Fields
-
-
-_SHAPES: list[Shape] = []
-
-
-def register(prefix: str, render: Render = openai, fields: Fields = OPENAI_FIELDS) -> None:
     """Requests whose path starts with `prefix` get their errors rendered by `render`, with the
     neutral request's fields named by `fields` (the others keep their neutral names)."""
-    _SHAPES.append(Shape(prefix, render, fields))
+
+    prefix: str
+    render: Render = openai
+    fields: Fields = OPENAI_FIELDS
+
+
+_SHAPES: dict[str, Shape] = {}  # by prefix
+
+
+def register(shapes: Iterable[Shape]) -> None:
+    """The protocols' error shapes (create_app registers them; a prefix registered again is replaced)."""
+    _SHAPES.update((s.prefix, s) for s in shapes)
 
 
 def shape(path: str) -> Shape:
-    return next((s for s in _SHAPES if path.startswith(s.prefix)), Shape("", openai, OPENAI_FIELDS))
+    """The shape of the longest registered prefix of `path`; OpenAI's if none."""
+    return max((s for s in _SHAPES.values() if path.startswith(s.prefix)), key=lambda s: len(s.prefix),
+               default=Shape(""))
 
 
 def param_of(path: str, exc: LocalchatError) -> tuple[str, str | None]:

@@ -1,5 +1,5 @@
 """The protocols, one package each: `routes(chat)` (Starlette routes onto the one generation
-step), and its error shape and field names registered with `errors.register` at import."""
+step) and `ERRORS` (its error shapes and field names, errors.py), both taken by create_app."""
 
 from __future__ import annotations
 

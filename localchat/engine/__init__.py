@@ -1,13 +1,34 @@
 """Tokens in, tokens out. Plain data at the boundary; llama_cpp stays inside.
 
-`Engine` is the interface (base.py); `LocalEngine` runs llama.cpp in this process, `WorkerEngine`
-in a supervised child process, `FakeEngine` plays a script (tests)."""
+`Engine` is the interface (base.py), the data crossing it is params.py; `LocalEngine` runs
+llama.cpp in this process (engine.py), `WorkerEngine` in a supervised child process (worker.py),
+`FakeEngine` plays a script (tests; fake.py). The engines are imported on first use, so that
+importing this package (or params.py) never loads llama.cpp."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .base import Engine, Stream, Tokenizer
-from .engine import LocalEngine
-from .fake import FakeEngine
-from .worker import WorkerEngine
 from .params import Constraint, Done, Event, Generate, PromptLogprobs, SamplingParams, Text, TokenLogprob, TopLogprob
+
+if TYPE_CHECKING:
+    from .engine import LocalEngine
+    from .fake import FakeEngine
+    from .worker import WorkerEngine
+
+_LAZY = {"LocalEngine": "engine", "FakeEngine": "fake", "WorkerEngine": "worker"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Constraint", "Done", "Engine", "Event", "FakeEngine", "Generate", "LocalEngine", "PromptLogprobs",
            "SamplingParams", "Stream",

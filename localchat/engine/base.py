@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
-from ..errors import EngineError
+from ..errors import EngineError, InvalidRequest
 from .params import Done, Event, Generate, Prepared, Started, Text
 
 Emit = Callable[[Event | Prepared | Started | BaseException | None], None]  # None: the request has ended
@@ -49,6 +49,13 @@ class Engine(Protocol):
     def stats(self) -> dict[str, Any]: ...  # slots, busy, queued, n_ctx, bytes, worker
 
     def close(self) -> None: ...
+
+
+def check_adapters(request: Generate, n_adapters: int) -> None:
+    """The request's LoRA adapters are the model's (the layer above resolves names to indices)."""
+    bad = next((i for i, _ in request.adapters if not 0 <= i < n_adapters), None)
+    if bad is not None:
+        raise InvalidRequest(f"lora: no adapter {bad}; this model has {n_adapters}", param="lora")
 
 
 class Stream:

@@ -15,15 +15,14 @@ import numpy as np
 
 from ..errors import EngineError, InvalidRequest, ModelUnavailable
 from .model import Model
-
-POOLING = {"mean": C.LLAMA_POOLING_TYPE_MEAN, "cls": C.LLAMA_POOLING_TYPE_CLS, "last": C.LLAMA_POOLING_TYPE_LAST}
+from .params import EMBED_BATCH
 
 
 class Embedder:
     param = "input"  # the request field an input error names
     last_only = False  # request outputs for every token (pooling reads them), not just each input's last
 
-    def __init__(self, model: Model, *, n_batch: int = 2048, n_seq: int = 16, pooling: int | None = None,
+    def __init__(self, model: Model, *, n_batch: int = EMBED_BATCH, n_seq: int = 16, pooling: int | None = None,
                  n_threads: int | None = None) -> None:
         cparams = C.llama_context_default_params()
         cparams.embeddings = True

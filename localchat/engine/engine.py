@@ -9,8 +9,7 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError, InvalidRequest
-from .base import Stream
+from .base import Stream, check_adapters
 from .embed import Embedder
 from .rerank import Ranker
 from .model import Model
@@ -18,13 +17,6 @@ from .prompt_store import PromptStore
 from .params import N_BATCH, Event, Generate
 from .scheduler import Scheduler
 from .vision import Projector
-
-
-def check_adapters(request: Generate, n_adapters: int) -> None:
-    """The request's LoRA adapters are the model's (the layer above resolves names to indices)."""
-    bad = next((i for i, _ in request.adapters if not 0 <= i < n_adapters), None)
-    if bad is not None:
-        raise InvalidRequest(f"lora: no adapter {bad}; this model has {n_adapters}", param="lora")
 
 
 class LocalEngine:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -12,7 +11,7 @@ import llama_cpp as C
 
 from .base import Emit
 from .model import Model
-from .params import Event, Generate, Prepared, Started
+from .params import Generate
 from .repetition import detector
 from .sampling import Sampler
 from .slot import Sequence, Slot, token_logprob

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 N_BATCH = 512  # tokens one llama.cpp batch holds: the prompt chunk of one step (and the compute buffer's size)
+EMBED_BATCH = 2048  # tokens of an embedding context: its batch, so the longest input one embedding takes
 SWA_FULL = True  # sliding-window layers keep the whole context, so a cached prefix stays reusable
 
 

@@ -28,9 +28,7 @@ from typing import Any
 
 from ..errors import EngineCrashed, ModelUnavailable, QueueFull
 from ..logs import escape_request_text
-from .base import Emit, Stream
-from .engine import check_adapters
-from .model import Model
+from .base import Emit, Stream, check_adapters
 from .params import Generate, Started
 
 log = logging.getLogger("localchat.worker")
@@ -50,6 +48,8 @@ class WorkerEngine:
                  visible: Iterable[str] = (), name: str = "", pooling: int | None = None,
                  rope: tuple[str, float] | None = None, loras: Iterable[str] = (), mmproj: str | None = None,
                  prompt_cache: str | None = None, prompt_cache_bytes: int = 0) -> None:
+        from .model import Model  # the vocabulary, in this process: llama.cpp loads here, not on import
+
         self.name = name or path.stem
         self.model = Model(path, vocab_only=True)
         self.model.show_tokens(visible)

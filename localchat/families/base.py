@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .codecs.base import Codec, Segments, Tool
+from ..neutral import Reasoning
+from .codecs.base import Codec, Tool
 from .codecs.json_codecs import GENERIC
 from .codecs.split import Splitter
 
@@ -63,14 +64,15 @@ class Family:
         """Control tokens that must show in the output text: the codec's and the think tags."""
         return tuple(dict.fromkeys((*self.codec.visible_tokens, *(self.reasoning or ()))))
 
-    def template_vars(self, reasoning: bool | str | None = None) -> dict[str, Any]:
-        """Template variables for a reasoning switch: None leaves the template's default; True /
-        False turn it on or off; "low" / "medium" / "high" set its effort where the family has one."""
+    def template_vars(self, reasoning: Reasoning | None = None) -> dict[str, Any]:
+        """Template variables for a request's reasoning: None leaves the template's defaults; else
+        the switch turns it on or off, or, where the family takes an effort instead, its effort
+        (on with none given: "medium"; off: "low", the least there is)."""
         if reasoning is None:
             return {}
         if self.effort_switch:
-            return {self.effort_switch: reasoning if isinstance(reasoning, str) else "medium" if reasoning else "low"}
-        return {self.thinking_switch: self.thinking_values[bool(reasoning)]} if self.thinking_switch else {}
+            return {self.effort_switch: reasoning.effort or ("medium" if reasoning.enabled else "low")}
+        return {self.thinking_switch: self.thinking_values[reasoning.enabled]} if self.thinking_switch else {}
 
     def opens_reasoning(self, prompt: str) -> bool:
         """Whether the rendered prompt leaves the model inside a think block."""
@@ -80,6 +82,3 @@ class Family:
                  calls: bool = True) -> Splitter:
         """What splits this family's output into reasoning, content and (with `calls`) tool calls."""
         return self.codec.splitter(self.reasoning, thinking, tools if calls else None, strict)
-
-    def describe_tools(self, tools: Sequence[Tool]) -> Segments:
-        return self.codec.describe(tools)

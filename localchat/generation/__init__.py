@@ -1,14 +1,16 @@
 """The generation step, between the protocols (api/) and the engine: a neutral request in
-(request.py), prepared (prepare.py: model, prompt, constraint, tokens), run, and its output split
-into neutral events: content, reasoning, tool calls, finishes (service.py, stream.py)."""
+(localchat/neutral.py), prepared (prepare.py: model, prompt, constraint, tokens), run, and its
+output split into neutral events: content, reasoning, tool calls, finishes (service.py). The
+neutral vocabulary is named here too, for the protocols."""
 
 from ..engine import PromptLogprobs
-from .constraints import OutputRules, ToolSpec
 from ..models.host import LoadedModel, ModelHost
-from .request import Audio, GenerationRequest, Image, Message, Part, Sampling, Text, ToolCall
-from .service import Chat, Finish, Logprobs, Turn, Usage, total_usage
-from .stream import Delta, ReasoningDelta, ToolCallArguments, ToolCallStart
+from ..neutral import (REASONING_OFF, REASONING_ON, Audio, ChatMessage, Delta, Finish, GenerationRequest, Image,
+                       Logprobs, OutputRules, Part, PastCall, Reasoning, ReasoningDelta, Sampling, TextPart,
+                       ToolCallArguments, ToolCallStart, ToolSpec, Usage)
+from .service import Chat, Turn, total_usage
 
-__all__ = ["Audio", "Chat", "Delta", "Finish", "GenerationRequest", "Image", "LoadedModel", "Logprobs", "Message", "ModelHost",
-           "OutputRules", "Part", "PromptLogprobs", "ReasoningDelta", "Sampling", "Text", "ToolCall", "ToolCallArguments", "ToolCallStart",
-           "ToolSpec", "Turn", "Usage", "total_usage"]
+__all__ = ["REASONING_OFF", "REASONING_ON", "Audio", "Chat", "ChatMessage", "Delta", "Finish", "GenerationRequest",
+           "Image", "LoadedModel", "Logprobs", "ModelHost", "OutputRules", "Part", "PastCall", "PromptLogprobs",
+           "Reasoning", "ReasoningDelta", "Sampling", "TextPart", "ToolCallArguments", "ToolCallStart", "ToolSpec",
+           "Turn", "Usage", "total_usage"]

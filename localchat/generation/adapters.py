@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from ..errors import InvalidRequest
 from ..models.host import LoadedModel
-
-# A request's choice: None (the model's defaults), a name (that adapter at scale 1, no other),
-# or (name or id, scale) pairs (those adapters, no other).
-LoraChoice = str | tuple[tuple[str | int, float], ...] | None
+from ..neutral import LoraChoice
 
 
 def resolve_adapters(loaded: LoadedModel, choice: LoraChoice, param: str = "lora") -> tuple[tuple[int, float], ...]:

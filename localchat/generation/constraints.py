@@ -9,7 +9,6 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..engine import Constraint
@@ -17,46 +16,15 @@ from ..errors import InvalidRequest
 from ..families import Family
 from ..errors import GrammarError
 from ..grammars import validate
-from ..grammars.gbnf import MAX_BYTES
-from ..grammars.metaschema import schema_problem
-from ..models import Settings
+from ..neutral import OutputRules, ToolSpec
 from ..grammars.schema import assemble, convert
 from ..grammars.tools import after_reasoning
 from ..families.codecs.base import GrammarOptions, Tool
 
 
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str | None
-    parameters: dict[str, Any] | None
-    strict: bool = False  # a keyword of `parameters` the grammar cannot enforce is a 400, not a header
-
-
-@dataclass(frozen=True)
-class OutputRules:
-    """The request's wishes for the output, as the API parsed them."""
-
-    tools: tuple[ToolSpec, ...] = ()
-    tool_choice: str = "auto"  # auto | none | required | the name of one tool
-    parallel_tool_calls: bool = True
-    json_schema: dict[str, Any] | bool | None = None  # response_format json_schema
-    json_object: bool = False  # response_format json_object
-    strict: bool = False  # json_schema's strict: a keyword the grammar cannot enforce is a 400, not a header
-    grammar: str | None = None  # raw GBNF (extension)
-    max_grammar_bytes: int = MAX_BYTES  # the server's limit, for the raw grammar and for those made from schemas
-
-    @property
-    def calls_tools(self) -> bool:
-        return bool(self.tools) and self.tool_choice != "none"
-
-
-def check(rules: OutputRules, limits: Settings | None = None) -> None:
+def check(rules: OutputRules) -> None:
     """Everything about the output's shape that can be refused before any work, whatever the
-    protocol: names, choices, and (with the server's limits) the tools' count and size and
-    every schema against its draft's metaschema."""
-    if limits is not None:
-        _check_limits(rules, limits)
+    protocol: names and choices (the server's limits on tools and schemas: limits.py)."""
     names = [t.name for t in rules.tools]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
@@ -68,21 +36,6 @@ def check(rules: OutputRules, limits: Settings | None = None) -> None:
         raise InvalidRequest("a tool call is required but the request has no tools", field="tool_choice")
     if rules.grammar is not None and (rules.json_schema is not None or rules.json_object or rules.calls_tools):
         raise InvalidRequest("a grammar cannot be combined with a JSON output format or with tools", field="grammar")
-
-
-def _check_limits(rules: OutputRules, limits: Settings) -> None:
-    if len(rules.tools) > limits.max_tools:
-        raise InvalidRequest(f"{len(rules.tools)} tools; at most {limits.max_tools} per request (max_tools)",
-                             field="tools")
-    size = sum(len(json.dumps(t.parameters, separators=(",", ":"))) for t in rules.tools if t.parameters)
-    if size > limits.max_tool_schema_bytes:
-        raise InvalidRequest(f"the tools' schemas are {size} bytes together; at most "
-                             f"{limits.max_tool_schema_bytes} (max_tool_schema_bytes)", field="tools")
-    for i, tool in enumerate(rules.tools):
-        if tool.parameters is not None and (problem := schema_problem(tool.parameters, limits.max_schema_depth)):
-            raise InvalidRequest(problem, field=f"tools.{i}.parameters")
-    if rules.json_schema is not None and (problem := schema_problem(rules.json_schema, limits.max_schema_depth)):
-        raise InvalidRequest(problem, field="json_schema")
 
 
 def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | None:

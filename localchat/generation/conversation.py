@@ -11,9 +11,8 @@ from typing import Any
 from ..errors import InvalidRequest
 from ..families import Call, Family, Prompt, render_prompt, system_first, template_caps
 from ..models.host import LoadedModel
+from ..neutral import GenerationRequest, ChatMessage, OutputRules
 from . import constraints
-from .constraints import OutputRules
-from .request import GenerationRequest, Message
 
 # Template variables a request sets through fields of its own: `template_kwargs` may not set them.
 OWN_VARIABLES = {"messages": "messages", "tools": "tools", "documents": "documents",
@@ -22,7 +21,7 @@ OWN_VARIABLES = {"messages": "messages", "tools": "tools", "documents": "documen
 DOCUMENTS_HEADER = "Use the following documents to answer."
 
 
-def render_conversation(request: GenerationRequest, conversation: tuple[Message, ...], loaded: LoadedModel) -> Prompt:
+def render_conversation(request: GenerationRequest, conversation: tuple[ChatMessage, ...], loaded: LoadedModel) -> Prompt:
     """The prompt for a chat request (its media already replaced by markers in `conversation`)."""
     for key in request.template_kwargs:
         if key in OWN_VARIABLES:
@@ -39,7 +38,7 @@ def render_conversation(request: GenerationRequest, conversation: tuple[Message,
     return _render(loaded, messages, options)
 
 
-def _continue_final(request: GenerationRequest, conversation: tuple[Message, ...]) -> bool:
+def _continue_final(request: GenerationRequest, conversation: tuple[ChatMessage, ...]) -> bool:
     """Whether the last message is continued: as asked, else when it is the assistant's text."""
     last = conversation[-1] if conversation else None
     can = last is not None and last.role == "assistant" and not last.tool_calls
@@ -80,7 +79,7 @@ def _add_to_system(messages: list[dict[str, Any]], pieces: list[tuple[str, bool]
     return [{"role": "system", "content": pieces}, *messages]
 
 
-def _template_messages(messages: tuple[Message, ...], strip: str | None) -> list[dict[str, Any]]:
+def _template_messages(messages: tuple[ChatMessage, ...], strip: str | None) -> list[dict[str, Any]]:
     """The conversation as chat templates read it (the Hugging Face convention): `content` a
     string, `tool_calls` with `function.arguments` objects, `reasoning_content`. System
     messages lose what `system_prompt_strip` (models.toml) matches."""

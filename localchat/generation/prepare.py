@@ -10,28 +10,29 @@ from typing import Any
 from ..engine import Generate, SamplingParams
 from ..engine.params import Media
 from ..errors import InvalidRequest
+from ..families.codecs.split import Splitter
 from ..models import Settings
 from ..models.host import LoadedModel
-from . import constraints
+from ..neutral import Audio, GenerationRequest, Image, ChatMessage
+from . import constraints, limits
 from .adapters import resolve_adapters
 from .conversation import render_conversation
 from .fetch import load_url
 from .fim import fim_tokens
 from .media import check_audio_format, check_count, check_reads, decode_audio, decode_image, marker, place_media
-from .request import Audio, GenerationRequest, Image, Message
-from .stream import OutputSplitter
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedGeneration:
     generate: Generate
-    splitters: list[OutputSplitter]
+    splitters: list[Splitter]
 
 
-def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings | None = None,
-            check: bool = True) -> Prepared:
+def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings | None = None) -> PreparedGeneration:
     """Render the prompt (images and audio decoded and placed), build and check the grammar,
-    tokenize; apply the model's sampling defaults and the server's limits (`settings`)."""
+    tokenize; apply the model's sampling defaults and the server's max_tokens_cap (`settings`;
+    the other limits: limits.check, before the model is leased; the prompt's length: the
+    engine's check_fits, as it takes the request)."""
     settings = settings or Settings()
     rules, family, tokenizer = request.output, loaded.family, loaded.engine.tokenizer
     media: tuple[Media, ...] = ()
@@ -50,19 +51,16 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     constraint = constraints.build(rules, family, thinking)
     params = request.sampling.over(SamplingParams(**loaded.spec.sampling.model_dump()))
     params = replace(params, logit_bias=_logit_bias(request.sampling.logit_bias, tokenizer.n_vocab),
-                     stop=tuple(params.stop or ()), ignore_eos=bool(params.ignore_eos))
-    if check and (params.max_tokens is None or params.max_tokens > settings.max_tokens_cap):
-        params = replace(params, max_tokens=settings.max_tokens_cap)
-    if check:
-        loaded.engine.check_fits(tokens)
+                     stop=tuple(params.stop or ()), ignore_eos=bool(params.ignore_eos),
+                     max_tokens=limits.max_tokens(params.max_tokens, settings))
     raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
     strict = constraint is not None and rules.calls_tools  # the calls follow the codec's grammar
-    splitters = [OutputSplitter() if raw else family.splitter(constraints.codec_tools(rules), thinking, strict,
+    splitters = [Splitter() if raw else family.splitter(constraints.codec_tools(rules), thinking, strict,
                                                                  calls=rules.calls_tools) for _ in range(request.n)]
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
                         adapters=resolve_adapters(loaded, request.lora), media=media,
                         cache_prompt=request.cache_prompt, prompt_logprobs=request.prompt_logprobs)
-    return Prepared(generate, splitters)
+    return PreparedGeneration(generate, splitters)
 
 
 MEDIA_TEXT = "<__media__>"  # an image or audio clip in a prompt shown as text (llama-server's marker)
@@ -76,8 +74,8 @@ def rendered(request: GenerationRequest, loaded: LoadedModel) -> str:
     return render_conversation(request, conversation, loaded).text
 
 
-def _media(messages: tuple[Message, ...], settings: Settings,
-           loaded: LoadedModel) -> tuple[tuple[Message, ...], tuple[Media, ...]]:
+def _media(messages: tuple[ChatMessage, ...], settings: Settings,
+           loaded: LoadedModel) -> tuple[tuple[ChatMessage, ...], tuple[Media, ...]]:
     """Images and audio loaded (URLs) and decoded (Pillow), each replaced in its message by a
     marker where it sits; first, the model must read them (a projector for their kind)."""
     found = [(i, j, part) for i, m in enumerate(messages) for j, part in enumerate(m.content)

@@ -1,4 +1,4 @@
-"""The generation step: a neutral request in (request.py), neutral events out — content,
+"""The generation step: a neutral request in, neutral events out (both localchat/neutral.py) — content,
 reasoning, tool calls, log-probabilities, and each choice's finish with its usage.
 
 Everything that can reject a request (unknown model, bad template input, a prompt longer than
@@ -12,45 +12,15 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from ..engine import Done, PromptLogprobs, Stream, Text, TokenLogprob
-from ..errors import InvalidRequest
+from ..engine import Done, PromptLogprobs, Stream, Text
+from ..families.codecs.split import Splitter
 from ..logs import RequestRecord, current_request
 from ..models.host import Lease, ModelHost
-from . import constraints
+from ..neutral import Finish, GenerationRequest, Logprobs, Piece, Usage
+from . import constraints, limits
 from .prepare import prepare, rendered
-from .request import GenerationRequest
-from .stream import OutputSplitter, Piece
 
 log = logging.getLogger("localchat.generation")
-
-
-@dataclass(frozen=True)
-
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass(frozen=True)
-class Finish:
-    """One choice has ended; `usage` counts that choice's completion tokens."""
-
-    reason: str  # end: the model ended its turn | stop: a stop string matched | length: out of tokens
-    usage: Usage
-    index: int = 0
-    stop: str | None = None  # the stop string that ended the text, if one did
-    calls: int = 0  # tool calls made in this choice
-
-
-@dataclass(frozen=True)
-class Logprobs:
-    index: int
-    tokens: tuple[TokenLogprob, ...]
 
 
 @dataclass
@@ -64,7 +34,7 @@ class Turn:
     prompt_tokens: int  # known before the first event
     _lease: Lease
     _stream: Stream
-    _splitters: list[OutputSplitter]
+    _splitters: list[Splitter]
     loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce: "[tool]#/path:keyword"
     _record: RequestRecord | None = None
     _running: set[int] = field(default_factory=set)  # the choices whose Finish has not been given yet
@@ -122,16 +92,21 @@ class Chat:
     def __init__(self, host: ModelHost) -> None:
         self.host = host
 
+    async def _checked_lease(self, request: GenerationRequest) -> Lease:
+        """The server's limits (off the event loop: 100 new schemas take ~0.5 s to check) and the
+        output's rules checked, then the model leased."""
+        await asyncio.to_thread(limits.check, request, self.host.settings)
+        constraints.check(request.output)
+        return await self.host.lease(request.model, request.keep_alive)
+
     async def start(self, request: GenerationRequest) -> Turn:
         """Everything that can reject the request happens here, before a byte is sent: the
-        model, the template, the grammar, the prompt's length, a full queue."""
-        constraints.check(request.output, self.host.settings)
-        lease = await self.host.lease(request.model, request.keep_alive)
+        server's limits (limits.py), the model, the template, the grammar, the prompt's length
+        (checked by the engine as it takes the request), a full queue."""
+        lease = await self._checked_lease(request)
         try:
             loaded = lease.model
-            if request.n > loaded.engine.parallel:
-                raise InvalidRequest(f"at most {loaded.engine.parallel} completions per request for this model "
-                                     "(its `parallel` setting)", field="n")
+            limits.check_n(request.n, loaded.engine.parallel)
             # templates, images, grammars, tokens: off the event loop
             prepared = await asyncio.to_thread(prepare, request, loaded, self.host.settings)
             loosened = prepared.generate.constraint.loosened if prepared.generate.constraint else ()
@@ -157,10 +132,9 @@ class Chat:
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
-        constraints.check(request.output, self.host.settings)
-        lease = await self.host.lease(request.model, request.keep_alive)
+        lease = await self._checked_lease(request)
         try:
-            prepared = await asyncio.to_thread(prepare, request, lease.model, self.host.settings, False)
+            prepared = await asyncio.to_thread(prepare, request, lease.model, self.host.settings)
             return len(prepared.generate.tokens)
         finally:
             lease.release()

@@ -3,20 +3,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .converting import Converting
+from .refrules import Unsatisfiable
 from .refs import pointer
 from .scalars import MAX_LENGTH, number
-
-if TYPE_CHECKING:
-    from .schema import Converter
 
 Schema = dict[str, Any] | bool
 
 
-def array_rule(conv: Converter, schema: dict[str, Any], path: str) -> str:
-    from .schema import Unsatisfiable
-
+def array_rule(conv: Converting, schema: dict[str, Any], path: str) -> str:
     low = max(int(number(schema.get("minItems")) or 0), 0)
     high = number(schema.get("maxItems"))
     high = None if high is None else max(int(high), 0)
@@ -52,10 +49,8 @@ def array_rule(conv: Converter, schema: dict[str, Any], path: str) -> str:
     return conv.add(path, f'"[" ws {inner} "]" ws' if low else f'"[" ws ( {inner} )? "]" ws')
 
 
-def _tuple(conv: Converter, prefix: list[Schema], more: Schema, low: int, high: int | None, path: str) -> str:
+def _tuple(conv: Converting, prefix: list[Schema], more: Schema, low: int, high: int | None, path: str) -> str:
     """prefixItems: the first items one by one, then `more` (items / additionalItems) for the rest."""
-    from .schema import Unsatisfiable
-
     firsts = []
     for i, part in enumerate(prefix[:high] if high is not None else prefix):
         try:

@@ -10,16 +10,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .combine import merge
+from .converting import Converting
 from .gbnf import literal
 from .kinds import kinds
+from .refrules import Unsatisfiable
 from .refs import pointer
 from .regex import PatternError, Unsupported, compile_pattern
-
-if TYPE_CHECKING:
-    from .schema import Converter
 
 Schema = dict[str, Any] | bool
 Loose = Callable[[str], None]
@@ -35,9 +34,7 @@ class ObjectShape:
     names: Schema = True  # propertyNames
 
 
-def object_rule(conv: Converter, schema: dict[str, Any], path: str) -> str:
-    from .schema import Unsatisfiable
-
+def object_rule(conv: Converting, schema: dict[str, Any], path: str) -> str:
     def resolve(branch: Schema) -> Schema:
         branch = conv.flatten(branch, path)
         for keyword in [k for k in ("anyOf", "oneOf", "if", "$ref") if isinstance(branch, dict) and k in branch]:
@@ -70,9 +67,7 @@ def object_rule(conv: Converter, schema: dict[str, Any], path: str) -> str:
     return conv.add(path, " | ".join(dict.fromkeys(bodies)))
 
 
-def _body(conv: Converter, shape: ObjectShape, path: str, loose: Loose) -> str:
-    from .schema import Unsatisfiable
-
+def _body(conv: Converting, shape: ObjectShape, path: str, loose: Loose) -> str:
     def pair(key: str, value: Schema) -> str:
         where = pointer(path, "properties", key)
         return conv.add(pointer(where, "kv"), f'{literal(_dump(key))} ":" ws {conv.child(value, where)}')
@@ -107,12 +102,10 @@ def _body(conv: Converter, shape: ObjectShape, path: str, loose: Loose) -> str:
     return conv.add(path, f'"{{" ws ( {" | ".join(reversed(starts))} )? "}}" ws')
 
 
-def _extra(conv: Converter, shape: ObjectShape, path: str) -> str | None:
+def _extra(conv: Converting, shape: ObjectShape, path: str) -> str | None:
     """One key-value pair beyond the listed properties, or None if there may be none: keys for
     patternProperties' patterns (others are left out: stricter), else any key (within
     propertyNames) for additionalProperties."""
-    from .schema import Unsatisfiable
-
     pairs = []
     sources = [(p, v, pointer(path, "patternProperties", p)) for p, v in shape.patterns.items()] if shape.patterns \
         else [] if shape.additional is False else [(None, shape.additional, pointer(path, "additionalProperties"))]

@@ -25,10 +25,12 @@ from jsonschema.validators import validator_for
 
 from ..errors import GrammarError
 from . import library
+from .arrays import array_rule
 from .combine import UNMERGED, constraining, is_plain_ref, merge
 from .compact import compact
 from .gbnf import MAX_BYTES, literal
 from .metaschema import DEPTH_CAP
+from .objects import object_rule
 from .refrules import RefRules, Unsatisfiable
 from .refs import Document, pointer
 from .regex import PatternError
@@ -213,9 +215,6 @@ class Converter(RefRules):
         return self._single(schema, next(iter(types)), path)
 
     def _single(self, schema: dict[str, Any], kind: str, path: str) -> str:
-        from .arrays import array_rule
-        from .objects import object_rule
-
         if kind == "object":
             return object_rule(self, schema, path)
         if kind == "array":

@@ -73,7 +73,8 @@ class Settings(BaseModel):
     max_loaded_models: int = Field(2, ge=1)
     keep_alive: float = 600.0  # seconds an idle model stays loaded; negative: forever
     reap_interval: float = Field(1.0, gt=0)  # how often idle models are looked at (seconds)
-    # Request limits (docs/limits-and-safety.md "Limits"): past each one a request gets a 400 (413 for the body) naming the field.
+    # Request limits (docs/limits-and-safety.md "Limits"; checked in generation/limits.py): past each one a request
+    # gets a 400 (413 for the body) naming the field; max_tokens_cap is a ceiling, a larger ask is lowered to it.
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)  # a request body's size
     max_tokens_cap: int = Field(16384, ge=1)  # tokens one choice may generate; also the default when none is asked
     max_stop_strings: int = Field(16, ge=0)  # entries in `stop`

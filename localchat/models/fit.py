@@ -17,12 +17,11 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..engine.params import N_BATCH as N_UBATCH, SWA_FULL  # the engine's: one batch's tokens; SWA layers whole
 from ..errors import ModelTooLarge
 from .gguf import ModelInfo, size_on_disk
 
 MiB = 1 << 20
-SWA_FULL = True  # the engine keeps sliding-window layers whole, so a cached prefix stays reusable (scheduler.py)
-N_UBATCH = 512  # tokens of one llama.cpp batch (the engine's n_batch)
 CACHE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
                "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}  # bytes per element of a KV cache type
 CACHE_TYPE = "f16"  # the engine's (llama.cpp's default)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..engine import Engine, LocalEngine, WorkerEngine
+from ..engine import Engine
 from ..errors import LocalchatError, ModelTooLarge
 from ..families import Family
 from ..families import choose as choose_family
@@ -79,8 +79,15 @@ def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = Non
 
 
 def make_engine(path: Path, *, worker: bool, name: str, **options: Any) -> Engine:
-    """The default engine factory: llama.cpp in a supervised worker process, or in this one."""
-    return WorkerEngine(path, name=name, **options) if worker else LocalEngine(path, **options)
+    """The default engine factory: llama.cpp in a supervised worker process, or in this one
+    (imported here: llama.cpp loads when the first engine is built, not when this module is imported)."""
+    if worker:
+        from ..engine.worker import WorkerEngine
+
+        return WorkerEngine(path, name=name, **options)
+    from ..engine.engine import LocalEngine
+
+    return LocalEngine(path, **options)
 
 
 EngineFactory = Callable[..., Engine]  # make_engine's signature: (path, *, worker, name, n_ctx, parallel, …)

@@ -7,8 +7,8 @@ from .. import errors
 from .request import routes
 from .stream import error_body
 
-errors.register("/v1/messages", lambda status, kind, message, param, code: error_body(status, message),
-                fields=[(r"tools\.(\d+)\.parameters", r"tools.\1.input_schema"),
-                        (r"json_schema", "output_config.format.schema"), (r"json_object", "output_config.format")])
+_FIELDS = [(r"tools\.(\d+)\.parameters", r"tools.\1.input_schema"), (r"json_schema", "output_config.format.schema"),
+           (r"json_object", "output_config.format"), (r"stop", "stop_sequences")]
+ERRORS = [errors.Shape("/v1/messages", lambda status, kind, message, param, code: error_body(status, message), _FIELDS)]
 
-__all__ = ["routes"]
+__all__ = ["ERRORS", "routes"]

@@ -7,7 +7,7 @@ user `tool_result` blocks → `tool` messages, assistant `thinking` → `reasoni
 system prompt when the model's template cannot place them). Tools the hosted API runs itself
 (web search, code execution, MCP servers) are dropped and reported (hosted.py); a tool with
 `defer_loading` is shown to the model once a `tool_reference` block in a tool result loads it.
-The response side (blocks, SSE events) is in anthropic_stream.py."""
+The response side (blocks, SSE events) is in stream.py."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import re
 import secrets
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...errors import InvalidRequest
-from ...generation import Chat, GenerationRequest, Message as Said, OutputRules, Part, Text, ToolCall, ToolSpec
+from ...generation import REASONING_OFF, REASONING_ON, Chat, ChatMessage, GenerationRequest, OutputRules, Part, PastCall, TextPart, ToolSpec
 from ...models import Settings, sampling_model
 from .. import hosted
 from ..body import KeepAlive, parse, read_json
@@ -102,25 +102,15 @@ class MessagesRequest(CountRequest):
     logit_bias: dict[str, float] | None = None  # extension (OpenAI's): token id → bias
     keep_alive: KeepAlive = None  # extension (Ollama's): how long the model stays loaded afterwards
 
-    @field_validator("stop_sequences")
-    @classmethod
-    def _stops(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
-        limits: Settings = (info.context or {}).get("limits") or Settings()
-        if v and len(v) > limits.max_stop_strings:
-            raise ValueError(f"at most {limits.max_stop_strings} stop sequences (max_stop_strings)")
-        if any(len(s) > limits.max_stop_chars for s in v or []):
-            raise ValueError(f"a stop sequence may be at most {limits.max_stop_chars} characters (max_stop_chars)")
-        return v
-
 
 def to_request(req: CountRequest, settings: Settings, dropped: list[str] | None = None) -> GenerationRequest:
-    """The neutral request. max_tokens is a ceiling in Anthropic's API: past the server's cap it
-    is lowered to the cap (Claude Code asks for 32000). Hosted tools left out are appended to
+    """The neutral request. max_tokens is a ceiling: past the server's cap generation lowers it
+    to the cap (Claude Code asks for 32000). Hosted tools left out are appended to
     `dropped`. `thinking` turns reasoning on or off where the template has the switch."""
     knobs = req.model_dump()
     extra: dict[str, Any] = {}
     if isinstance(req, MessagesRequest):
-        knobs["max_tokens"] = min(req.max_tokens, settings.max_tokens_cap)
+        knobs["max_tokens"] = req.max_tokens
         extra = {"keep_alive": req.keep_alive}
     else:
         knobs["max_tokens"] = None
@@ -131,7 +121,7 @@ def to_request(req: CountRequest, settings: Settings, dropped: list[str] | None 
         messages=messages, model=req.model or None,
         sampling=sampling(knobs, stop=getattr(req, "stop_sequences", None), logit_bias=getattr(req, "logit_bias", None)),
         output=output_rules(req, settings, loaded, [] if dropped is None else dropped),
-        reasoning={"enabled": True, "disabled": False}.get(thinking or ""), **extra)
+        reasoning={"enabled": REASONING_ON, "disabled": REASONING_OFF}.get(thinking or ""), **extra)
 
 
 def output_rules(req: CountRequest, settings: Settings, loaded: set[str] = frozenset(),  # type: ignore[assignment]
@@ -167,19 +157,19 @@ def _tools(req: CountRequest, settings: Settings, loaded: set[str], dropped: lis
     return out
 
 
-def conversation(req: CountRequest, loaded: set[str] | None = None) -> tuple[Said, ...]:
-    out: list[Said] = []
+def conversation(req: CountRequest, loaded: set[str] | None = None) -> tuple[ChatMessage, ...]:
+    out: list[ChatMessage] = []
     system = _without_billing(req.system if isinstance(req.system, str) else _texts(req.system or [], "system"))
     if system:
-        out.append(Said.of("system", system))
+        out.append(ChatMessage.of("system", system))
     names: dict[str, str] = {}  # tool_use id → tool name, for the tool messages answering them
     loaded = set() if loaded is None else loaded
     for i, m in enumerate(req.messages):
         where = f"messages.{i}.content"
         if isinstance(m.content, str):
-            out.append(Said.of(m.role, m.content))
+            out.append(ChatMessage.of(m.role, m.content))
         elif m.role == "system":
-            out.append(Said.of("system", _texts(m.content, where)))
+            out.append(ChatMessage.of("system", _texts(m.content, where)))
         elif m.role == "assistant":
             out.append(_assistant(m.content, where, names))
         else:
@@ -197,7 +187,7 @@ def _without_billing(system: str) -> str:
     return _BILLING.sub("", system).strip("\n") if "x-anthropic-billing-header:" in system else system
 
 
-def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> Said:
+def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> ChatMessage:
     texts, thoughts, calls = [], [], []
     for j, b in enumerate(blocks):
         if b.type == "text":
@@ -208,32 +198,32 @@ def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> Said:
             if not b.id or not b.name:
                 raise InvalidRequest(f"{where}.{j}: a tool_use block needs `id` and `name`", param=f"{where}.{j}")
             names[b.id] = b.name
-            calls.append(ToolCall(b.name, b.input or {}, b.id))
+            calls.append(PastCall(b.name, b.input or {}, b.id))
         elif b.type != "redacted_thinking":  # encrypted by Anthropic: nothing a local model can read
             raise _unsupported(b, f"{where}.{j}")
-    return Said("assistant", (Text("\n".join(texts)),), tuple(calls), reasoning="\n".join(thoughts) or None)
+    return ChatMessage("assistant", (TextPart("\n".join(texts)),), tuple(calls), reasoning="\n".join(thoughts) or None)
 
 
-def _user(blocks: list[Block], where: str, names: dict[str, str], loaded: set[str]) -> list[Said]:
+def _user(blocks: list[Block], where: str, names: dict[str, str], loaded: set[str]) -> list[ChatMessage]:
     """Tool results become `tool` messages; runs of text and image blocks become user messages."""
-    out: list[Said] = []
+    out: list[ChatMessage] = []
     parts: list[Part] = []
     for j, b in enumerate(blocks):
         if b.type in ("text", "image"):
-            parts.append(Text(b.text or "") if b.type == "text" else _image(b, f"{where}.{j}"))
+            parts.append(TextPart(b.text or "") if b.type == "text" else _image(b, f"{where}.{j}"))
             continue
         if b.type != "tool_result":
             raise _unsupported(b, f"{where}.{j}")
         if not b.tool_use_id:
             raise InvalidRequest(f"{where}.{j}.tool_use_id is required", param=f"{where}.{j}.tool_use_id")
         if parts:
-            out.append(Said("user", tuple(parts)))
+            out.append(ChatMessage("user", tuple(parts)))
             parts = []
         content = b.content if isinstance(b.content, str) else _texts(b.content or [], f"{where}.{j}.content", loaded)
-        out.append(Said.of("tool", ("Error: " if b.is_error else "") + content, tool_call_id=b.tool_use_id,
+        out.append(ChatMessage.of("tool", ("Error: " if b.is_error else "") + content, tool_call_id=b.tool_use_id,
                            name=names.get(b.tool_use_id)))
     if parts or not out:
-        out.append(Said("user", tuple(parts) or (Text(""),)))
+        out.append(ChatMessage("user", tuple(parts) or (TextPart(""),)))
     return out
 
 
@@ -278,7 +268,7 @@ def routes(chat: Chat) -> list[Route]:
         body = await read_json(request, settings.max_body_bytes)
 
         def translate() -> tuple[CountRequest, GenerationRequest, list[str]]:  # a long conversation: off the loop
-            req, dropped = parse(model, body, limits=settings), []
+            req, dropped = parse(model, body), []
             return req, to_request(req, settings, dropped), dropped
 
         return await asyncio.to_thread(translate)

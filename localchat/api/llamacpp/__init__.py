@@ -8,7 +8,10 @@ from __future__ import annotations
 from starlette.routing import Route
 
 from ...generation import Chat
+from .. import errors
 from . import infill, lora, rerank, template
+
+ERRORS: list[errors.Shape] = []  # OpenAI's shape and names, the default
 
 
 def routes(chat: Chat) -> list[Route]:

@@ -1,41 +1,19 @@
-"""LoRA adapters: a request's `lora` field (a name, or `[{name | id, scale}]`) and llama-server's
-`GET /lora-adapters` (each adapter's id, name, path and default scale) and `POST /lora-adapters`
-(`[{id | name, scale}]`: the default scales, for requests that name no adapters; an adapter not
-listed gets 0). `?model=NAME` picks the model (default: the default model)."""
+"""LoRA adapters, llama-server's routes: `GET /lora-adapters` (each adapter's id, name, path and
+default scale) and `POST /lora-adapters` (`[{id | name, scale}]`: the default scales, for requests
+that name no adapters; an adapter not listed gets 0). `?model=NAME` picks the model (default: the
+default model). A request's own `lora` field (a name, or `[{name | id, scale}]`) is api/fields.py's."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
+from pydantic import RootModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...generation import Chat
-from ...generation.adapters import LoraChoice, resolve_adapters
+from ...generation.adapters import resolve_adapters
 from ..body import parse, read_json
-
-
-class LoraRef(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    id: int | None = Field(None, ge=0)
-    name: str | None = None
-    scale: float = Field(1.0, ge=-100, le=100)  # NaN fails too
-
-    @model_validator(mode="after")
-    def _one(self) -> "LoraRef":
-        if (self.id is None) == (self.name is None):
-            raise ValueError("give an adapter's `name` or its `id`")
-        return self
-
-
-LoraField = list[LoraRef] | str | None  # a request's `lora` (the list first: its errors name the entry)
-
-
-def lora_choice(value: LoraField) -> LoraChoice:
-    """The request's field as the generation layer takes it."""
-    if value is None or isinstance(value, str):
-        return value
-    return tuple((ref.name if ref.name is not None else ref.id, ref.scale) for ref in value)  # type: ignore[misc]
+from ..fields import LoraRef, lora_choice
 
 
 class LoraList(RootModel[list[LoraRef]]):

@@ -14,15 +14,14 @@ from starlette.routing import Route
 
 from ...generation import Chat
 from ..body import parse, read_json
+from ..openai.schemas import ChatCompletionRequest
 
 
 def routes(chat: Chat) -> list[Route]:
-    from ..openai.schemas import ChatCompletionRequest  # the OpenAI package imports this one's siblings
-
     async def apply_template(request: Request) -> Response:
         limits = chat.host.settings
         body = await read_json(request, limits.max_body_bytes)
-        req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body, limits=limits))
+        req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body))
         return JSONResponse({"prompt": await chat.render(req.to_request(limits))})
 
     return [Route("/apply-template", apply_template, methods=["POST"])]

@@ -3,6 +3,6 @@ stream.py), embeddings and the version (routes.py). Errors are Ollama's `{"error
 
 from __future__ import annotations
 
-from .routes import routes
+from .routes import ERRORS, routes
 
-__all__ = ["routes"]
+__all__ = ["ERRORS", "routes"]

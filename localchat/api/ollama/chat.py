@@ -6,17 +6,18 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...engine.params import KNOBS
 from ...errors import InvalidRequest, ModelNotFound
-from ...generation import Chat, GenerationRequest, Message as Said, OutputRules, Part, Text, ToolCall, ToolSpec, Turn
-from ...models import Registry, Settings
+from ...generation import Chat, ChatMessage, GenerationRequest, OutputRules, Part, PastCall, Reasoning, TextPart, ToolSpec, Turn
+from ...neutral import EFFORTS
+from ...models import Registry
 from ..body import KeepAlive, parse, read_json
 from ..common import Lenient as _Lenient, base64_image, respond, sampling
-from ..openai.schemas import call_arguments
+from ..fields import call_arguments
 from ..sse import loosened_headers
 from .stream import Answer, Clock, Shape, collect, stream
 
@@ -49,16 +50,6 @@ class Options(_Lenient):
     seed: int | None = None  # negative: a random seed
     num_predict: int | None = None  # -1, -2 (and 0): no limit of the request's own
     stop: str | list[str] | None = None
-
-    @field_validator("stop")
-    @classmethod
-    def _stop(cls, v: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
-        limits: Settings = (info.context or {}).get("limits") or Settings()
-        stops = [v] if isinstance(v, str) else v or []
-        if len(stops) > limits.max_stop_strings or any(len(s) > limits.max_stop_chars for s in stops):
-            raise ValueError(f"at most {limits.max_stop_strings} stop strings of at most {limits.max_stop_chars} "
-                             "characters each (max_stop_strings, max_stop_chars)")
-        return v
 
     def sampling(self) -> Any:
         knobs = {**self.model_dump(), "penalty_last_n": self.repeat_last_n,
@@ -112,11 +103,19 @@ class _Generation(_Lenient):
                                         for t in tools or []),
                             json_schema=fmt if isinstance(fmt, dict) else None, json_object=fmt == "json")
         return {"model": model_name(registry, self.model), "sampling": (self.options or Options()).sampling(),
-                "output": rules, "keep_alive": self.keep_alive, "reasoning": self.thinks}
+                "output": rules, "keep_alive": self.keep_alive, "reasoning": self.reasoning}
 
     @property
     def thinks(self) -> bool | None:
         return self.think if self.think is None or isinstance(self.think, bool) else True
+
+    @property
+    def reasoning(self) -> Reasoning | None:
+        """`think`: true / false, or an effort ("low" / "medium" / "high": on, that hard; another
+        text: on)."""
+        if isinstance(self.think, str):
+            return Reasoning(True, self.think if self.think in EFFORTS else None)  # type: ignore[arg-type]
+        return None if self.think is None else Reasoning(self.think)
 
 
 class ChatBody(_Generation):
@@ -145,8 +144,8 @@ def generate_request(body: GenerateBody, registry: Registry) -> GenerationReques
         return GenerationRequest(prompt=body.prompt, suffix=body.suffix, **common)
     if body.raw:
         return GenerationRequest(prompt=body.prompt, **common)
-    system = (Said.of("system", body.system),) if body.system else ()
-    return GenerationRequest(messages=(*system, Said("user", (Text(body.prompt), *images))), **common)
+    system = (ChatMessage.of("system", body.system),) if body.system else ()
+    return GenerationRequest(messages=(*system, ChatMessage("user", (TextPart(body.prompt), *images))), **common)
 
 
 def _images(images: list[Any] | None, where: str) -> list[Part]:
@@ -157,27 +156,27 @@ def _images(images: list[Any] | None, where: str) -> list[Part]:
     return [base64_image(image, None, f"{where}.{k}") for k, image in enumerate(images or [])]
 
 
-def _messages(messages: list[Message]) -> tuple[Said, ...]:
+def _messages(messages: list[Message]) -> tuple[ChatMessage, ...]:
     """Neutral messages. Ollama's calls have no ids and its tool results name the tool: each
     result answers the first unanswered call of that name from the assistant before it."""
-    out: list[Said] = []
+    out: list[ChatMessage] = []
     unanswered: list[tuple[str, str]] = []  # (id, name)
     for i, m in enumerate(messages):
-        parts = (Text(m.content or ""), *_images(m.images, f"messages.{i}.images"))
+        parts = (TextPart(m.content or ""), *_images(m.images, f"messages.{i}.images"))
         if m.role == "assistant" and m.tool_calls:
-            calls = tuple(ToolCall(c.function.name, call_arguments(c.function.arguments), c.id or f"call_{i}_{j}")
+            calls = tuple(PastCall(c.function.name, call_arguments(c.function.arguments), c.id or f"call_{i}_{j}")
                           for j, c in enumerate(m.tool_calls))
             unanswered = [(c.id or "", c.name) for c in calls]
-            out.append(Said("assistant", parts, calls, reasoning=m.thinking or None))
+            out.append(ChatMessage("assistant", parts, calls, reasoning=m.thinking or None))
         elif m.role == "tool":
             match = next((c for c in unanswered
                           if m.tool_call_id in (None, c[0]) and m.tool_name in (None, c[1])), None)
             if match:
                 unanswered.remove(match)
             call_id, name = match or (m.tool_call_id or f"call_{i}", m.tool_name or "")
-            out.append(Said("tool", parts, tool_call_id=call_id, name=name))
+            out.append(ChatMessage("tool", parts, tool_call_id=call_id, name=name))
         else:
-            out.append(Said(m.role, parts, reasoning=m.thinking if m.role == "assistant" else None))
+            out.append(ChatMessage(m.role, parts, reasoning=m.thinking if m.role == "assistant" else None))
     return tuple(out)
 
 
@@ -201,7 +200,7 @@ async def _load(chat: Chat, body: _Generation, shape: Shape) -> Response:
 
 async def chat_route(chat: Chat, request: Request) -> Response:
     clock, limits = Clock(), chat.host.settings
-    body = parse(ChatBody, await read_json(request, limits.max_body_bytes), limits=limits)
+    body = parse(ChatBody, await read_json(request, limits.max_body_bytes))
     if not body.messages:
         return await _load(chat, body, Shape(True, body.model))
     turn = await chat.start(chat_request(body, chat.host.registry))
@@ -210,7 +209,7 @@ async def chat_route(chat: Chat, request: Request) -> Response:
 
 async def generate_route(chat: Chat, request: Request) -> Response:
     clock, limits = Clock(), chat.host.settings
-    body = parse(GenerateBody, await read_json(request, limits.max_body_bytes), limits=limits)
+    body = parse(GenerateBody, await read_json(request, limits.max_body_bytes))
     if not body.prompt and not body.suffix:
         return await _load(chat, body, Shape(False, body.model))
     turn = await chat.start(generate_request(body, chat.host.registry))

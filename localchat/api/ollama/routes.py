@@ -1,7 +1,8 @@
 """Ollama's API on the same port, for the clients that speak it (VS Code Copilot's Ollama
 provider, Open WebUI, the `ollama` libraries): the models (`/api/tags`, `/api/show`, `/api/ps`:
-ollama_models.py; `/api/pull`, `/api/delete`: ollama_pull.py), chat and generate (ollama_chat.py),
-embeddings (`/api/embed`, `/api/embeddings`) and `/api/version` here. Errors are Ollama's `{"error": "message"}`."""
+models.py; `/api/pull`, `/api/delete`: pull.py), chat and generate (chat.py, stream.py),
+embeddings (`/api/embed`, `/api/embeddings`) and `/api/version` here. Errors are Ollama's
+`{"error": "message"}` (`ERRORS`, registered by create_app)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...engine.embed import Embedder
+from ...engine.params import EMBED_BATCH
 from ...errors import InvalidRequest
 from ...generation import Chat
 from .. import errors
@@ -27,15 +28,16 @@ from .pull import delete_route, pull_route
 from .stream import Clock, nanos
 
 VERSION = "0.9.0"  # the Ollama API this follows: `think` (0.9), structured outputs (0.5), tools
-EMBED_MAX_TOKENS = Embedder.__init__.__kwdefaults__["n_batch"]  # the longest input one embedding takes
+EMBED_MAX_TOKENS = EMBED_BATCH  # the longest input one embedding takes
 
 
 def render(status: int, kind: str, message: str, param: str | None, code: str | None) -> dict[str, Any]:
     return {"error": message}
 
 
-errors.register("/api/", render, fields=[(r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
-                                         (r"json_schema", "format"), (r"json_object", "format")])
+ERRORS = [errors.Shape("/api/", render, fields=[(r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
+                                                (r"json_schema", "format"), (r"json_object", "format"),
+                                                (r"stop", "options.stop")])]
 
 
 class _Body(BaseModel):

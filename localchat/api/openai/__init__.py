@@ -10,8 +10,7 @@ from .. import errors
 from . import chat as _chat, completions as _completions, embeddings as _embeddings
 
 _COMPLETIONS = [("messages", "prompt"), ("json_schema", "json_schema"), *errors.OPENAI_FIELDS]
-errors.register("/v1/completions", fields=_COMPLETIONS)
-errors.register("/completions", fields=_COMPLETIONS)
+ERRORS = [errors.Shape("/v1/completions", fields=_COMPLETIONS), errors.Shape("/completions", fields=_COMPLETIONS)]
 
 
 def routes(chat: Chat) -> list[Route]:

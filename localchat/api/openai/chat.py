@@ -41,8 +41,8 @@ def routes(chat: Chat) -> list[Route]:
     async def completions(request: Request) -> Response:
         limits = chat.host.settings
         body = await read_json(request, limits.max_body_bytes)
-        # schema checks may take a while: off the event loop
-        req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body, limits=limits))
+        # a long conversation takes a while to parse: off the event loop
+        req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body))
         with schema_named(req.schema_source()[1]):
             turn = await chat.start(req.to_request(limits))
         meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}

@@ -12,17 +12,17 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ...errors import InvalidRequest
 from ...generation import Chat, Delta, Finish, GenerationRequest, Logprobs, OutputRules, PromptLogprobs, Turn, total_usage
-from ...grammars.metaschema import schema_problem
 from ...models import Settings
 from ..body import KeepAlive, parse, read_json
-from .schemas import SamplingFields, StreamOptions
+from ..fields import SamplingFields
+from .schemas import StreamOptions
 from ..common import respond, sampling, stream_error
 from ..errors import render
 from .chat import prompt_logprobs
@@ -51,25 +51,6 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     json_schema: dict[str, Any] | bool | None = None  # extension (llama.cpp's): the text is JSON for this schema
     grammar: str | None = None  # extension (llama.cpp's): raw GBNF
 
-    @field_validator("json_schema")
-    @classmethod
-    def _schema(cls, v: dict[str, Any] | bool | None, info: ValidationInfo) -> dict[str, Any] | bool | None:
-        limits: Settings = (info.context or {}).get("limits") or Settings()
-        if v is not None and (problem := schema_problem(v, limits.max_schema_depth)):
-            raise ValueError(problem)
-        return v
-
-    @field_validator("stop")
-    @classmethod
-    def _stop(cls, v: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
-        limits: Settings = (info.context or {}).get("limits") or Settings()
-        stops = [v] if isinstance(v, str) else v or []
-        if len(stops) > limits.max_stop_strings:
-            raise ValueError(f"at most {limits.max_stop_strings} stop strings (max_stop_strings)")
-        if any(len(s) > limits.max_stop_chars for s in stops):
-            raise ValueError(f"a stop string may be at most {limits.max_stop_chars} characters (max_stop_chars)")
-        return v
-
     def requests(self, limits: Settings) -> list[GenerationRequest]:
         knobs = self.model_dump()
         prompts = [self.prompt] if isinstance(self.prompt, str) else self.prompt
@@ -89,7 +70,7 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
 def routes(chat: Chat) -> list[Route]:
     async def completions(request: Request) -> Response:
         settings = chat.host.settings
-        req = parse(CompletionRequest, await read_json(request, settings.max_body_bytes), limits=settings)
+        req = parse(CompletionRequest, await read_json(request, settings.max_body_bytes))
         asks = req.requests(settings)
         if req.suffix is not None and req.echo:
             raise InvalidRequest("echo cannot be used with suffix", param="echo")

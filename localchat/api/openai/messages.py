@@ -3,13 +3,13 @@ text, image and audio parts, tool calls with their arguments as JSON values."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from ...errors import InvalidRequest
-from ...generation import Audio, Message as Said, Part, Text, ToolCall as Called
+from ...generation import Audio, ChatMessage, Part, PastCall, TextPart
 from ...generation.media import b64
 from ..common import Lenient as _Lenient, url_image
+from ..fields import call_arguments
 
 
 class ImageUrl(_Lenient):
@@ -49,7 +49,7 @@ class Message(_Lenient):
     reasoning_content: str | None = None
 
 
-def said(i: int, m: Message) -> Said:
+def said(i: int, m: Message) -> ChatMessage:
     """One message, neutral: `developer` is `system`, text, image and audio parts, tool calls'
     arguments as objects."""
     where = f"messages.{i}.content"
@@ -57,7 +57,7 @@ def said(i: int, m: Message) -> Said:
     if isinstance(m.content, list):
         for j, part in enumerate(m.content):
             if part.type == "text" and part.text is not None:
-                parts.append(Text(part.text))
+                parts.append(TextPart(part.text))
             elif part.type == "image_url" and part.image_url is not None:
                 url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
                 parts.append(url_image(url, f"{where}.{j}", f"{where}.{j}.image_url.url"))
@@ -68,19 +68,10 @@ def said(i: int, m: Message) -> Said:
                 raise InvalidRequest(f"{where}.{j}: part type {part.type!r} is not supported here; send text, "
                                      "image_url and input_audio parts", param=f"{where}.{j}")
     elif m.content is not None:
-        parts.append(Text(m.content))
+        parts.append(TextPart(m.content))
     if m.content is None and not (m.role == "assistant" and m.tool_calls):
         raise InvalidRequest(f"{where} is required for a {m.role} message", param=where)
-    calls = tuple(Called(c.function.name, call_arguments(c.function.arguments), c.id) for c in m.tool_calls or [])
-    return Said("system" if m.role == "developer" else m.role, tuple(parts), calls, m.tool_call_id, m.name,
+    calls = tuple(PastCall(c.function.name, call_arguments(c.function.arguments), c.id) for c in m.tool_calls or [])
+    return ChatMessage("system" if m.role == "developer" else m.role, tuple(parts), calls, m.tool_call_id, m.name,
                 m.reasoning_content)
 
-
-def call_arguments(arguments: str | dict[str, Any]) -> Any:
-    """A tool call's arguments as the JSON value they encode (a string that is not JSON stays)."""
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        return json.loads(arguments)
-    except ValueError:
-        return arguments

@@ -3,36 +3,21 @@ its translation into the neutral generation request."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field
 
 from ...errors import InvalidRequest
-from ...generation import GenerationRequest, OutputRules, ToolSpec
-from ...grammars.metaschema import schema_problem
-from ...models import Settings, sampling_model
+from ...generation import GenerationRequest, OutputRules, Reasoning, ToolSpec
+from ...models import Settings
 from ..body import KeepAlive
-from ..common import Lenient as _Lenient, sampling
-from ..llamacpp.lora import LoraField, lora_choice
-from .messages import Message, call_arguments, said
+from ..common import Lenient as _Lenient, openai_reasoning, sampling
+from ..fields import LoraField, SamplingFields, lora_choice
+from .messages import Message, said
 
-__all__ = ["ChatCompletionRequest", "SamplingFields", "StreamOptions", "call_arguments"]
+__all__ = ["ChatCompletionRequest", "StreamOptions"]
 
 _DEFAULT_LIMITS = Settings()
-
-
-def _limits(info: ValidationInfo) -> Settings:
-    """The server's limits, passed as validation context: `model_validate(body, context={"limits": settings})`."""
-    context = info.context or {}
-    return context.get("limits") or _DEFAULT_LIMITS
-
-
-def _checked_schema(schema: Any, info: ValidationInfo) -> Any:
-    problem = schema_problem(schema, _limits(info).max_schema_depth)
-    if problem:
-        raise ValueError(problem)
-    return schema
 
 
 class StreamOptions(_Lenient):
@@ -44,11 +29,6 @@ class FunctionDef(_Lenient):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None  # true: a keyword the grammar cannot enforce is a 400
-
-    @field_validator("parameters")
-    @classmethod
-    def _parameters(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
-        return None if v is None else _checked_schema(v, info)
 
 
 class Tool(_Lenient):
@@ -70,24 +50,11 @@ class JsonSchemaFormat(_Lenient):
     schema_: dict[str, Any] | bool = Field(True, alias="schema")
     strict: bool | None = None
 
-    @field_validator("schema_")
-    @classmethod
-    def _schema(cls, v: dict[str, Any] | bool, info: ValidationInfo) -> dict[str, Any] | bool:
-        return _checked_schema(v, info)
-
 
 class ResponseFormat(_Lenient):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
     schema_: dict[str, Any] | bool | None = Field(None, alias="schema")  # llama.cpp's: json_object with a schema
-
-    @field_validator("schema_")
-    @classmethod
-    def _schema(cls, v: dict[str, Any] | bool | None, info: ValidationInfo) -> dict[str, Any] | bool | None:
-        return None if v is None else _checked_schema(v, info)
-
-
-SamplingFields = sampling_model("SamplingFields", optional=True, base=_Lenient)
 
 
 class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
@@ -98,7 +65,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     max_completion_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
     logit_bias: dict[str, float] | None = None
-    n: int = Field(1, ge=1, le=64)  # at most the model's `parallel` (checked once the model is known)
+    n: int = Field(1, ge=1, le=64)  # at most the model's `parallel` (generation/limits.py, once the model is known)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     keep_alive: KeepAlive = None  # extension (Ollama's): how long the model stays loaded afterwards
@@ -121,72 +88,10 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     cache_prompt: bool = True  # extension (llama.cpp's): false: the slot's prompt cache is neither read nor kept
     prompt_logprobs: int | None = Field(None, ge=0, le=20)  # extension (vLLM's): the prompt tokens' log-probabilities
 
-    @field_validator("json_schema")
-    @classmethod
-    def _top_schema(cls, v: dict[str, Any] | bool | None, info: ValidationInfo) -> dict[str, Any] | bool | None:
-        return None if v is None else _checked_schema(v, info)
-
-    @field_validator("stop")
-    @classmethod
-    def _stop_list(cls, v: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
-        most, longest = _limits(info).max_stop_strings, _limits(info).max_stop_chars
-        stops = [v] if isinstance(v, str) else v or []
-        if len(stops) > most:
-            raise ValueError(f"at most {most} stop strings (max_stop_strings)")
-        if any(len(s) > longest for s in stops):
-            raise ValueError(f"a stop string may be at most {longest} characters (max_stop_chars)")
-        return v
-
-    @field_validator("max_tokens", "max_completion_tokens")
-    @classmethod
-    def _max_tokens(cls, v: int | None, info: ValidationInfo) -> int | None:
-        cap = _limits(info).max_tokens_cap
-        if v is not None and v > cap:
-            raise ValueError(f"at most {cap} tokens per choice on this server (max_tokens_cap)")
-        return v
-
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _tools_size(cls, v: Any, info: ValidationInfo) -> Any:
-        """Count and size first, before any schema is parsed or checked."""
-        if not isinstance(v, list):
-            return v  # the type check reports it
-        most, budget = _limits(info).max_tools, _limits(info).max_tool_schema_bytes
-        if len(v) > most:
-            raise ValueError(f"{len(v)} tools; at most {most} per request (max_tools)")
-        size = 0
-        for tool in v:
-            function = tool.get("function") if isinstance(tool, dict) else None
-            parameters = function.get("parameters") if isinstance(function, dict) else None
-            try:
-                size += len(json.dumps(parameters, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
-            except (RecursionError, ValueError):
-                continue  # too deep to measure: its own check names it
-            if size > budget:
-                raise ValueError(f"the tools' parameters schemas are more than {budget} bytes of JSON together "
-                                 "(max_tool_schema_bytes)")
-        return v
-
-    @field_validator("grammar")
-    @classmethod
-    def _grammar_size(cls, v: str | None, info: ValidationInfo) -> str | None:
-        most = _limits(info).max_grammar_bytes
-        if v is not None and len(v.encode("utf-8", "surrogatepass")) > most:
-            raise ValueError(f"the grammar is more than {most} bytes (max_grammar_bytes)")
-        return v
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _bias_values(cls, v: dict[str, float] | None) -> dict[str, float] | None:
-        for key, value in (v or {}).items():
-            if not -100 <= value <= 100:  # NaN fails too
-                raise ValueError(f"the bias {value} for token {key!r} is outside -100..100")
-        return v
-
     def to_request(self, limits: Settings | None = None) -> GenerationRequest:
         """The neutral request. Without max_tokens a choice gets the model's default
         (models.toml) if it has one, else it runs until the model ends its turn, never past the
-        server's cap or the context (generation applies both)."""
+        server's cap or the context (generation applies both, and every other limit)."""
         limits = limits or _DEFAULT_LIMITS
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
@@ -224,20 +129,21 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             return None
         return bool(self.continue_final_message)
 
-    def _reasoning(self, enable_thinking: Any) -> bool | None:
+    def _reasoning(self, enable_thinking: Any) -> Reasoning | None:
         """The reasoning switch: `chat_template_kwargs.enable_thinking` (Qwen 3's), or
-        `reasoning_effort` ("none" and "minimal": off); both must agree."""
-        effort = None if self.reasoning_effort is None else self.reasoning_effort not in ("none", "minimal")
+        `reasoning_effort` ("none" and "minimal": off; "low" / "medium" / "high": on, that
+        hard, where the template takes an effort); both must agree."""
+        effort = openai_reasoning(self.reasoning_effort)
         if enable_thinking is None:
             return effort
         if not isinstance(enable_thinking, bool):
             raise InvalidRequest("chat_template_kwargs.enable_thinking: must be true or false",
                                  param="chat_template_kwargs.enable_thinking")
-        if effort is not None and effort != enable_thinking:
+        if effort is not None and effort.enabled != enable_thinking:
             raise InvalidRequest(f"chat_template_kwargs.enable_thinking: it is {str(enable_thinking).lower()} but "
                                  f"reasoning_effort is {self.reasoning_effort!r}; send one of them",
                                  param="chat_template_kwargs.enable_thinking")
-        return enable_thinking
+        return effort or Reasoning(enable_thinking)
 
     def _output_rules(self, limits: Settings) -> OutputRules:
         fmt = self.response_format

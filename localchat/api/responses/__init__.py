@@ -1,5 +1,6 @@
-"""OpenAI's Responses API: input items and tools in (request.py), output items and named SSE
-events out (stream.py), stored responses. Errors in OpenAI's shape, with its field names."""
+"""OpenAI's Responses API: the request's models (schemas.py), input items and tools in
+(request.py), output items and named SSE events out (stream.py), stored responses. Errors in
+OpenAI's shape, with its field names."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from .request import routes
 
 _FIELDS = [(r"tools\.(\d+)\.parameters", r"tools.\1.parameters"), (r"json_schema", "text.format.schema"),
            (r"json_object", "text.format"), (r"messages", "input"), (r"logit_bias", "logit_bias")]
-errors.register("/v1/responses", fields=_FIELDS)
-errors.register("/responses", fields=_FIELDS)
+ERRORS = [errors.Shape("/v1/responses", fields=_FIELDS), errors.Shape("/responses", fields=_FIELDS)]
 
-__all__ = ["routes"]
+__all__ = ["ERRORS", "routes"]

@@ -1,6 +1,6 @@
 """OpenAI's Responses API, `POST /v1/responses`: input items (messages, function calls and
 their outputs) become chat messages, `tools` / `tool_choice` / `text.format` the output rules,
-and the generation's events become output items (responses_stream.py).
+and the generation's events become output items (stream.py). The request's models: schemas.py.
 
 Stored responses (`store`, on by default) are kept in memory, the last STORED of them, so that
 `previous_response_id` continues a conversation and `GET /v1/responses/{id}` finds one; a
@@ -17,93 +17,23 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...errors import InvalidRequest, LocalchatError
-from ...generation import Chat, GenerationRequest, Image, Message as Said, OutputRules, Text, ToolCall, ToolSpec
+from ...generation import Chat, ChatMessage, GenerationRequest, Image, OutputRules, PastCall, TextPart, ToolSpec
 from ...models import Settings
 from .. import hosted
-from ..body import KeepAlive, parse, read_json
-from ..common import Lenient as _Lenient, respond, sampling, url_image
-from ..openai.schemas import SamplingFields
+from ..body import parse, read_json
+from ..common import openai_reasoning, respond, sampling, url_image
 from ..sse import loosened_headers
+from .schemas import InputItem, NamedChoice, Part, ResponsesRequest, Tool
 from .stream import Numbered, Output, Shell, collect, stream
 
 STORED = 100  # responses kept for previous_response_id
-
-
-class Part(_Lenient):
-    type: str
-    text: str | None = None
-    image_url: str | None = None  # an input_image's (a data: URI)
-
-
-class InputItem(_Lenient):
-    type: str = "message"
-    role: Literal["user", "system", "developer", "assistant"] | None = None
-    content: str | list[Part] | None = None
-    call_id: str | None = None
-    name: str | None = None
-    namespace: str | None = None  # a call of a function tool inside a namespace tool
-    arguments: str | None = None
-    output: str | list[Part] | None = None
-
-
-class Tool(_Lenient):
-    type: str
-    name: str | None = Field(None, pattern=r"^[a-zA-Z0-9_.:-]{1,64}$")
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-    tools: list[Tool] | None = None  # a namespace's function tools
-
-
-class NamedChoice(_Lenient):
-    type: str
-    name: str | None = None
-
-
-class TextFormat(_Lenient):
-    type: Literal["text", "json_object", "json_schema"]
-    name: str | None = None
-    description: str | None = None
-    schema_: dict[str, Any] | bool | None = Field(None, alias="schema")
-    strict: bool | None = None
-
-
-class TextConfig(_Lenient):
-    format: TextFormat | None = None
-
-
-class Reasoning(_Lenient):
-    effort: str | None = None
-    summary: str | None = None
-
-
-class ResponsesRequest(SamplingFields):  # type: ignore[misc, valid-type]
-    model: str | None = None
-    input: str | list[InputItem] | None = None
-    instructions: str | None = None
-    tools: list[Tool] = []
-    tool_choice: Literal["auto", "none", "required"] | NamedChoice = "auto"
-    parallel_tool_calls: bool = True
-    text: TextConfig | None = None
-    max_output_tokens: int | None = Field(None, ge=1)
-    reasoning: Reasoning | None = None
-    store: bool = True
-    previous_response_id: str | None = None
-    metadata: dict[str, Any] | None = None
-    stream: bool = False
-    logit_bias: dict[str, float] | None = None  # extension, as in chat completions
-    keep_alive: KeepAlive = None  # extension (Ollama's)
-
-    def items(self) -> list[InputItem]:
-        return [InputItem(role="user", content=self.input)] if isinstance(self.input, str) else list(self.input or [])
 
 
 class ResponseNotFound(LocalchatError):
@@ -172,37 +102,36 @@ def to_request(req: ResponsesRequest, history: list[InputItem], settings: Settin
     if not messages:
         raise InvalidRequest("input: say something: a string or a list of input items", param="input")
     if req.instructions:
-        messages.insert(0, Said.of("system", req.instructions))
+        messages.insert(0, ChatMessage.of("system", req.instructions))
     knobs = {**req.model_dump(), "max_tokens": req.max_output_tokens}
-    effort = req.reasoning.effort if req.reasoning else None
     return GenerationRequest(messages=_one_system(messages), model=req.model or None,
                              sampling=sampling(knobs, logit_bias=req.logit_bias),
                              output=_rules(req, settings, [] if dropped is None else dropped),
-                             reasoning=None if effort is None else effort not in ("none", "minimal"),
+                             reasoning=openai_reasoning(req.reasoning.effort if req.reasoning else None),
                              keep_alive=req.keep_alive)
 
 
-def _messages(items: list[InputItem], calls: dict[str, str], where: str) -> list[Said]:
-    out: list[Said] = []
+def _messages(items: list[InputItem], calls: dict[str, str], where: str) -> list[ChatMessage]:
+    out: list[ChatMessage] = []
     for i, item in enumerate(items):
         if item.type == "message":
             if item.role is None or item.content is None:
                 missing = "role" if item.role is None else "content"
                 raise InvalidRequest(f"{where}.{i}.{missing} is required for a message", param=f"{where}.{i}.{missing}")
-            out.append(Said("system" if item.role == "developer" else item.role,
+            out.append(ChatMessage("system" if item.role == "developer" else item.role,
                             _parts(item.content, f"{where}.{i}.content")))
         elif item.type == "function_call":
             call = _call(i, item)
             calls[call.id or ""] = call.name
             if not out or out[-1].role != "assistant":
-                out.append(Said("assistant", (Text(""),)))
+                out.append(ChatMessage("assistant", (TextPart(""),)))
             out[-1] = replace(out[-1], tool_calls=(*out[-1].tool_calls, call))
         elif item.type == "function_call_output":
             if item.call_id not in calls:
                 raise InvalidRequest(f"{where}.{i}.call_id: no function_call with call_id {item.call_id!r} comes "
                                      "before this output", param=f"{where}.{i}.call_id")
-            text = "".join(p.text for p in _parts(item.output or "", f"{where}.{i}.output") if isinstance(p, Text))
-            out.append(Said.of("tool", text, tool_call_id=item.call_id, name=calls[item.call_id]))
+            text = "".join(p.text for p in _parts(item.output or "", f"{where}.{i}.output") if isinstance(p, TextPart))
+            out.append(ChatMessage.of("tool", text, tool_call_id=item.call_id, name=calls[item.call_id]))
         elif item.type != "reasoning":  # a reasoning item from an earlier turn: the prompt leaves it out
             raise InvalidRequest(f"{where}.{i}.type: {item.type!r} items are not supported; this server reads "
                                  "message, function_call, function_call_output and reasoning items",
@@ -210,7 +139,7 @@ def _messages(items: list[InputItem], calls: dict[str, str], where: str) -> list
     return out
 
 
-def _call(i: int, item: InputItem) -> ToolCall:
+def _call(i: int, item: InputItem) -> PastCall:
     for field in ("call_id", "name", "arguments"):
         if getattr(item, field) is None:
             raise InvalidRequest(f"input.{i}.{field} is required for a function_call", param=f"input.{i}.{field}")
@@ -221,16 +150,16 @@ def _call(i: int, item: InputItem) -> ToolCall:
     if not isinstance(arguments, dict):
         raise InvalidRequest(f"input.{i}.arguments must be a JSON object, as a string", param=f"input.{i}.arguments")
     name = f"{item.namespace}.{item.name}" if item.namespace else item.name
-    return ToolCall(name or "", arguments, item.call_id)
+    return PastCall(name or "", arguments, item.call_id)
 
 
-def _parts(content: str | list[Part], where: str) -> tuple[Text | Image, ...]:
+def _parts(content: str | list[Part], where: str) -> tuple[TextPart | Image, ...]:
     if isinstance(content, str):
-        return (Text(content),)
-    out: list[Text | Image] = []
+        return (TextPart(content),)
+    out: list[TextPart | Image] = []
     for j, part in enumerate(content):
         if part.type in ("input_text", "output_text", "text") and part.text is not None:
-            out.append(Text(part.text))
+            out.append(TextPart(part.text))
         elif part.type == "input_image" and part.image_url:
             out.append(url_image(part.image_url, f"{where}.{j}", f"{where}.{j}.image_url"))
         elif part.type != "refusal":
@@ -239,13 +168,13 @@ def _parts(content: str | list[Part], where: str) -> tuple[Text | Image, ...]:
     return tuple(out)
 
 
-def _one_system(messages: list[Said]) -> tuple[Said, ...]:
+def _one_system(messages: list[ChatMessage]) -> tuple[ChatMessage, ...]:
     """Instructions and the system/developer messages right after them, as one system message
     (many templates take a single one)."""
     lead = next((k for k, m in enumerate(messages) if m.role != "system"), len(messages))
     if lead < 2:
         return tuple(messages)
-    return (Said.of("system", "\n\n".join(m.text for m in messages[:lead])), *messages[lead:])
+    return (ChatMessage.of("system", "\n\n".join(m.text for m in messages[:lead])), *messages[lead:])
 
 
 def _rules(req: ResponsesRequest, settings: Settings, dropped: list[str]) -> OutputRules:

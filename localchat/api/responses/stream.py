@@ -11,15 +11,13 @@ import itertools
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...generation import Delta, Finish, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn
 from ..common import stream_error
 from ..errors import param_of
 from ..sse import frame
-
-if TYPE_CHECKING:
-    from .request import ResponsesRequest
+from .schemas import ResponsesRequest
 
 Event = dict[str, Any]
 

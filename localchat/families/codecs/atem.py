@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...grammars.gbnf import literal
-from .base import Call, GrammarOptions, Piece, Segments, Tool, tidy
+from ...neutral import Piece
+from .base import Call, GrammarOptions, Segments, Tool, tidy
 from .pattern import find_first, held_back
 from .shape import Shape, ShapeCodec
 from .xmlargs import XmlArgs

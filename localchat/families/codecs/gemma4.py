@@ -14,7 +14,8 @@ from typing import Any
 from ...grammars.gbnf import literal
 from ...grammars.members import member_rules
 from ...grammars.text import excluding
-from .base import BlockParser, Call, Piece, Segments, Tool, ToolCallArguments, ToolCallStart, new_call_id, tidy
+from ...neutral import Piece, ToolCallArguments, ToolCallStart, new_call_id
+from .base import BlockParser, Call, Segments, Tool, tidy
 from .pattern import FAIL, PARTIAL, match
 from .reader import CallReader
 from .shape import Shape, ShapeCodec

@@ -18,9 +18,8 @@ from ...grammars.gbnf import literal
 from ...grammars.schema import assemble, convert
 from ...grammars.text import excluding
 from .base import BlockParser, Call, Codec, GrammarOptions, Segments, Tool, tidy
+from .harmony_split import CALL, CHANNEL, CONSTRAIN, END, MESSAGE, START, HarmonySplitter
 
-START, END, MESSAGE, CHANNEL, CONSTRAIN = "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>"
-CALL, RETURN = "<|call|>", "<|return|>"
 CALL_HEAD = f"{CHANNEL}commentary to=functions."
 JSON_HEAD = f" {CONSTRAIN}json{MESSAGE}"
 
@@ -74,9 +73,7 @@ class HarmonyCodec(Codec):
         return assemble(f"analysis? {body}", rules)
 
     def splitter(self, reasoning: tuple[str, str] | None, thinking: bool, tools: Sequence[Tool] | None,
-                 strict: bool) -> object:
-        from .harmony_split import HarmonySplitter
-
+                 strict: bool) -> HarmonySplitter:
         return HarmonySplitter(tools, strict)
 
     def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:

@@ -1,6 +1,7 @@
 """Reading harmony output as it streams: each message's header says where its text goes
 (analysis: reasoning; final, or commentary to no one: content; commentary to functions.NAME: a
-call, its message the JSON arguments)."""
+call, its message the JSON arguments). The markup's control tokens are here; harmony.py's codec
+writes them."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import json
 import re
 from collections.abc import Sequence
 
-from .base import Delta, Piece, ReasoningDelta, Stepped, Tool, ToolCallArguments, ToolCallStart, new_call_id
-from .harmony import CALL, CHANNEL, END, MESSAGE, RETURN, START
+from ...neutral import Delta, Piece, ReasoningDelta, ToolCallArguments, ToolCallStart, new_call_id
+from .base import Stepped, Tool
 from .jsonscan import loads_object
 from .pattern import find_first, held_back
+
+START, END, MESSAGE, CHANNEL, CONSTRAIN = "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>"
+CALL, RETURN = "<|call|>", "<|return|>"
 
 _ENDS = (END, CALL, RETURN, START)
 _CHANNEL = re.compile(r"<\|channel\|>\s*(\w+)")

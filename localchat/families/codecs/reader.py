@@ -1,4 +1,4 @@
-"""Reading a block of calls in a `Shape` as it streams.
+"""Reading a block of calls in a `Shape` (shape.py) as it streams.
 
 Strict (the text follows the shape's grammar): each call is announced once its name is complete
 and its arguments stream as they come. Lenient (whatever a model wrote): a call is held until
@@ -8,17 +8,41 @@ cut-off value is repaired; what cannot be read is given back as text, never drop
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
-from .base import BlockParser, Delta, Piece, Tool, ToolCallArguments, ToolCallStart, new_call_id
+from ...neutral import Delta, Piece, ToolCallArguments, ToolCallStart, new_call_id
+from .base import BlockParser, Tool
 from .jsonscan import JsonScanner, loads_object, repair
 from .pattern import FAIL, PARTIAL, held_back, match
-from .shape import Shape
-from .xmlargs import properties
+from .xmlargs import XmlArgs, properties
 from .xmlreader import XmlArgsReader
 
 WAIT, GO = False, True
 KEEP = 4096  # strict: text already read is dropped from the buffer past this much
+
+
+class ShapeLike(Protocol):
+    """What a reader reads of a shape: shape.py's `Shape` (which makes its parsers here, so this
+    module names the texts it reads instead of importing it)."""
+
+    open: str
+    close: str
+    call_open: str
+    separator: str
+    call_close: str
+    name_key: str
+    args_key: str
+    name_end: str
+    xml: XmlArgs | None
+
+    @property
+    def json_form(self) -> bool: ...
+
+    @property
+    def mids(self) -> tuple[str, ...]: ...
+
+    @property
+    def post(self) -> str: ...
 
 
 class CallReader(BlockParser):
@@ -26,7 +50,7 @@ class CallReader(BlockParser):
     (a method `_STATE(final) -> GO | WAIT`), the calls read, and the outcomes (a call committed, a
     call failed, no call at all, the end of the block)."""
 
-    def __init__(self, shape: Shape, tools: dict[str, Tool], first: int, strict: bool, marker: str) -> None:
+    def __init__(self, shape: ShapeLike, tools: dict[str, Tool], first: int, strict: bool, marker: str) -> None:
         self.shape, self.tools, self.first, self.strict = shape, tools, first, strict
         self.marker_len = len(marker)
         self.buf, self.pos = "", 0
@@ -81,7 +105,7 @@ class CallReader(BlockParser):
 
 
 class ShapeParser(CallReader):
-    def __init__(self, shape: Shape, tools: dict[str, Tool], first: int, strict: bool, marker: str) -> None:
+    def __init__(self, shape: ShapeLike, tools: dict[str, Tool], first: int, strict: bool, marker: str) -> None:
         super().__init__(shape, tools, first, strict, marker)
         self.scanner: JsonScanner | None = None
         self.xml: XmlArgsReader | None = None
@@ -261,7 +285,7 @@ class ShapeParser(CallReader):
             self._end()
 
 
-def _named_call(text: str, shape: Shape, repaired: bool = False) -> tuple[str, Any] | None:
+def _named_call(text: str, shape: ShapeLike, repaired: bool = False) -> tuple[str, Any] | None:
     """(name, arguments) from a call object, whichever keys a model used; it must have an object
     of arguments (a cut-off one must have got as far as them)."""
     obj = loads_object(text)

@@ -22,6 +22,7 @@ from ...grammars.schema import assemble, convert
 from ...grammars.text import fixed
 from .base import BlockParser, Call, Codec, GrammarOptions, Segments, Tool, tidy
 from .pattern import fill
+from .reader import ShapeParser
 from .xmlargs import XmlArgs, args_rule, is_text, properties
 
 LEAD = "[ \\n]{0,4} "  # the blank lines a model writes after its reasoning
@@ -224,8 +225,6 @@ class ShapeCodec(Codec):
     # -- reading ---------------------------------------------------------------------------
 
     def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
-        from .reader import ShapeParser
-
         shape = next((s for s in (self.shape, *self.alternatives) if s.opener == marker), self.shape)
         return ShapeParser(shape, {t.name: t for t in tools}, first, strict and shape is self.shape, marker)
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import BlockParser, Codec, Delta, Piece, ReasoningDelta, Stepped, Tool
+from ...neutral import Delta, Piece, ReasoningDelta
+from .pieces import BlockParser, CallSyntax, Stepped, Tool
 from .pattern import find_first, held_back
 
 
 class Splitter(Stepped):
-    def __init__(self, codec: Codec | None = None, reasoning: tuple[str, str] | None = None, thinking: bool = False,
+    def __init__(self, codec: CallSyntax | None = None, reasoning: tuple[str, str] | None = None, thinking: bool = False,
                  tools: Sequence[Tool] = (), strict: bool = True) -> None:
         self.codec, self.tools, self.strict = codec, tuple(tools), strict
         self.markers = codec.markers if codec is not None else ()

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...grammars.gbnf import literal
-from .base import GrammarOptions, Piece, Tool
+from ...neutral import Piece
+from .base import GrammarOptions, Tool
 from .pattern import find_first, held_back
 from .shape import Shape, ShapeCodec
 from .xmlargs import XmlArgs

@@ -1,0 +1,177 @@
+"""Import-time hygiene: importing the API, the CLI or the engine's plain data never loads
+llama.cpp (only building an engine does), importing registers nothing, and no localchat module
+imports another that imports it back, at any depth (an import inside a function or under
+`if TYPE_CHECKING:` counts: it hides a cycle, it does not break one)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+
+import localchat
+
+PACKAGE = Path(localchat.__file__).parent
+REPO = PACKAGE.parent
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter: this process has long imported whatever other tests needed."""
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_importing_the_api_the_cli_and_the_engine_data_does_not_load_llama_cpp():
+    done = _run("import sys\n"
+                "import localchat.engine.params, localchat.engine, localchat.api.app, localchat.cli, localchat.server\n"
+                "loaded = sorted(m for m in sys.modules if m == 'llama_cpp' or m.startswith('llama_cpp.'))\n"
+                "assert not loaded, loaded\n"
+                "from localchat.engine import FakeEngine, WorkerEngine\n"  # the worker loads its model when built
+                "assert 'llama_cpp' not in sys.modules\n"
+                "from localchat.engine import LocalEngine\n"
+                "assert 'llama_cpp' in sys.modules\n")
+    assert done.returncode == 0, done.stderr
+
+
+def test_importing_the_protocols_registers_no_error_shape():
+    done = _run("from localchat.api import app, errors\n"
+                "from localchat.api.protocols import PROTOCOLS\n"
+                "assert errors.shape('/api/chat').render is errors.openai\n"
+                "assert errors.shape('/v1/messages').render is errors.openai\n"
+                "errors.register(s for p in PROTOCOLS for s in p.ERRORS)\n"  # what create_app does
+                "assert errors.shape('/api/chat').render is not errors.openai\n"
+                "assert errors.shape('/v1/messages').render is not errors.openai\n")
+    assert done.returncode == 0, done.stderr
+
+
+# -- import cycles --------------------------------------------------------------------------------
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Every localchat module by dotted name: its file, and whether it is a package."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if package else parts)] = (path, package)
+    return found
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """module -> {module it imports: the line of the first such import}, from every import
+    statement at any depth. Importing `a.b.c` runs the packages `a.b` and `a` first, so those
+    count too (except the importer's own packages, which are already running)."""
+    modules = _modules()
+
+    def known(name: str) -> str | None:  # the module itself, or the package it names a member of
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, dict[str, int]] = {}
+    for name, (path, package) in modules.items():
+        own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+        edges: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            targets: list[str | None] = []
+            if isinstance(node, ast.Import):
+                targets = [known(alias.name) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if package else name.split(".")[:-1]
+                    base = base[:len(base) - node.level + 1]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                targets = [known(f"{source}.{alias.name}") for alias in node.names]  # a submodule, else the source
+            for target in targets:
+                if target is None:
+                    continue
+                parts = target.split(".")
+                for i in range(1, len(parts) + 1):
+                    step = ".".join(parts[:i])
+                    if step in modules and step != name and step not in own:
+                        edges.setdefault(step, node.lineno)
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle (its modules in import order, the first repeated last) per strongly connected
+    group of modules (Tarjan's algorithm, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    found = []
+    for group in groups:  # the shortest way from the group's first module back to itself
+        members, start = set(group), group[0]
+        parent: dict[str, str | None] = {start: None}
+        queue, last = deque([start]), None
+        while last is None:
+            node = queue.popleft()
+            if start in graph[node]:
+                last = node
+            for target in sorted(graph[node]):
+                if target in members and target not in parent:
+                    parent[target] = node
+                    queue.append(target)
+        path, step = [start], last
+        while step is not None:
+            path.append(step)
+            step = parent[step]
+        found.append(path[::-1])
+    return found
+
+
+def test_the_cycle_finder_names_each_cycle_once_in_import_order():
+    graph = {"a": {"b": 3}, "b": {"c": 9}, "c": {"a": 40}, "d": {"a": 1}}
+    assert cycles(graph) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b": 1}, "b": {}}) == []
+
+
+def test_the_graph_sees_imports_inside_functions_and_the_packages_they_run():
+    graph = import_graph()
+    assert "localchat.engine.engine" in graph["localchat.models.host"]  # inside make_engine
+    assert "localchat.api.openai" in graph["localchat.api.llamacpp.template"]  # the package runs first
+    assert "localchat.engine" not in graph["localchat.engine.base"]  # its own package is already running
+
+
+def test_no_import_cycles_among_localchat_modules():
+    graph = import_graph()
+    described = ["  " + " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:])) + f" -> {cycle[-1]}"
+                 for cycle in cycles(graph)]
+    assert not described, "import cycles (each module with the line that imports the next):\n" + "\n".join(described)
