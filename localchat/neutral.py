@@ -164,6 +164,7 @@ class Sampling:
     frequency_penalty: float | None = None
     penalty_last_n: int | None = None
     repetition_stop: int | None = None
+    ngram_draft: int | None = None
     seed: int | None = None
     stop: tuple[str, ...] | None = None
     ignore_eos: bool | None = None

@@ -639,7 +639,7 @@ def edit_file() -> str:
                 f'    """Problems with the settings of part {i}."""',
                 "    problems = []",
                 f'    value = settings.get("part_{i}", {{}})',
-                f'    if not isinstance(value, dict):',
+                '    if not isinstance(value, dict):',
                 f'        problems.append("part_{i} must be a table")',
                 f'    elif value.get("size", 0) > {100 * (i + 1)}:',
                 f'        problems.append("part_{i}.size is over {100 * (i + 1)}")',

@@ -7,7 +7,6 @@ import asyncio
 import json
 import random
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
