@@ -95,13 +95,13 @@ def direct_decode(path: Path, tokens: list[int], n: int, n_ctx: int, threads: in
 
 
 def http_stream(url: str, body: dict) -> dict:
-    """Stream one chat completion; returns ttft, decode tok/s, chunk count and usage, and the
-    perf_counter times of the request's start and of its first and last content chunks."""
+    """Stream one chat completion; returns ttft, decode tok/s, chunk count and usage, the text, and
+    the perf_counter times of the request's start and of its first and last content chunks."""
     start = time.perf_counter()
     first = last = None
-    chunks, usage = 0, None
+    chunks, usage, parts = 0, None, []
     with httpx.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True,
-                      "stream_options": {"include_usage": True}}, timeout=600) as r:
+                      "stream_options": {"include_usage": True}}, timeout=3600) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -114,11 +114,12 @@ def http_stream(url: str, body: dict) -> dict:
                 first = first or now
                 last = now
                 chunks += 1
+                parts.append(data["choices"][0]["delta"]["content"])
     if first is None:
         raise RuntimeError(f"no content streamed for {body['messages'][-1]['content']!r}")
-    n = usage["completion_tokens"]
+    n = usage["completion_tokens"] if usage else chunks
     return {"ttft": first - start, "tps": (n - 1) / (last - first) if last > first else 0.0, "usage": usage,
-            "chunks": chunks, "start": start, "first": first, "last": last}
+            "chunks": chunks, "start": start, "first": first, "last": last, "text": "".join(parts), "tokens": n}
 
 
 def slots(url: str, model: str) -> dict:
@@ -561,7 +562,6 @@ def agent_cases(url: str, model: str, restart: Callable[[], str] | None, unload:
 
 def agent_bench(config: Path, spec: ModelSpec) -> None:
     import os
-    import subprocess
 
     folder = Path(tempfile.mkdtemp(prefix="localchat-bench-prompts-"))
     os.environ["LOCALCHAT_PROMPT_CACHE_DIR"] = str(folder)  # a cold cache for this run
@@ -581,39 +581,18 @@ def agent_bench(config: Path, spec: ModelSpec) -> None:
     finally:
         state["server"].stop()
     theirs = None
-    binary = os.environ.get("LLAMA_SERVER")
-    if binary:
-        port = free_port()
-        ctx = 32768
-        argv = [binary, "-m", str(spec.file()), "--port", str(port), "-c", str(4 * ctx), "-np", "4", "--jinja",
-                "--cache-reuse", "256", "--cache-ram", "8192", "-t", str(spec.threads or os.cpu_count())]
-        log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        procs = {"proc": proc}
-
-        def up() -> str:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(url + "/health", timeout=1).status_code == 200:
-                        return url
-                except httpx.HTTPError:
-                    time.sleep(0.5)
-            raise RuntimeError("llama-server did not come up: " + open(log.name).read()[-2000:])
+    if os.environ.get("LLAMA_SERVER"):
+        their = LlamaServer(spec, "-c", str(4 * 32768), "-np", "4", "--cache-reuse", "256", "--cache-ram", "8192")
 
         def restart_theirs() -> str:
-            procs["proc"].terminate()
-            procs["proc"].wait(30)
-            procs["proc"] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-            return up()
+            their.stop()
+            their.start()
+            return their.url
 
         try:
-            up()
-            theirs = agent_cases(url, spec.name, restart_theirs, None)
+            theirs = agent_cases(their.url, spec.name, restart_theirs, None)
         finally:
-            procs["proc"].terminate()
-            procs["proc"].wait(30)
+            their.stop()
     cold = ours[0][1]
     print(f"model {spec.name}: an agent's prompt of {ours[0][2].get('prompt_tokens')} tokens, 24 tools; "
           "time to first token (goal: <= 5% of cold for all but cold)")
@@ -662,68 +641,25 @@ def edit_body(model: str, n: int, draft: int | None) -> dict:
     return body
 
 
-def stream_text(url: str, body: dict) -> tuple[str, dict]:
-    """The streamed text and http_stream's figures (ttft, decode tok/s, usage)."""
-    parts: list[str] = []
-    start = time.perf_counter()
-    first = last = None
-    usage = None
-    with httpx.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True,
-                      "stream_options": {"include_usage": True}}, timeout=3600) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            data = json.loads(line[6:])
-            if data.get("usage"):
-                usage = data["usage"]
-            elif data.get("choices") and data["choices"][0]["delta"].get("content"):
-                now = time.perf_counter()
-                first = first or now
-                last = now
-                parts.append(data["choices"][0]["delta"]["content"])
-    n = usage["completion_tokens"] if usage else len(parts)
-    return "".join(parts), {"ttft": (first or start) - start, "tps": (n - 1) / (last - first) if first and last > first
-                            else 0.0, "tokens": n}
-
-
 def edit_bench(config: Path, spec: ModelSpec, n: int) -> None:
     import os
-    import subprocess
 
     server = Server(config, "--model", spec.name)
     try:
-        stream_text(server.url, edit_body(spec.name, 8, 0))  # the prompt read once, cached for both runs
-        plain_text, plain = stream_text(server.url, edit_body(spec.name, n, 0))
-        draft_text, drafted = stream_text(server.url, edit_body(spec.name, n, None))
+        http_stream(server.url, edit_body(spec.name, 8, 0))  # the prompt read once, cached for both runs
+        plain = http_stream(server.url, edit_body(spec.name, n, 0))
+        drafted = http_stream(server.url, edit_body(spec.name, n, None))
     finally:
         server.stop()
-    same = plain_text == draft_text
+    same = plain["text"] == drafted["text"]
     theirs = None
-    binary = os.environ.get("LLAMA_SERVER")
-    if binary:
-        port = free_port()
-        argv = [binary, "-m", str(spec.file()), "--port", str(port), "-c", "8192", "-np", "1", "--jinja",
-                "--spec-type", "ngram-mod", "-t", str(spec.threads or os.cpu_count())]
-        log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    if os.environ.get("LLAMA_SERVER"):
+        their = LlamaServer(spec, "-c", "8192", "-np", "1", "--spec-type", "ngram-mod")
         try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    if httpx.get(url + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("llama-server did not come up: " + open(log.name).read()[-2000:])
-                time.sleep(0.5)
-            stream_text(url, edit_body(spec.name, 8, None))
-            their_text, theirs = stream_text(url, edit_body(spec.name, n, None))
+            http_stream(their.url, edit_body(spec.name, 8, None))
+            theirs = http_stream(their.url, edit_body(spec.name, n, None))
         finally:
-            proc.terminate()
-            proc.wait(30)
+            their.stop()
     speedup = drafted["tps"] / plain["tps"] if plain["tps"] else 0.0
     print(f"model {spec.name}: a {len(edit_file().splitlines())}-line file returned with one rename, greedy, "
           f"{drafted['tokens']} tokens")
@@ -737,9 +673,40 @@ def edit_bench(config: Path, spec: ModelSpec, n: int) -> None:
               f"{'PASS' if ratio >= 1 else 'FAIL'}")
 
 
-def free_port() -> int:
-    from conftest import free_port as port
-    return port()
+class LlamaServer:
+    """llama-server (the binary LLAMA_SERVER names) on the same GGUF, on a free port, with these flags."""
+
+    def __init__(self, spec: ModelSpec, *flags: str) -> None:
+        import os
+
+        from conftest import free_port
+        self.url = ""
+        self.argv = [os.environ["LLAMA_SERVER"], "-m", str(spec.file()), "--port", str(free_port()), "--jinja",
+                     "-t", str(spec.threads or os.cpu_count()), *flags]
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log")
+        self.start()
+
+    def start(self) -> None:
+        import subprocess
+
+        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{self.argv[self.argv.index('--port') + 1]}"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        self.log.seek(0)
+        raise RuntimeError("llama-server did not come up: " + self.log.read()[-2000:])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
 
 
 def main() -> None:
