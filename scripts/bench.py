@@ -21,7 +21,7 @@ ratio, and whether each meets its goal. With --lora: two random LoRA adapters ma
 two streams at once with one adapter against two streams with different adapters (and none).
 With --vision: what an image costs, in prompt tokens and time to first token (the tiny test
 projector, or the model's own `mmproj`), cold and read again from the prompt cache.
-With --edit: a 110-line file returned with one rename, greedy: decode tok/s without drafts
+With --edit: a 121-line file returned with a variable renamed throughout, greedy: decode tok/s without drafts
 (ngram_draft 0) and with them (the default), the text asserted identical, and llama-server's
 tok/s with --spec-type ngram-mod when LLAMA_SERVER names its binary (goals: >= 1.5x without
 drafts, >= llama-server's).
@@ -610,7 +610,7 @@ def agent_bench(config: Path, spec: ModelSpec) -> None:
 # -- --edit: a file returned with one rename, drafts from the text --------------------------------
 
 def edit_file() -> str:
-    """A 110-line Python module (config loading and checking), the same every run."""
+    """A 121-line Python module (settings loading and checking), the same every run."""
     out = ['"""Configuration: read, check and merge the settings of a small service."""', "",
            "from __future__ import annotations", "", "import json", "import os", "from pathlib import Path", ""]
     for i in range(10):
@@ -634,7 +634,8 @@ def edit_file() -> str:
 
 def edit_body(model: str, n: int, draft: int | None) -> dict:
     body = {"model": model, "temperature": 0, "max_tokens": n, "messages": [{"role": "user", "content":
-            "Return this file with the function `load_config` renamed to `read_config`. Output only the code.\n\n"
+            "Rename the variable `settings` to `config` everywhere in this file and return the whole file, "
+            "every line of it. Output only the code.\n\n"
             "```python\n" + edit_file() + "```"}]}
     if draft is not None:
         body["ngram_draft"] = draft
@@ -661,7 +662,7 @@ def edit_bench(config: Path, spec: ModelSpec, n: int) -> None:
         finally:
             their.stop()
     speedup = drafted["tps"] / plain["tps"] if plain["tps"] else 0.0
-    print(f"model {spec.name}: a {len(edit_file().splitlines())}-line file returned with one rename, greedy, "
+    print(f"model {spec.name}: a {len(edit_file().splitlines())}-line file returned with a variable renamed, greedy, "
           f"{drafted['tokens']} tokens")
     print(f"without drafts : {plain['tps']:6.1f} tok/s")
     print(f"with drafts    : {drafted['tps']:6.1f} tok/s   {speedup:.2f}x   (goal >= 1.5x)  "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 NGRAM = 3  # the tokens a lookup matches on
 MIN = 2  # the shortest draft; the first draft is START long
-START = 4
+START = 4  # (or the request's ngram_draft, when smaller: 3 by default)
 
 
 class NgramDrafter:
