@@ -86,7 +86,7 @@ def test_torn_corrupt_and_foreign_files_are_skipped_and_removed(tmp_path: Path):
 def ask(url: str) -> dict:
     r = httpx.post(url + "/v1/chat/completions", timeout=300, json={
         "model": MODEL, "messages": [{"role": "user", "content": LONG}], "max_tokens": 4, "temperature": 0,
-        "logprobs": True})
+        "logprobs": True, "top_logprobs": 2})
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -104,7 +104,7 @@ def saved(folder: Path) -> list[Path]:
 def test_a_long_prompt_is_read_once_across_a_restart(registry_file: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch):
     """Served cold, saved; after a restart the same request reads only its last token and
-    answers with the same tokens, each log-probability within 0.01 of the cold read's."""
+    answers with the same tokens (up to a near-tie), each log-probability within 0.01 of the cold read's."""
     monkeypatch.setenv("LOCALCHAT_PROMPT_CACHE_DIR", str(tmp_path))
     first = Server(registry_file, "--model", MODEL)
     try:
@@ -120,8 +120,12 @@ def test_a_long_prompt_is_read_once_across_a_restart(registry_file: Path, tmp_pa
         usage = warm["usage"]
         assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
         a, b = (c["choices"][0]["logprobs"]["content"] for c in (cold, warm))
-        assert [t["token"] for t in a] == [t["token"] for t in b]
-        assert max(abs(x["logprob"] - y["logprob"]) for x, y in zip(a, b)) < 0.01
+        for x, y in zip(a, b):  # the same tokens, up to a tie another CPU's kernels may break the other way
+            assert abs(x["logprob"] - y["logprob"]) < 0.01
+            if x["token"] != y["token"]:
+                top = x["top_logprobs"]
+                assert top[0]["logprob"] - top[1]["logprob"] < 0.02, (x, y)
+                break
         assert f"cached={usage['prompt_tokens'] - 1}" in second.output()
     finally:
         second.stop()
