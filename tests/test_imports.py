@@ -12,6 +12,7 @@ from collections import deque
 from pathlib import Path
 
 import localchat
+from localchat.grammars.compact import _cycles as strongly_connected
 
 PACKAGE = Path(localchat.__file__).parent
 REPO = PACKAGE.parent
@@ -98,44 +99,9 @@ def import_graph() -> dict[str, dict[str, int]]:
 
 def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     """One cycle (its modules in import order, the first repeated last) per strongly connected
-    group of modules (Tarjan's algorithm, without recursion)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    groups: list[list[str]] = []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                group = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    group.append(member)
-                    if member == node:
-                        break
-                if len(group) > 1:
-                    groups.append(sorted(group))
+    group of modules (the grammar compactor's Tarjan, without recursion)."""
+    groups = [sorted(group) for group in strongly_connected({m: sorted(e) for m, e in sorted(graph.items())})
+              if len(group) > 1]
     found = []
     for group in groups:  # the shortest way from the group's first module back to itself
         members, start = set(group), group[0]
