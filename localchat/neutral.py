@@ -152,7 +152,7 @@ class Sampling:
     """The request's sampling overrides, each None unless the client set it: SamplingParams'
     settable fields (engine/params.py's KNOBS, which declares their bounds; a test keeps the two
     alike), plus stop strings, logit bias by token id (as the client wrote it: checked in
-    generation) and ignore_eos."""
+    generation), ignore_eos and the editor limits."""
 
     max_tokens: int | None = None
     temperature: float | None = None
@@ -168,6 +168,8 @@ class Sampling:
     seed: int | None = None
     stop: tuple[str, ...] | None = None
     ignore_eos: bool | None = None
+    n_indent: int | None = None  # llama-server's editor limits (/infill)
+    t_max_predict_ms: int | None = None
     logit_bias: dict[Any, float] = field(default_factory=dict)
 
     def over(self, base: _Params) -> _Params:

@@ -115,8 +115,8 @@ def test_reasoning_is_an_effort_only_when_on():
 
 def test_sampling_is_the_engine_knobs_each_unset_plus_stop_logit_bias_and_ignore_eos():
     fields = {f.name: f for f in dataclasses.fields(Sampling)}
-    assert list(fields) == [*KNOBS, "stop", "ignore_eos", "logit_bias"]
-    assert all(getattr(Sampling(), name) is None for name in [*KNOBS, "stop", "ignore_eos"])
+    assert list(fields) == [*KNOBS, "stop", "ignore_eos", "n_indent", "t_max_predict_ms", "logit_bias"]
+    assert all(getattr(Sampling(), name) is None for name in [*KNOBS, "stop", "ignore_eos", "n_indent", "t_max_predict_ms"])
     base = SamplingParams()
     assert Sampling().over(base) == base
     over = Sampling(temperature=0.0, seed=7, stop=("\n",), logit_bias={"5": 1.0}).over(base)

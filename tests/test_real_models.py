@@ -103,3 +103,11 @@ def test_infill_with_llama_vscodes_request(http: httpx.Client):
     assert 0 < answer["tokens_evaluated"] and answer["tokens_predicted"] <= 24
     again = http.post("/infill", json={**body, "input_prefix": body["input_prefix"] + "r"}, timeout=300).json()
     assert again["tokens_cached"] > 20  # the next keystroke reads the context from the cache
+    # llama.vscode's n_indent (the cursor line's indentation): after the first line, no line of the
+    # answer is indented less (the server ends the answer before such a line, as llama-server does)
+    body = {**body, "n_predict": 64, "n_indent": 4, "input_suffix": "\n\n\n" + "x = 1\n" * 5}
+    content = http.post("/infill", json=body, timeout=300).json()["content"]
+    lines = content.split("\n")
+    for i, line in enumerate(lines[1:], start=1):
+        last = i == len(lines) - 1
+        assert len(line) - len(line.lstrip(" \t")) >= 4 or (last and not line.strip()), content

@@ -40,6 +40,10 @@ class SamplingParams:
     logit_bias: dict[int, float] = field(default_factory=dict)
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    # llama-server's editor limits (/infill; text.LineLimits): after the first line break, a line indented
+    # less than n_indent ends the answer; a line break written t_max_predict_ms after the first token too. 0: off.
+    n_indent: int = 0
+    t_max_predict_ms: int = 0
 
 
 KNOBS: dict[str, dict[str, float]] = {f.name: f.metadata["bounds"] for f in fields(SamplingParams) if "bounds" in f.metadata}

@@ -7,6 +7,7 @@ sequence turns each sampled token into events and says when it is finished."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from .model import Model
 from .params import Done, Event, TokenLogprob, TopLogprob, Text
 from .repetition import LoopDetector
 from .sampling import Sampler
-from .text import StopMatcher, Utf8Stream
+from .text import LineLimits, StopMatcher, Utf8Stream
 
 
 @dataclass
@@ -57,6 +58,9 @@ class Sequence:
         self.sampler, self.stop_tokens, self.budget = sampler, stop_tokens, budget
         self.logprobs, self.emit, self.loop = logprobs, emit, loop
         self.utf8, self.stopper = Utf8Stream(), StopMatcher(list(stops))
+        params = sampler.params
+        self.lines = LineLimits(params.n_indent, params.t_max_predict_ms) \
+            if params.n_indent > 0 or params.t_max_predict_ms > 0 else None
         self.generated = 0
         self.next_token: int | None = None  # sampled, to be decoded in the next step
         self.finish: str | None = None
@@ -93,10 +97,15 @@ class Sequence:
             text, stopped = self.stopper.push(self.utf8.push(piece))
         else:  # under a grammar the grammar says where the output ends: a stop string could cut JSON
             text, stopped = self.stopper.flush() + self.utf8.push(piece), False
+        limited = False
+        if self.lines is not None:
+            text, limited = self.lines.push(text, time.monotonic())
         if text or (self._pending_logprobs and not stopped):
             self._text(text)
         if stopped:
             return self._end("stop", flush=False)
+        if limited:  # llama-server's editor limits end the answer as its n_predict does
+            return self._end("length", flush=False)
         if self.generated >= self.budget:
             return self._end("length", flush=True)
         if self.loop is not None and self.loop.push(token):
@@ -116,7 +125,7 @@ class Sequence:
 
     def _end(self, reason: str, flush: bool) -> None:
         if flush:
-            tail = self.stopper.flush() + self.utf8.flush()
+            tail = (self.lines.flush() if self.lines else "") + self.stopper.flush() + self.utf8.flush()
             if tail:
                 self._text(tail)
         if self._pending_logprobs:

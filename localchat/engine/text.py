@@ -57,3 +57,41 @@ class StopMatcher:
                     best = n
                     break
         return best
+
+
+class LineLimits:
+    """llama-server's editor limits (llama.vscode sends them to /infill), applied as it does:
+    after the answer's first line break, a line indented by fewer than `n_indent` spaces or tabs
+    ends the answer before that line (its indentation is held back until the line shows it); a
+    token holding a line break, written `t_max_ms` or more after the first token, ends the answer
+    after that token. `push(text, now)` returns (text to emit, ended)."""
+
+    def __init__(self, n_indent: int, t_max_ms: int) -> None:
+        self.n_indent, self.t_max = max(n_indent, 0), max(t_max_ms, 0) / 1000
+        self.started: float | None = None
+        self._line_start = False  # at the start of a line after a line break: its indentation not known yet
+        self._held = ""
+
+    def push(self, text: str, now: float) -> tuple[str, bool]:
+        if self.started is None:
+            self.started = now
+        out = []
+        for ch in text:
+            if self._line_start:
+                if ch in " \t":
+                    self._held += ch
+                    continue
+                if len(self._held) < self.n_indent:  # llama-server ends on a blank line too
+                    self._held = ""
+                    return "".join(out), True
+                out.append(self._held)
+                self._held, self._line_start = "", False
+            out.append(ch)
+            if ch == "\n" and self.n_indent:
+                self._line_start = True
+        late = self.t_max > 0 and "\n" in text and now - self.started >= self.t_max
+        return "".join(out), late
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return held

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -50,6 +51,10 @@ class InfillRequest(_Lenient):
     seed: int | None = None
     stop: list[str] = Field([], max_length=16)
     cache_prompt: bool = True  # false: the slot's prompt cache is neither read nor kept
+    # llama.vscode's limits, as llama-server applies them (engine/text.py LineLimits); 0 or less: off
+    n_indent: int = 0
+    t_max_predict_ms: int = 0
+    t_max_prompt_ms: int | None = None  # accepted and ignored, as llama-server does
 
     def to_request(self) -> GenerationRequest:
         knobs = {**self.model_dump(), "penalty_last_n": self.repeat_last_n,
@@ -57,7 +62,9 @@ class InfillRequest(_Lenient):
                  "max_tokens": self.n_predict if self.n_predict > 0 else 1 if self.n_predict == 0 else None}
         return GenerationRequest(model=self.model, prompt=self.input_prefix + self.prompt, suffix=self.input_suffix,
                                  extra=tuple((f.filename, f.text) for f in self.input_extra),
-                                 sampling=sampling(knobs, stop=self.stop), cache_prompt=self.cache_prompt)
+                                 sampling=replace(sampling(knobs, stop=self.stop), n_indent=max(self.n_indent, 0) or None,
+                                                  t_max_predict_ms=max(self.t_max_predict_ms, 0) or None),
+                                 cache_prompt=self.cache_prompt)
 
 
 class TokenizeRequest(_Lenient):
