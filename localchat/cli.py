@@ -180,6 +180,10 @@ def ps(
                       until if not m["requests"] else "-")
     out.print(table if loaded else "[dim]no model is loaded[/dim]")
     for m in loaded:  # why each got its context and slots (memory: the estimate of what it needs)
+        if m.get("upstream"):  # (its memory is the upstream's, as that one sized it)
+            up = m["upstream"]
+            out.print(f"[dim]{escape(m['name'])}: runs at {escape(up['url'])} as {escape(up['model'])}: {up['state']}"
+                      + (f" ({escape(up['error'])})" if up.get("error") else "") + "[/dim]")
         if m.get("sizing"):
             out.print(f"[dim]{escape(m['name'])}: {m['slots']} × {m['context_length']} tokens: "
                       f"{escape(m['sizing']['reason'])}[/dim]")

@@ -7,7 +7,10 @@ output). A peer that dies mid-answer: an error event in the stream, then 503s.""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,21 +36,26 @@ LONG = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 1900, 
 
 
 def _tomls(folder: Path, model: Path) -> Path:
+    embed = model.with_name("tiny-embed.gguf")
     (folder / "peer.toml").write_text(f'default = "tiny-remote"\n[models.tiny-remote]\npath = "{model}"\n'
-                                      "context_length = 2048\nparallel = 2\n")
+                                      "context_length = 2048\nparallel = 2\n"
+                                      f'[models.tiny-embed]\npath = "{embed}"\ncontext_length = 512\n')
     return folder / "peer.toml"
 
 
-def _front(folder: Path, peer: Server, timeout: float = 60) -> Server:
+def _front(folder: Path, peer: Server) -> Server:
     (folder / "front.toml").write_text(
         f'default = "remote"\n[models.remote]\nupstream = "{peer.url}/v1"\nupstream_model = "tiny-remote"\n'
-        f'api_key = "{KEY}"\nupstream_timeout = {timeout}\n')
+        f'api_key = "{KEY}"\n[models.remote-embed]\nupstream = "{peer.url}"\nupstream_model = "tiny-embed"\n'
+        f'api_key = "{KEY}"\n')
     return Server(folder / "front.toml")
 
 
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_model(tmp_path_factory.mktemp("upstream") / "tiny-remote.gguf", FAMILIES[FAMILY], n_ctx=2048)
+    folder = tmp_path_factory.mktemp("upstream")
+    write_tiny_model(folder / "tiny-embed.gguf", FAMILIES["llama3"], n_ctx=512, pooling=1)
+    return write_tiny_model(folder / "tiny-remote.gguf", FAMILIES[FAMILY], n_ctx=2048)
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +172,29 @@ def test_the_entry_shows_where_it_runs(pair):
     assert remote["context_length"] == 2048 and remote["slots"] == 2
 
 
+def test_embeddings(pair):
+    peer, front = pair
+    through = sdk(front).embeddings.create(model="remote-embed", input=["hello world", "the sea"])
+    direct = sdk(peer, KEY).embeddings.create(model="tiny-embed", input=["hello world", "the sea"])
+    assert [d.embedding for d in through.data] == [d.embedding for d in direct.data]
+    assert through.usage.prompt_tokens == direct.usage.prompt_tokens
+
+
+def test_the_cli_shows_it(pair):
+    peer, front = pair
+    toml = front.proc.args[-1]  # the front's models.toml (Server's --config, last)
+    ps = subprocess.run([sys.executable, "-m", "localchat", "ps", "--url", front.url], capture_output=True, text=True)
+    assert ps.returncode == 0 and f"runs at {peer.url}/v1 as tiny-remote: ok" in " ".join(ps.stdout.split())
+    listed = subprocess.run([sys.executable, "-m", "localchat", "models", "--config", str(toml)],
+                            capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert listed.returncode == 0 and "completion tools  ?" in listed.stdout
+    ends = [line.rstrip().rsplit("  ", 1)[-1] for line in listed.stdout.splitlines()]
+    assert f"upstream {peer.url}/v1" in ends and f"upstream {peer.url}" in ends  # both entries
+    shown = subprocess.run([sys.executable, "-m", "localchat", "models", "show", "remote", "--config", str(toml)],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0 and FAMILY in shown.stdout and "token mode" in shown.stdout
+
+
 def test_the_peer_routes_are_guarded(pair):
     peer, front = pair
     body = {"model": "tiny-remote", "segments": [["hello", True]]}
@@ -240,5 +271,7 @@ def test_errors_cross_by_class_and_the_link_maps_once():
     assert type(mapped(peer, httpx.RemoteProtocolError("cut", request=request))) is UpstreamError
     assert [e.status for e in (UpstreamError("x"), UpstreamUnavailable("x"), UpstreamTimeout("x"))] == [502, 503, 504]
     assert "serve --peer" in refusal(peer, 404, b'{"error": {"message": "no route"}}').message
+    crashed = refusal(peer, 500, b'{"error": {"message": "internal error: boom", "type": "server_error"}}')
+    assert type(crashed) is UpstreamError and crashed.status == 502 and "boom" in crashed.message
     assert type(refusal(peer, 429, json.dumps({"error": wire.encode_error(QueueFull("q"))}).encode())) is QueueFull
     assert peer.route("open") == "http://127.0.0.1:9/internal/engine/open"
