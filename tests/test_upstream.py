@@ -92,9 +92,14 @@ def peer_busy(peer: Server) -> int:
 
 
 def test_chat_is_the_peers(pair):
-    through, direct = both(pair, messages=ASK, max_tokens=12, seed=7)
+    through, direct = both(pair, messages=ASK, max_tokens=12, seed=7, logprobs=True, top_logprobs=2, stop=["zz"])
     assert through.model == "remote"
     assert through.choices[0].message.content == direct.choices[0].message.content
+    ours, theirs = through.choices[0].logprobs.content, direct.choices[0].logprobs.content
+    assert [(t.token, [a.token for a in t.top_logprobs]) for t in ours] == \
+        [(t.token, [a.token for a in t.top_logprobs]) for t in theirs]
+    # (the same up to a batch's rounding: one of the two reads its prompt from the cache)
+    assert [t.logprob for t in ours] == pytest.approx([t.logprob for t in theirs], abs=1e-3)
     assert through.usage.prompt_tokens == direct.usage.prompt_tokens
     assert through.usage.completion_tokens == direct.usage.completion_tokens
 
