@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,8 +27,11 @@ from localchat.engine.params import Constraint, Done, Generate, Media, Prepared,
 from localchat.engine.upstream import Peer, mapped, refusal
 from localchat.errors import (ContextOverflow, QueueFull, UpstreamError, UpstreamTimeout, UpstreamUnavailable)
 from localchat.families import FAMILIES
+from localchat.models import ModelSpec
+from localchat.models.upstream import _with_defaults
 from test_tools import ASK, ONE_CALL, TOOLS, check_calls, nudge, stream_calls
-from tinymodels import write_tiny_model
+from test_vision import ask, logprobs, png, uri
+from tinymodels import write_tiny_mmproj, write_tiny_model
 from tool_schemas import WEATHER
 
 FAMILY = "qwen3-coder"  # tool calls in XML (<function=NAME><parameter=KEY>…), not plain JSON
@@ -36,10 +40,12 @@ LONG = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 1900, 
 
 
 def _tomls(folder: Path, model: Path) -> Path:
-    embed = model.with_name("tiny-embed.gguf")
+    embed, vision, mmproj = (model.with_name(f"tiny-{n}.gguf") for n in ("embed", "vision", "mmproj"))
     (folder / "peer.toml").write_text(f'default = "tiny-remote"\n[models.tiny-remote]\npath = "{model}"\n'
                                       "context_length = 2048\nparallel = 2\n"
-                                      f'[models.tiny-embed]\npath = "{embed}"\ncontext_length = 512\n')
+                                      f'[models.tiny-embed]\npath = "{embed}"\ncontext_length = 512\n'
+                                      f'[models.tiny-vision]\npath = "{vision}"\nmmproj = "{mmproj}"\n'
+                                      "context_length = 512\n")
     return folder / "peer.toml"
 
 
@@ -47,6 +53,7 @@ def _front(folder: Path, peer: Server) -> Server:
     (folder / "front.toml").write_text(
         f'default = "remote"\n[models.remote]\nupstream = "{peer.url}/v1"\nupstream_model = "tiny-remote"\n'
         f'api_key = "{KEY}"\n[models.remote-embed]\nupstream = "{peer.url}"\nupstream_model = "tiny-embed"\n'
+        f'api_key = "{KEY}"\n[models.remote-vision]\nupstream = "{peer.url}"\nupstream_model = "tiny-vision"\n'
         f'api_key = "{KEY}"\n')
     return Server(folder / "front.toml")
 
@@ -55,6 +62,8 @@ def _front(folder: Path, peer: Server) -> Server:
 def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("upstream")
     write_tiny_model(folder / "tiny-embed.gguf", FAMILIES["llama3"], n_ctx=512, pooling=1)
+    write_tiny_model(folder / "tiny-vision.gguf", FAMILIES["gemma"], n_ctx=512, extra=("<start_of_image>", "<end_of_image>"))
+    write_tiny_mmproj(folder / "tiny-mmproj.gguf")
     return write_tiny_model(folder / "tiny-remote.gguf", FAMILIES[FAMILY], n_ctx=2048)
 
 
@@ -185,6 +194,20 @@ def test_embeddings(pair):
     assert through.usage.prompt_tokens == direct.usage.prompt_tokens
 
 
+def test_an_image(pair):
+    """Decoded here (Pillow), its pixels sent; the peer's projector reads them."""
+    peer, front = pair
+    body = ask("What is in the picture?", uri(png(1)), model="remote-vision")
+    through = httpx.post(front.url + "/v1/chat/completions", json=body, timeout=120)
+    direct = httpx.post(peer.url + "/v1/chat/completions", json={**body, "model": "tiny-vision"}, timeout=120,
+                        headers={"Authorization": f"Bearer {KEY}"})
+    assert through.status_code == 200, through.text
+    assert through.json()["usage"]["prompt_tokens"] == direct.json()["usage"]["prompt_tokens"]
+    assert [t for t, _ in logprobs(through.json())] == [t for t, _ in logprobs(direct.json())]
+    card = next(m for m in httpx.get(front.url + "/v1/models").json()["data"] if m["id"] == "remote-vision")
+    assert "vision" in card["capabilities"]
+
+
 def test_the_cli_shows_it(pair):
     peer, front = pair
     toml = front.proc.args[-1]  # the front's models.toml (Server's --config, last)
@@ -192,7 +215,7 @@ def test_the_cli_shows_it(pair):
     assert ps.returncode == 0 and f"runs at {peer.url}/v1 as tiny-remote: ok" in " ".join(ps.stdout.split())
     listed = subprocess.run([sys.executable, "-m", "localchat", "models", "--config", str(toml)],
                             capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
-    assert listed.returncode == 0 and "completion tools  ?" in listed.stdout
+    assert listed.returncode == 0 and re.search(rf"remote +{FAMILY} +completion tools ", listed.stdout)
     ends = [line.rstrip().rsplit("  ", 1)[-1] for line in listed.stdout.splitlines()]
     assert f"upstream {peer.url}/v1" in ends and f"upstream {peer.url}" in ends  # both entries
     shown = subprocess.run([sys.executable, "-m", "localchat", "models", "show", "remote", "--config", str(toml)],
@@ -280,3 +303,20 @@ def test_errors_cross_by_class_and_the_link_maps_once():
     assert type(crashed) is UpstreamError and crashed.status == 502 and "boom" in crashed.message
     assert type(refusal(peer, 429, json.dumps({"error": wire.encode_error(QueueFull("q"))}).encode())) is QueueFull
     assert peer.route("open") == "http://127.0.0.1:9/internal/engine/open"
+
+
+@pytest.mark.fast
+def test_an_upstream_entry_leaves_the_model_to_the_peer():
+    spec = ModelSpec(name="big", upstream="http://127.0.0.1:8100/v1", api_key="k", upstream_timeout=30,
+                     sampling={"temperature": 0.5})
+    assert spec.kind == "upstream" and spec.location() is None
+    assert spec.peer() == Peer("http://127.0.0.1:8100/v1", "big", "k", 30.0, 5.0)
+    for theirs in ({"family": "chatml"}, {"context_length": 4096}, {"mmproj": "/x.gguf"}, {"path": "/x.gguf"}):
+        with pytest.raises(ValueError):
+            ModelSpec(name="big", upstream="http://127.0.0.1:8100", **theirs)
+    with pytest.raises(ValueError, match="only for a model with `upstream`"):
+        ModelSpec(name="small", path="/x.gguf", api_key="k")
+    merged = _with_defaults(spec, {"sampling": {"temperature": 0.1, "top_k": 5, "a_newer_knob": 1},
+                                   "system_prompt_strip": "id=\\d+"})
+    assert (merged.sampling.temperature, merged.sampling.top_k) == (0.5, 5)  # the entry's own, then the peer's
+    assert merged.system_prompt_strip == "id=\\d+" and merged.name == "big"

@@ -173,6 +173,9 @@ def checked(ask: Generate, loaded: LoadedModel, host: ModelHost) -> Generate:
         raise InvalidRequest("n: at least 1", param="n")
     for where, tokens in (("tokens", ask.tokens), ("stop_tokens", ask.stop_tokens), ("logit_bias", ask.params.logit_bias)):
         _tokens(list(tokens), n_vocab, where)
+    if any(not -100 <= v <= 100 for v in ask.params.logit_bias.values()):
+        raise InvalidRequest("logit_bias: values within -100..100", param="logit_bias")
+    limits.check_stops(ask.params.stop, settings)
     for key, bounds in KNOBS.items():
         value = getattr(ask.params, key)
         if value is not None and not all(_within(value, op, limit) for op, limit in bounds.items()):
