@@ -41,7 +41,8 @@ LONG = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 1900, 
 
 def _tomls(folder: Path, model: Path) -> Path:
     embed, vision, mmproj = (model.with_name(f"tiny-{n}.gguf") for n in ("embed", "vision", "mmproj"))
-    (folder / "peer.toml").write_text(f'default = "tiny-remote"\n[models.tiny-remote]\npath = "{model}"\n'
+    (folder / "peer.toml").write_text(f'default = "tiny-remote"\nmax_stop_strings = 2\n'  # (the front allows 16)
+                                      f'[models.tiny-remote]\npath = "{model}"\n'
                                       "context_length = 2048\nparallel = 2\n"
                                       f'[models.tiny-embed]\npath = "{embed}"\ncontext_length = 512\n'
                                       f'[models.tiny-vision]\npath = "{vision}"\nmmproj = "{mmproj}"\n'
@@ -156,6 +157,18 @@ def test_forced_tool_call_in_xml_syntax(pair):
     assert finish == "tool_calls" and not content.strip()
     assert [(c["name"], c["arguments"]) for c in calls.values()] == \
         [(c.function.name, c.function.arguments) for c in through.choices[0].message.tool_calls]
+
+
+def test_refusals_come_before_the_first_byte(pair):
+    """Too long for the context (known here), or refused by the peer as it takes the request (its own limit)."""
+    client = sdk(pair[1])
+    with pytest.raises(openai.BadRequestError) as long:
+        client.chat.completions.create(model="remote", messages=[{"role": "user", "content": "hello " * 3000}],
+                                       stream=True)
+    assert long.value.code == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError) as stops:
+        client.chat.completions.create(model="remote", messages=ASK, stop=["x", "y", "z"], stream=True)
+    assert "at most 2 stop strings" in stops.value.message and stops.value.param == "stop"
 
 
 def test_cancel_frees_the_peers_slot(pair):
