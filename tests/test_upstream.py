@@ -25,7 +25,7 @@ from conftest import Server
 from localchat.engine import wire
 from localchat.engine.params import Constraint, Done, Generate, Media, Prepared, SamplingParams, Text, TokenLogprob, TopLogprob
 from localchat.engine.upstream import Peer, mapped, refusal
-from localchat.errors import (ContextOverflow, QueueFull, UpstreamError, UpstreamTimeout, UpstreamUnavailable)
+from localchat.errors import ContextOverflow, QueueFull, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from localchat.families import FAMILIES
 from localchat.models import ModelSpec
 from localchat.models.upstream import _with_defaults
