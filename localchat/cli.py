@@ -56,6 +56,8 @@ def serve(
                                       "(within max_media_bytes and media_timeout; default: refused)."),
     media_folder: Optional[Path] = typer.Option(None, "--media-folder", help="Read images named by file:// URLs under "
                                                 "this folder, and nowhere else (default: none are read)."),
+    peer: bool = typer.Option(False, "--peer", help="Serve this server's models to other localchats whose models.toml "
+                              "names it as an `upstream` (routes under /internal/engine; same guard and key)."),
 ) -> None:
     """Serve the OpenAI chat completion routes on localhost."""
     from .server import PortInUse, ServeRefused, serve as run
@@ -66,7 +68,8 @@ def serve(
                                    ("worker", False if in_process else None), ("hosted_tools", hosted_tools),
                                    ("log_requests", False if quiet else None),
                                    ("fetch_images", True if fetch_images else None),
-                                   ("media_folder", str(media_folder) if media_folder else None)) if v is not None}
+                                   ("media_folder", str(media_folder) if media_folder else None),
+                                   ("peer", True if peer else None)) if v is not None}
     try:
         registry.settings = registry.settings.model_validate({**registry.settings.model_dump(), **overrides})
         model = _served_model(registry, model, alias)
@@ -177,6 +180,10 @@ def ps(
                       until if not m["requests"] else "-")
     out.print(table if loaded else "[dim]no model is loaded[/dim]")
     for m in loaded:  # why each got its context and slots (memory: the estimate of what it needs)
+        if m.get("upstream"):  # (its memory is the upstream's, as that one sized it)
+            up = m["upstream"]
+            out.print(f"[dim]{escape(m['name'])}: runs at {escape(up['url'])} as {escape(up['model'])}: {up['state']}"
+                      + (f" ({escape(up['error'])})" if up.get("error") else "") + "[/dim]")
         if m.get("sizing"):
             out.print(f"[dim]{escape(m['name'])}: {m['slots']} × {m['context_length']} tokens: "
                       f"{escape(m['sizing']['reason'])}[/dim]")

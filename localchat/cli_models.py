@@ -43,7 +43,8 @@ def _describe(spec: ModelSpec, described: Description, settings: Settings) -> tu
     if info is None:
         where = spec.location()
         size = human_bytes(where.stat().st_size) if described.file == "invalid" and where else ""
-        return (family, "?", "?", size, str(spec.context_length or "?"), _file_state(spec, described))
+        caps = " ".join(described.capabilities) or "?"  # (an upstream's, as it says)
+        return (family, caps, "?", size, str(spec.context_length or "?"), _file_state(spec, described))
     try:
         context = str(size_model(spec, info, settings).context)
     except ModelTooLarge:
@@ -54,6 +55,8 @@ def _describe(spec: ModelSpec, described: Description, settings: Settings) -> tu
 
 def _file_state(spec: ModelSpec, described: Description) -> str:
     """The file column of a model whose file is not (yet) described."""
+    if described.file in ("upstream", "unreachable"):
+        return f"{'' if described.file == 'upstream' else '[red]unreachable[/red] '}upstream {spec.upstream}"
     if described.file == "on_demand":
         return f"[yellow]{'fetched' if spec.fetched else 'assembled'} on first use[/yellow]"
     return "[red]not a GGUF file[/red]" if described.file == "invalid" else "[yellow]missing[/yellow]"
@@ -78,6 +81,12 @@ def show(
         raise fail(exc.message) from None
     described = Describer().describe(spec)
     info = described.info
+    if info is None and described.file in ("upstream", "unreachable"):
+        return _print_rows([("name", spec.name), ("upstream", f"{spec.upstream} (model {spec.upstream_model or spec.name}, "
+                                                              f"{spec.upstream_mode} mode)"),
+                            *([("unreachable", described.reason or "")] if described.reason else []),
+                            ("family", described.family or "?"),
+                            ("capabilities", ", ".join(described.capabilities) or "?")])
     if info is None:
         if described.file != "on_demand":
             raise fail(described.reason or described.file)

@@ -121,3 +121,28 @@ class PullCancelled(LocalchatError):
 
     status = 499
     code = "cancelled"
+
+
+class UpstreamError(LocalchatError):
+    """A model served by another engine (an `upstream` entry of models.toml) failed there: it
+    answered with an error of its own, broke off mid-answer, or is not a localchat peer.
+    Each failure of the link is mapped once (engine/upstream.py) to this class or below."""
+
+    status = 502
+    type = "server_error"
+    code = "upstream_error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    """The upstream cannot be reached: the connection is refused, or its host is unknown."""
+
+    status = 503
+    code = "upstream_unavailable"
+    retry_after = 5
+
+
+class UpstreamTimeout(UpstreamError):
+    """The upstream did not answer in time (its entry's `upstream_timeout`)."""
+
+    status = 504
+    code = "upstream_timeout"

@@ -20,6 +20,7 @@ from ..errors import LocalchatError
 from ..generation import Chat
 from ..logs import escape_request_text
 from . import errors
+from . import peer
 from . import webui as page
 from .access import AccessLog
 from .guard import LocalOnly, Origins
@@ -37,7 +38,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
     recent: deque[dict[str, Any]] = deque(maxlen=20)  # the last requests answered, newest first (GET /health)
 
     async def health(request: Request) -> Response:
-        models = await asyncio.to_thread(described, chat.host)  # reading GGUF headers: off the event loop
+        models = await asyncio.to_thread(described, chat.host)  # reading GGUF headers, asking upstreams: off the loop
         return JSONResponse(health_body(chat, recent, models))
 
 
@@ -45,6 +46,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
     routes = [
         Route("/health", health, methods=["GET"]),
         *(route for protocol in PROTOCOLS for route in protocol.routes(chat)),
+        *peer.routes(chat),  # other localchats' upstream entries (serve --peer; none otherwise)
         *(page.routes() if webui else []),
     ]
     public = (page.PUBLIC_PATHS, page.PUBLIC_PREFIXES) if webui else ((), ())

@@ -16,7 +16,9 @@ from ..models.host import ModelHost
 
 
 def described(host: ModelHost) -> dict[str, Description]:
-    """Every registered model's description. Blocking (reads GGUF headers)."""
+    """Every registered model's description, and the loaded upstream models' peers probed. Blocking
+    (reads GGUF headers, asks upstreams)."""
+    host.probe()
     return {name: host.describe(name) for name in list(host.registry.models)}
 
 
@@ -39,7 +41,8 @@ def _loaded_card(m: Any) -> dict[str, Any]:
             "idle_seconds": round(m.idle_for(), 1),
             "keep_alive_seconds": m.keep_alive, "worker": worker,
             "rss_bytes": rss_bytes(worker["pid"]) if worker else None,
-            "sizing": m.sizing.as_dict() if m.sizing else None}  # the context and slots it got, and why
+            "sizing": m.sizing.as_dict() if m.sizing else None,  # the context and slots it got, and why
+            **({"upstream": stats["upstream"]} if "upstream" in stats else {})}  # where it runs, and how that fares
 
 
 def memory() -> dict[str, int | None]:

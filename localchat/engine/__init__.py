@@ -2,7 +2,8 @@
 
 `Engine` is the interface (base.py), the data crossing it is params.py; `LocalEngine` runs
 llama.cpp in this process (engine.py), `WorkerEngine` in a supervised child process (worker.py),
-`FakeEngine` plays a script (tests; fake.py). The engines are imported on first use, so that
+`FakeEngine` plays a script (tests; fake.py), `UpstreamEngine` asks another localchat over HTTP
+(upstream.py; its data as JSON: wire.py). The engines are imported on first use, so that
 importing this package (or params.py) never loads llama.cpp."""
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from .params import Constraint, Done, Event, Generate, PromptLogprobs, SamplingP
 if TYPE_CHECKING:
     from .engine import LocalEngine
     from .fake import FakeEngine
+    from .upstream import UpstreamEngine
     from .worker import WorkerEngine
 
-_LAZY = {"LocalEngine": "engine", "FakeEngine": "fake", "WorkerEngine": "worker"}
+_LAZY = {"LocalEngine": "engine", "FakeEngine": "fake", "WorkerEngine": "worker", "UpstreamEngine": "upstream"}
 
 
 def __getattr__(name: str) -> Any:
@@ -32,4 +34,4 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["Constraint", "Done", "Engine", "Event", "FakeEngine", "Generate", "LocalEngine", "PromptLogprobs",
            "SamplingParams", "Stream",
-           "Text", "TokenLogprob", "Tokenizer", "TopLogprob", "WorkerEngine"]
+           "Text", "TokenLogprob", "Tokenizer", "TopLogprob", "UpstreamEngine", "WorkerEngine"]

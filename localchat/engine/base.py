@@ -1,6 +1,7 @@
 """What every engine offers — the in-process one (engine.py), the worker client (worker.py), the
-scripted fake for tests (fake.py) and, later, remote ones: plain, picklable data in (`Generate`),
-token and text events out (`Stream`), cancel by closing the stream; a tokenizer to build prompts.
+scripted fake for tests (fake.py) and another localchat's over HTTP (upstream.py): plain, picklable
+data in (`Generate`), token and text events out (`Stream`), cancel by closing the stream; a
+tokenizer to build prompts.
 
 Nothing above this interface holds a llama pointer or calls llama.cpp synchronously."""
 
@@ -10,7 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
-from ..errors import EngineError, InvalidRequest
+from ..errors import ContextOverflow, EngineError, InvalidRequest
 from .params import Done, Event, Generate, Prepared, Started, Text
 
 Emit = Callable[[Event | Prepared | Started | BaseException | None], None]  # None: the request has ended
@@ -37,6 +38,10 @@ class Engine(Protocol):
     n_ctx: int  # tokens of context per slot
     parallel: int  # slots: sequences decoded together
     n_adapters: int  # LoRA adapters loaded with the model (a request's `adapters` index them)
+    # True: `submit` cannot refuse at once (the engine is elsewhere): every stream starts with a Prepared
+    # once the request is taken, or with its refusal, so the caller awaits `Stream.prepared()` first.
+    confirms: bool
+
 
     def check_fits(self, tokens: list[int]) -> None: ...  # ContextOverflow
 
@@ -49,6 +54,14 @@ class Engine(Protocol):
     def stats(self) -> dict[str, Any]: ...  # slots, busy, queued, n_ctx, bytes, worker
 
     def close(self) -> None: ...
+
+
+def check_fits(tokens: list[int], n_ctx: int) -> None:
+    """A prompt must leave room for at least one generated token."""
+    if len(tokens) >= n_ctx:
+        raise ContextOverflow(
+            f"prompt is too long: {len(tokens)} tokens > {n_ctx} maximum (the model's context); "
+            "shorten the conversation or raise context_length in models.toml", param="messages")
 
 
 def check_adapters(request: Generate, n_adapters: int) -> None:

@@ -23,6 +23,8 @@ class LocalEngine:
     """A model and the scheduler that decodes with it, in this process: `parallel` slots of
     `n_ctx` tokens each. `WorkerEngine` (worker.py) is the same behind a process boundary."""
 
+    confirms = False  # submit refuses at once (base.py)
+
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = N_BATCH,
                  visible: Iterable[str] = (), pooling: int | None = None, rope: tuple[str, float] | None = None,

@@ -108,6 +108,8 @@ class _Job:
 
 
 class FakeEngine:
+    confirms = False  # submit refuses at once (base.py)
+
     def __init__(self, script: Script, *, n_ctx: int = 4096, parallel: int = 4, specials: Iterable[str] = (),
                  delay: float = 0.0, prompt_delay: float = 0.0, max_queue: int = 64,
                  crash_limit: int | None = CRASH_LIMIT, name: str = "fake", **_: Any) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import llama_cpp as C
 
-from ..errors import ContextOverflow, ModelUnavailable
+from ..errors import ModelUnavailable
+from .base import check_fits
 from .utf8guard import Utf8Tables
 
 LONG_TEXT, LONG_TEXTS_KEPT = 4096, 32  # texts this long (bytes) have their tokens kept; how many
@@ -177,11 +178,7 @@ class Model:
                 self._pieces.pop(token, None)
 
     def check_fits(self, tokens: list[int], n_ctx: int) -> None:
-        """A prompt must leave room for at least one generated token."""
-        if len(tokens) >= n_ctx:
-            raise ContextOverflow(
-                f"prompt is too long: {len(tokens)} tokens > {n_ctx} maximum (the model's context); "
-                "shorten the conversation or raise context_length in models.toml", param="messages")
+        check_fits(tokens, n_ctx)
 
     def close(self) -> None:
         if self.ptr:

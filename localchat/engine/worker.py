@@ -43,6 +43,8 @@ class _Job:
 
 
 class WorkerEngine:
+    confirms = False  # submit refuses at once (base.py)
+
     def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
                  visible: Iterable[str] = (), name: str = "", pooling: int | None = None,

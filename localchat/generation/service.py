@@ -114,7 +114,9 @@ class Chat:
                 log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
                 constraints.refuse_loosened(request.output, loosened, self.host.settings.schema_loosened == "refuse")
             stream = loaded.engine.submit(prepared.generate)
-            n_prompt = await stream.prepared() if prepared.generate.media else len(prepared.generate.tokens)
+            # the engine took the request, or refused it: with media once they are read; an engine elsewhere says so
+            confirmed = prepared.generate.media or loaded.engine.confirms
+            n_prompt = await stream.prepared() if confirmed else len(prepared.generate.tokens)
         except BaseException:
             lease.release()
             raise

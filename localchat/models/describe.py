@@ -6,11 +6,13 @@ of the file (path, modification time, size). Blocking: read files from a thread.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from ..engine.upstream import describe as remote_describe
 from ..errors import LocalchatError, ModelUnavailable
 from ..families import Family, choose
 from .catalog import ModelSpec
@@ -19,6 +21,7 @@ from .gguf import RANK_POOLING, ModelInfo, ProjectorInfo, inspect, inspect_proje
 # Every capability name, in the order a description lists them.
 CAPABILITIES = ("completion", "tools", "reasoning", "fim", "embedding", "rerank", "vision", "audio")
 T = TypeVar("T")
+REMOTE_TTL = 10.0  # seconds an upstream's description of a model it serves is kept
 
 
 class Loaded(Protocol):
@@ -66,8 +69,9 @@ def capabilities(spec: ModelSpec, info: ModelInfo, family: Family, template: str
 @dataclass(frozen=True)
 class Description:
     """`file`: present; missing; invalid (not a readable GGUF, or its projector is not); on_demand
-    (fetched or assembled on first use). Unless present, `reason` says why and the capabilities
-    are unknown (empty); the family is models.toml's, if it names one."""
+    (fetched or assembled on first use); upstream (served by another engine: what it says), or
+    unreachable (that engine did not answer). Unless present or upstream, `reason` says why and
+    the capabilities are unknown (empty); the family is models.toml's, if it names one."""
 
     file: str
     family: str | None
@@ -75,11 +79,13 @@ class Description:
     reason: str | None = None
     info: ModelInfo | None = None
     template: str | None = None  # the chat template it renders with, or will
+    upstream: str | None = None  # the engine that serves it (an `upstream` entry's URL)
 
     def card(self) -> dict[str, Any]:
         """The fields every JSON surface shows."""
         return {"family": self.family, "capabilities": list(self.capabilities), "file": self.file,
-                **({"reason": self.reason} if self.reason else {})}
+                **({"reason": self.reason} if self.reason else {}),
+                **({"upstream": self.upstream} if self.upstream else {})}
 
 
 class Describer:
@@ -88,6 +94,7 @@ class Describer:
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, Path], tuple[tuple[int, int], Any]] = {}
+        self._remote_cache: dict[tuple[str, str], tuple[float, Description]] = {}
         self._lock = threading.Lock()
 
     def header(self, path: Path) -> ModelInfo:
@@ -101,7 +108,10 @@ class Describer:
         """What the model is, from its file (nothing fetched), or from the model itself if loaded."""
         if loaded is not None:
             caps = capabilities(spec, loaded.info, loaded.family, loaded.template, loaded.projector, loaded.can_infill)
-            return Description("present", loaded.family.name, caps, info=loaded.info, template=loaded.template)
+            return Description("upstream" if spec.upstream else "present", loaded.family.name, caps, info=loaded.info,
+                               template=loaded.template, upstream=spec.upstream)
+        if spec.upstream is not None:
+            return self._remote(spec)
         where = spec.location()
         if where is None:
             return Description("missing", spec.family, reason=f"it comes from the package {spec.package}, which is "
@@ -119,6 +129,25 @@ class Describer:
         chosen = choose(spec.family, info, spec.template)
         caps = capabilities(spec, info, chosen.family, chosen.template, projector)
         return Description("present", chosen.family.name, caps, info=info, template=chosen.template)
+
+    def _remote(self, spec: ModelSpec) -> Description:
+        """An upstream model not loaded here: what its peer says (without loading it), asked at most
+        once every REMOTE_TTL seconds."""
+        key, now = (spec.upstream or "", spec.upstream_model or spec.name), time.monotonic()
+        with self._lock:
+            cached = self._remote_cache.get(key)
+        if cached is not None and now - cached[0] < REMOTE_TTL:
+            return cached[1]
+        try:
+            card = remote_describe(spec.peer())
+            described = Description("upstream", card.get("family"), tuple(c for c in CAPABILITIES
+                                                                        if c in card.get("capabilities", ())),
+                                    upstream=spec.upstream)
+        except LocalchatError as exc:
+            described = Description("unreachable", None, reason=exc.message, upstream=spec.upstream)
+        with self._lock:
+            self._remote_cache[key] = (now, described)
+        return described
 
     def _read(self, kind: str, path: Path, read: Callable[[Path], T]) -> T:
         try:

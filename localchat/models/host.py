@@ -21,6 +21,7 @@ from .describe import Describer, Description, embeds, reranks
 from .fit import Shape, Sizing, choose, free_memory
 from .gguf import RANK_POOLING, ModelInfo, ProjectorInfo, inspect, inspect_projector
 from .paths import prompt_cache_dir
+from .upstream import open_upstream
 
 log = logging.getLogger("localchat.models")
 
@@ -39,6 +40,11 @@ class LoadedModel:
     sizing: Sizing | None = None  # the context and slots it got, and why
     lora_scales: list[float] = field(default_factory=list)  # each LoRA adapter's default scale (POST /lora-adapters)
     projector: ProjectorInfo | None = None  # what its mmproj reads (images, audio); None: text only
+
+    @property
+    def remote(self) -> bool:
+        """It runs in an upstream engine (it holds no memory here)."""
+        return self.spec.kind == "upstream"
 
     @property
     def can_embed(self) -> bool:
@@ -95,9 +101,12 @@ EngineFactory = Callable[..., Engine]  # make_engine's signature: (path, *, work
 
 def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Settings | None = None,
                engine: EngineFactory = make_engine) -> LoadedModel:
-    """Blocking: reads the GGUF header (unless given), sizes the context and slots to the free
-    memory, picks the family and template, and starts an engine for it."""
+    """Blocking. The engine is chosen by the entry's kind: a file's reads the GGUF header (unless
+    given), sizes the context and slots to the free memory, picks the family and template, and
+    starts `engine` for it; an upstream's is opened on the peer, which says all that (upstream.py)."""
     settings = settings or Settings()
+    if spec.kind == "upstream":
+        return _load_upstream(spec, settings)
     path = spec.file()
     info = info or inspect(path)
     sizing = size_model(spec, info, settings)  # ModelTooLarge (a 503) before llama.cpp tries
@@ -116,6 +125,13 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(spec, info, family, template, started, stop_ids, keep_alive=keep if keep >= 0 else None,
                        sizing=sizing, lora_scales=[lora.scale for lora in spec.loras], projector=projector)
+
+
+def _load_upstream(spec: ModelSpec, settings: Settings) -> LoadedModel:
+    opened = open_upstream(spec)
+    keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
+    return LoadedModel(opened.spec, opened.info, opened.family, opened.template, opened.engine, opened.stop_ids,
+                       keep_alive=keep if keep >= 0 else None, sizing=opened.sizing, projector=opened.projector)
 
 
 class Lease:
@@ -141,7 +157,7 @@ class ModelHost:
         self.report = report  # told the sizes each model gets at load (the server prints them)
         self.settings = registry.settings
         self.loaded: dict[str, LoadedModel] = {}
-        self._loading: set[str] = set()
+        self._loading: dict[str, bool] = {}  # models being loaded: whether each has a file here
         self._cond: asyncio.Condition | None = None
         self._reaper: asyncio.Task[None] | None = None
         self.describer = Describer()  # each model file's header, read once per version of the file
@@ -159,8 +175,8 @@ class ModelHost:
         cond = self._condition()
         if self._reaper is None:
             self._reaper = asyncio.create_task(self._reap())
-        info = None
-        if spec.name not in self.loaded:  # a missing or broken file: leave what is loaded alone
+        info, local = None, spec.kind == "file"
+        if spec.name not in self.loaded and local:  # a missing or broken file: leave what is loaded alone
             info = await asyncio.to_thread(lambda: self.describer.header(spec.file()))
         async with cond:
             while True:
@@ -171,14 +187,14 @@ class ModelHost:
                 if spec.name in self._loading:
                     await cond.wait()
                     continue
-                if len(self.loaded) + len(self._loading) < self.settings.max_loaded_models:
-                    break
-                idle = [m for m in self.loaded.values() if not m.active]
+                if not local or self._files_held() < self.settings.max_loaded_models:
+                    break  # (an upstream model takes no memory here: it does not count)
+                idle = [m for m in self.loaded.values() if not m.active and not m.remote]
                 if not idle:
                     await cond.wait()  # every loaded model is busy: wait for one to go idle
                     continue
                 await self._unload(min(idle, key=lambda m: m.last_used))
-            self._loading.add(spec.name)
+            self._loading[spec.name] = local
         try:
             try:
                 model = await asyncio.to_thread(load_model, spec, info, self.settings, self.engine_factory)
@@ -188,7 +204,7 @@ class ModelHost:
                 model = await asyncio.to_thread(load_model, spec, info, self.settings, self.engine_factory)  # sized to what was freed
         finally:
             async with cond:
-                self._loading.discard(spec.name)
+                self._loading.pop(spec.name, None)
                 cond.notify_all()
         self._loaded(model)
         async with cond:
@@ -196,6 +212,16 @@ class ModelHost:
             self.loaded[spec.name] = model
             self.loads += 1
         return Lease(self, model, keep_alive)
+
+    def _files_held(self) -> int:
+        """Models with a file here, loaded or being loaded (what max_loaded_models counts)."""
+        return sum(not m.remote for m in self.loaded.values()) + sum(self._loading.values())
+
+    def probe(self) -> None:
+        """Ask each loaded upstream model's peer how it fares (its stats then tell). Blocking."""
+        for model in list(self.loaded.values()):
+            if model.remote:
+                model.engine.probe()  # type: ignore[attr-defined]
 
     def _loaded(self, model: LoadedModel) -> None:
         if model.sizing is not None:
@@ -213,7 +239,7 @@ class ModelHost:
     async def _unload_idle(self) -> bool:
         """Unload every idle model (to make room for one that does not fit beside them)."""
         async with self._condition():
-            idle = [m for m in self.loaded.values() if not m.active]
+            idle = [m for m in self.loaded.values() if not m.active and not m.remote]
             for model in idle:
                 await self._unload(model)
         return bool(idle)

@@ -120,8 +120,9 @@ def routes(chat: Chat) -> list[Route]:
             tokens = await asyncio.to_thread(run)
             if not req.with_pieces:
                 return JSONResponse({"tokens": tokens})
-            return JSONResponse({"tokens": [{"id": t, "piece": model.piece(t).decode("utf-8", "replace")}
-                                            for t in tokens]})
+            pieces = await asyncio.to_thread(lambda: [model.piece(t) for t in tokens])  # an upstream's: requests
+            return JSONResponse({"tokens": [{"id": t, "piece": p.decode("utf-8", "replace")}
+                                            for t, p in zip(tokens, pieces)]})
 
     async def detokenize(request: Request) -> Response:
         req = parse(DetokenizeRequest, await read_json(request, chat.host.settings.max_body_bytes))
@@ -131,7 +132,7 @@ def routes(chat: Chat) -> list[Route]:
             if bad is not None:
                 raise InvalidRequest(f"tokens: {bad} is outside the vocabulary (0..{model.n_vocab - 1})",
                                      param="tokens")
-            text = b"".join(model.piece(t) for t in req.tokens).decode("utf-8", "replace")
+            text = (await asyncio.to_thread(lambda: b"".join(model.piece(t) for t in req.tokens))).decode("utf-8", "replace")
             return JSONResponse({"content": text})
 
     return [Route("/infill", infill, methods=["POST"]), Route("/props", props, methods=["GET"]),

@@ -163,7 +163,7 @@ def _parameters(spec: ModelSpec, family: Family) -> str:
 
 def _modelfile(spec: ModelSpec, template: str, parameters: str) -> str:
     lines = ["# localchat reads models.toml, not Modelfiles: this one only describes the model",
-             f"FROM {spec.location() or spec.package or spec.wheel or spec.parts}", f'TEMPLATE """{template}"""']
+             f"FROM {spec.location() or spec.package or spec.wheel or spec.parts or spec.upstream}", f'TEMPLATE """{template}"""']
     return "\n".join(lines + [f"PARAMETER {p}" for p in parameters.splitlines()]) + "\n"
 
 
