@@ -19,7 +19,7 @@ from ..body import KeepAlive, parse, read_json
 from ..common import Lenient as _Lenient, base64_image, respond, sampling
 from ..fields import call_arguments
 from ..sse import loosened_headers
-from .stream import Answer, Clock, Shape, collect, stream
+from .stream import Answer, Clock, LineShape, collect, stream
 
 
 def model_name(registry: Registry, name: str) -> str | None:
@@ -180,7 +180,7 @@ def _messages(messages: list[Message]) -> tuple[ChatMessage, ...]:
     return tuple(out)
 
 
-async def _answer(request: Request, turn: Turn, shape: Shape, body: _Generation, clock: Clock) -> Response:
+async def _answer(request: Request, turn: Turn, shape: LineShape, body: _Generation, clock: Clock) -> Response:
     clock.ready = time.perf_counter()  # the model is loaded and the prompt prepared
     answer = Answer(body.thinks)
     return await respond(request, body.stream, lambda: stream(turn, shape, answer, clock),
@@ -188,7 +188,7 @@ async def _answer(request: Request, turn: Turn, shape: Shape, body: _Generation,
                          keepalive=None, media_type="application/x-ndjson")
 
 
-async def _load(chat: Chat, body: _Generation, shape: Shape) -> Response:
+async def _load(chat: Chat, body: _Generation, shape: LineShape) -> Response:
     """An empty request loads the model (keep_alive 0: unloads it), as Ollama's clients expect."""
     spec = chat.host.registry.resolve(model_name(chat.host.registry, body.model))
     shape.model = body.model or spec.name
@@ -202,15 +202,15 @@ async def chat_route(chat: Chat, request: Request) -> Response:
     clock, limits = Clock(), chat.host.settings
     body = parse(ChatBody, await read_json(request, limits.max_body_bytes))
     if not body.messages:
-        return await _load(chat, body, Shape(True, body.model))
+        return await _load(chat, body, LineShape(True, body.model))
     turn = await chat.start(chat_request(body, chat.host.registry))
-    return await _answer(request, turn, Shape(True, body.model or turn.model), body, clock)
+    return await _answer(request, turn, LineShape(True, body.model or turn.model), body, clock)
 
 
 async def generate_route(chat: Chat, request: Request) -> Response:
     clock, limits = Clock(), chat.host.settings
     body = parse(GenerateBody, await read_json(request, limits.max_body_bytes))
     if not body.prompt and not body.suffix:
-        return await _load(chat, body, Shape(False, body.model))
+        return await _load(chat, body, LineShape(False, body.model))
     turn = await chat.start(generate_request(body, chat.host.registry))
-    return await _answer(request, turn, Shape(False, body.model or turn.model), body, clock)
+    return await _answer(request, turn, LineShape(False, body.model or turn.model), body, clock)

@@ -35,7 +35,7 @@ def render(status: int, kind: str, message: str, param: str | None, code: str | 
     return {"error": message}
 
 
-ERRORS = [errors.Shape("/api/", render, fields=[(r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
+ERRORS = [errors.ErrorShape("/api/", render, fields=[(r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
                                                 (r"json_schema", "format"), (r"json_object", "format"),
                                                 (r"stop", "options.stop")])]
 
