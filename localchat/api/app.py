@@ -3,7 +3,6 @@ middleware (access log, localhost guard, CORS); errors mapped once, in the proto
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import deque
 from typing import Any
@@ -23,7 +22,7 @@ from . import errors
 from . import webui as page
 from .access import AccessLog
 from .guard import LocalOnly, Origins
-from .health import described, health as health_body
+from .health import health as health_body
 from .protocols import PROTOCOLS
 
 
@@ -37,8 +36,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
     recent: deque[dict[str, Any]] = deque(maxlen=20)  # the last requests answered, newest first (GET /health)
 
     async def health(request: Request) -> Response:
-        models = await asyncio.to_thread(described, chat.host)  # reading GGUF headers: off the event loop
-        return JSONResponse(health_body(chat, recent, models))
+        return JSONResponse(await health_body(chat, recent))
 
 
     errors.register(shape for protocol in PROTOCOLS for shape in protocol.ERRORS)
@@ -49,7 +47,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
     ]
     public = (page.PUBLIC_PATHS, page.PUBLIC_PREFIXES) if webui else ((), ())
     middleware = [
-        Middleware(AccessLog, enabled=chat.host.settings.log_requests, recent=recent),
+        Middleware(AccessLog, enabled=chat.settings.log_requests, recent=recent),
         Middleware(LocalOnly, api_key=api_key, loopback_only=loopback_only, origins=origins,
                    public_paths=public[0], public_prefixes=public[1]),
         Middleware(CORSMiddleware, **origins.cors_options()),
