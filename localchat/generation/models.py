@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InvalidRequest
-from ..models import ModelSpec, Settings, user
+from ..models import ModelSpec, user
 from ..models.describe import Description
 from ..models.fit import Sizing
 from ..models.gguf import ProjectorInfo
@@ -35,12 +35,10 @@ class Adapter:
 
 
 class Models:
+    """Reads and changes what the host holds, for the protocols; they never hold the host."""
+
     def __init__(self, host: ModelHost) -> None:
         self._host = host
-
-    @property
-    def settings(self) -> Settings:
-        return self._host.settings
 
     # -- what is registered ------------------------------------------------------------------------
 
