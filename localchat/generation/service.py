@@ -1,9 +1,14 @@
-"""The generation step: a neutral request in, neutral events out (both localchat/neutral.py) — content,
-reasoning, tool calls, log-probabilities, and each choice's finish with its usage.
+"""The generation service, `Chat`: what the protocols (api/) call, and the only thing they hold.
 
-Everything that can reject a request (unknown model, bad template input, a prompt longer than
-the context, a full queue) happens in `start`, before the caller sends its first byte. Stop
-reasons and call ids in a protocol's words are each protocol's business."""
+Generation: a neutral request in, neutral events out (both localchat/neutral.py) — content,
+reasoning, tool calls, log-probabilities, and each choice's finish with its usage. Everything
+that can reject a request (unknown model, bad template input, a prompt longer than the context, a
+full queue) happens in `start`, before the caller sends its first byte. Stop reasons and call ids
+in a protocol's words are each protocol's business.
+
+Beside it, the other use-cases of a model, each in its module: `embed` (embed.py), `rerank`
+(rerank.py), `tokenize` and `detokenize` (tokens.py); the server's `settings`; and `models`
+(models.py): what is registered and loaded, loading, pulling, LoRA scales."""
 
 from __future__ import annotations
 
@@ -15,10 +20,15 @@ from dataclasses import dataclass, field
 from ..engine import Done, PromptLogprobs, Stream, Text
 from ..families.codecs.split import Splitter
 from ..logs import RequestRecord, current_request
+from ..models import Settings
 from ..models.host import Lease, ModelHost
 from ..neutral import Finish, GenerationRequest, Logprobs, Piece, Usage
 from . import constraints, limits
+from .embed import EmbedRequest, Embedding, embed
+from .models import Models
 from .prepare import prepare, rendered
+from .rerank import Ranking, RerankRequest, rerank
+from .tokens import Tokenized, detokenize, tokenize
 
 log = logging.getLogger("localchat.generation")
 
@@ -89,13 +99,21 @@ def total_usage(finishes: list[Finish]) -> Usage:
 
 
 class Chat:
+    """`host` is the server's (server.py builds and closes it); the API goes through `models`."""
+
     def __init__(self, host: ModelHost) -> None:
         self.host = host
+        self.models = Models(host)
+
+    @property
+    def settings(self) -> Settings:
+        """The server's settings and limits: models.toml's top-level keys, `localchat serve`'s flags over them."""
+        return self.host.settings
 
     async def _checked_lease(self, request: GenerationRequest) -> Lease:
         """The server's limits (off the event loop: 100 new schemas take ~0.5 s to check) and the
         output's rules checked, then the model leased."""
-        await asyncio.to_thread(limits.check, request, self.host.settings)
+        await asyncio.to_thread(limits.check, request, self.settings)
         constraints.check(request.output)
         return await self.host.lease(request.model, request.keep_alive)
 
@@ -108,11 +126,11 @@ class Chat:
             loaded = lease.model
             limits.check_n(request.n, loaded.engine.parallel)
             # templates, images, grammars, tokens: off the event loop
-            prepared = await asyncio.to_thread(prepare, request, loaded, self.host.settings)
+            prepared = await asyncio.to_thread(prepare, request, loaded, self.settings)
             loosened = prepared.generate.constraint.loosened if prepared.generate.constraint else ()
             if loosened:
                 log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
-                constraints.refuse_loosened(request.output, loosened, self.host.settings.schema_loosened == "refuse")
+                constraints.refuse_loosened(request.output, loosened, self.settings.schema_loosened == "refuse")
             stream = loaded.engine.submit(prepared.generate)
             # the engine took the request, or refused it: with media once they are read; an engine elsewhere says so
             confirmed = prepared.generate.media or loaded.engine.confirms
@@ -126,18 +144,32 @@ class Chat:
 
     async def render(self, request: GenerationRequest) -> str:
         """The chat prompt as text, as `start` would render it (nothing is generated)."""
-        lease = await self.host.lease(request.model, request.keep_alive)
-        try:
-            return await asyncio.to_thread(rendered, request, lease.model)
-        finally:
-            lease.release()
+        async with self.models.hold(request.model, request.keep_alive) as loaded:
+            return await asyncio.to_thread(rendered, request, loaded)
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
         lease = await self._checked_lease(request)
         try:
-            prepared = await asyncio.to_thread(prepare, request, lease.model, self.host.settings)
+            prepared = await asyncio.to_thread(prepare, request, lease.model, self.settings)
             return len(prepared.generate.tokens)
         finally:
             lease.release()
 
+    async def embed(self, request: EmbedRequest) -> Embedding:
+        """One L2-normalized vector per input (embed.py)."""
+        return await embed(self.models, request)
+
+    async def rerank(self, request: RerankRequest) -> Ranking:
+        """The documents' relevance to the query, best first (rerank.py)."""
+        return await rerank(self.models, request)
+
+    async def tokenize(self, model: str | None, text: str, *, add_special: bool = False, parse_special: bool = True,
+                       pieces: bool = False) -> Tokenized:
+        """The text's tokens, and their pieces when asked for (tokens.py)."""
+        return await tokenize(self.models, model, text, add_special=add_special, parse_special=parse_special,
+                              pieces=pieces)
+
+    async def detokenize(self, model: str | None, tokens: list[int]) -> str:
+        """The tokens' text (tokens.py)."""
+        return await detokenize(self.models, model, tokens)

@@ -18,7 +18,7 @@ from ..families import Family
 from ..families import choose as choose_family
 from .catalog import ModelSpec, Registry, Settings
 from .describe import Describer, Description, embeds, reranks
-from .fit import Shape, Sizing, choose, free_memory
+from .fit import MemoryShape, Sizing, choose, free_memory
 from .gguf import RANK_POOLING, ModelInfo, ProjectorInfo, inspect, inspect_projector
 from .paths import prompt_cache_dir
 from .upstream import open_upstream
@@ -74,7 +74,7 @@ def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = Non
     """The context and slots the model gets on this machine now (fit.py): models.toml's values,
     else the server's (`--ctx-size`, `--parallel`), else the largest that fit in free memory."""
     settings = settings or Settings()
-    shape = Shape.of(info)
+    shape = MemoryShape.of(info)
     if spec.rope_scale and shape.trained:  # stretched positions: the model takes that much more context
         shape = replace(shape, trained=int(shape.trained * spec.rope_scale))
     try:
