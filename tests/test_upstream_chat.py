@@ -9,6 +9,7 @@ closing the upstream request."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -200,6 +201,26 @@ def test_text_and_what_is_sent(front, fake):
     assert body["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": schema,
                                                                               "strict": False}}
     assert "tools" not in body and "n" not in body
+
+
+def test_images_and_unasked_fields(front, fake):
+    """An image goes as a data URI (one given by URL is read here, by this server's rules);
+    max_tokens and sampling fields nobody set are not sent; parallel_tool_calls false is."""
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
+    content = [{"type": "text", "text": "text with pictures"},
+               {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}]
+    r = sdk(front).chat.completions.create(model="sleepy", messages=[{"role": "user", "content": content}],
+                                           tools=TOOLS, parallel_tool_calls=False)
+    assert r.choices[0].message.content == "Hello world"
+    body = fake.last()["body"]
+    assert body["messages"] == [{"role": "user", "content": content}]
+    assert "max_tokens" not in body and "temperature" not in body and body["parallel_tool_calls"] is False
+    assert "Authorization" not in fake.last()["headers"]  # (no api_key on this entry)
+    sent = len(fake.requests)
+    with pytest.raises(openai.BadRequestError, match="fetch_images"):  # this server's rule, not the upstream's
+        sdk(front).chat.completions.create(model="sleepy", messages=[{"role": "user", "content": [
+            {"type": "text", "text": "text"}, {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}]}])
+    assert len(fake.requests) == sent
 
 
 def test_streamed_text_and_reasoning(front):

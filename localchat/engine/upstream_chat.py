@@ -55,7 +55,8 @@ def refused(peer: Peer, status: int, body: bytes) -> LocalchatError:
         text = body[:300].decode("utf-8", "replace").strip() or f"HTTP {status}"
     where = f"the upstream {peer.url} (model {peer.model})"
     if status in (401, 403):
-        return UpstreamError(f"{where} refused this server ({status}: {text}); check the entry's api_key", param="model")
+        return UpstreamError(f"{where} refused this server ({status}: {text}); check the entry's api_key",
+                             param="model")
     if status == 404:
         return UpstreamError(f"{where} answered 404 ({text}): check the entry's upstream URL and upstream_model",
                              param="model")

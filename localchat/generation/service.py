@@ -134,7 +134,8 @@ class Chat:
         """For an engine that renders and parses itself: the request as OpenAI chat's fields, and
         a call checker per choice in place of the family's splitter (generation/upstream_chat.py)."""
         loaded = lease.model
-        converse = upstream_chat.converse(request, loaded, self.host.settings)
+        # (off the event loop: images given by URL are read here)
+        converse = await asyncio.to_thread(upstream_chat.converse, request, loaded, self.host.settings)
         stream = loaded.engine.submit(converse)  # type: ignore[arg-type]
         n_prompt = await stream.prepared()  # the upstream's refusal (its 4xx, a 5xx → 502) before the first byte
         if (record := current_request()) is not None:

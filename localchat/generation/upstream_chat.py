@@ -26,6 +26,8 @@ from ..models.host import LoadedModel
 from ..neutral import (Audio, ChatMessage, Delta, GenerationRequest, Image, OutputRules, Piece, ReasoningDelta,
                        TextPart, ToolCallArguments, ToolCallStart, new_call_id)
 from . import limits
+from .fetch import load_url
+from .media import check_count
 
 # localchat's sampling fields and what an OpenAI-compatible engine calls them (vLLM's extra
 # parameters beyond OpenAI's own); the others (penalty_last_n, repetition_stop, ngram_draft, the
@@ -46,7 +48,8 @@ def converse(request: GenerationRequest, loaded: LoadedModel, settings: Settings
             what = "raw prompts" if field == "prompt" else field
             raise InvalidRequest(f"the model {name} runs upstream in chat mode, where {what} cannot be asked for "
                                  "(token mode can)", field=field)
-    body: dict[str, Any] = {"messages": [_message(m, i) for i, m in enumerate(request.messages)]}
+    check_count(sum(isinstance(p, (Image, Audio)) for m in request.messages for p in m.content), settings)
+    body: dict[str, Any] = {"messages": [_message(m, i, settings) for i, m in enumerate(request.messages)]}
     body.update(_output(request.output))
     body.update(_sampling(request, loaded, settings))
     kwargs = dict(request.template_kwargs)
@@ -63,12 +66,12 @@ def converse(request: GenerationRequest, loaded: LoadedModel, settings: Settings
     return Converse(body, request.n)
 
 
-def _message(m: ChatMessage, i: int) -> dict[str, Any]:
+def _message(m: ChatMessage, i: int, settings: Settings) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m.role}
     if all(isinstance(p, TextPart) for p in m.content):
         out["content"] = m.text
     else:
-        out["content"] = [_part(p) for p in m.content]
+        out["content"] = [_part(p, settings) for p in m.content]
     if m.tool_calls:
         out["tool_calls"] = [{"id": c.id or f"call_{i}_{k}", "type": "function",
                               "function": {"name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
@@ -83,14 +86,29 @@ def _message(m: ChatMessage, i: int) -> dict[str, Any]:
     return out
 
 
-def _part(p: Any) -> dict[str, Any]:
+def _part(p: Any, settings: Settings) -> dict[str, Any]:
+    """A part as OpenAI's: an image by URL is read here, by this server's rules (fetch.py: which
+    URLs, how large), and sent as a data URI — the upstream is never handed a URL to read."""
     if isinstance(p, TextPart):
         return {"type": "text", "text": p.text}
     if isinstance(p, Image):
-        url = p.url or f"data:{p.media_type or 'image/png'};base64,{base64.b64encode(p.data).decode('ascii')}"
-        return {"type": "image_url", "image_url": {"url": url}}
+        data = p.data if p.url is None else load_url(p.url, p.url_where or p.where or "messages", settings)
+        kind = p.media_type or _image_type(data)
+        return {"type": "image_url", "image_url": {"url": f"data:{kind};base64,{_b64(data)}"}}
     assert isinstance(p, Audio)
-    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(p.data).decode("ascii"), "format": p.format}}
+    return {"type": "input_audio", "input_audio": {"data": _b64(p.data), "format": p.format}}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _image_type(data: bytes) -> str:
+    for magic, kind in ((b"\x89PNG", "image/png"), (b"\xff\xd8", "image/jpeg"), (b"GIF8", "image/gif"),
+                        (b"BM", "image/bmp")):
+        if data.startswith(magic):
+            return kind
+    return "image/webp" if data[8:12] == b"WEBP" else "application/octet-stream"
 
 
 def _output(rules: OutputRules) -> dict[str, Any]:
@@ -117,13 +135,15 @@ def _output(rules: OutputRules) -> dict[str, Any]:
 
 def _sampling(request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> dict[str, Any]:
     """The fields the client or the entry set (the upstream's own defaults apply to the others);
-    max_tokens always, lowered to the server's max_tokens_cap."""
+    max_tokens when asked, lowered to the server's max_tokens_cap (not asked: not sent — vLLM
+    refuses a max_tokens that does not fit its context beside the prompt, which only it counts)."""
     spec = loaded.spec.sampling
     entry = spec.model_dump(exclude_unset=True)
     params = request.sampling.over(SamplingParams(**spec.model_dump()))
     given = {k for k, v in vars(request.sampling).items() if v is not None and v != {}} | set(entry)
     out: dict[str, Any] = {theirs: getattr(params, ours) for ours, theirs in SENT.items() if ours in given}
-    out["max_tokens"] = limits.max_tokens(params.max_tokens, settings)
+    if params.max_tokens is not None:
+        out["max_tokens"] = limits.max_tokens(params.max_tokens, settings)
     if params.stop:
         out["stop"] = list(params.stop)
     if request.sampling.logit_bias:  # token ids of the upstream's vocabulary, as the client wrote them
@@ -154,6 +174,9 @@ class CallChecker:
         return []
 
     def finish(self) -> list[Piece]:
+        if len(self._calls) > 1 and not self.rules.parallel_tool_calls:
+            raise UpstreamError(f"{self.where} returned {len(self._calls)} tool calls where the request allowed one "
+                                "(parallel_tool_calls: false); they are not passed on", param="parallel_tool_calls")
         pieces: list[Piece] = []
         for k in sorted(self._calls):
             _, name, arguments = self._calls[k]
