@@ -120,6 +120,8 @@ class Fake:
                             self._send(_chunk({"content": "tick "}))
                             time.sleep(0.05)
                         return
+                    if script == "cut":  # broken off mid-answer: no finish, no [DONE]
+                        return self._send(_chunk({"content": "Hel"}))
                     for chunk in SCRIPTS[script]:
                         self._send(chunk)
                     self._send(_chunk(usage=USAGE))
@@ -219,7 +221,8 @@ def test_images_and_unasked_fields(front, fake):
     sent = len(fake.requests)
     with pytest.raises(openai.BadRequestError, match="fetch_images"):  # this server's rule, not the upstream's
         sdk(front).chat.completions.create(model="sleepy", messages=[{"role": "user", "content": [
-            {"type": "text", "text": "text"}, {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}]}])
+            {"type": "text", "text": "text"},
+            {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}]}])
     assert len(fake.requests) == sent
 
 
@@ -254,7 +257,8 @@ def test_valid_tool_call(front, fake):
     assert json.loads("".join(t.function.arguments or "" for t in calls)) == {"city": "Paris", "days": 2}
     # the call goes back to the upstream in the next turn, with its result
     history = ask("text") + [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": call.function.arguments}}]},
+        {"id": call.id, "type": "function",
+         "function": {"name": "get_weather", "arguments": call.function.arguments}}]},
         {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
     sdk(front).chat.completions.create(model="chatty", messages=history, tools=TOOLS)
     sent = fake.last()["body"]["messages"]
@@ -312,6 +316,15 @@ def test_upstream_500_is_502(front):
     assert caught.value.body["error"]["type"] == "api_error"
 
 
+def test_broken_off_is_an_error(front):
+    with pytest.raises(openai.APIStatusError) as caught:
+        sdk(front).chat.completions.create(model="chatty", messages=ask("cut"))
+    assert caught.value.status_code == 502 and "before choice 0 finished" in caught.value.body["message"]
+    with pytest.raises(openai.APIError, match="before choice 0 finished"):
+        for _ in sdk(front).chat.completions.create(model="chatty", messages=ask("cut"), stream=True):
+            pass
+
+
 def test_refused_is_503_and_silence_504(front):
     with pytest.raises(openai.APIStatusError) as caught:
         sdk(front).chat.completions.create(model="gone", messages=ask("text"))
@@ -339,6 +352,27 @@ def test_what_needs_tokens_is_refused(front):
     with pytest.raises(openai.BadRequestError) as caught:
         sdk(front).chat.completions.create(model="chatty", messages=ask("text"), logprobs=True)
     assert "chat mode" in caught.value.body["message"]
+    with pytest.raises(openai.BadRequestError):
+        sdk(front).embeddings.create(model="chatty", input="hello")
+    for route, body in (("/tokenize", {"model": "chatty", "content": "hello"}),
+                        ("/apply-template", {"model": "chatty", "messages": ask("text")}),
+                        ("/v1/messages/count_tokens", {"model": "chatty",
+                                                       "messages": [{"role": "user", "content": "x"}]})):
+        r = httpx.post(front.url + route, json=body, timeout=30)
+        assert r.status_code == 400, (route, r.text)
+        assert "chat mode" in r.text, (route, r.text)
+
+
+def test_responses_and_ollama(front):
+    r = sdk(front).responses.create(model="chatty", input="text")
+    assert r.output_text == "Hello world"
+    r = sdk(front).responses.create(model="chatty", input="call", tools=[
+        {"type": "function", "name": "get_weather", "parameters": WEATHER}])
+    call = next(o for o in r.output if o.type == "function_call")
+    assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Paris", "days": 2})
+    r = httpx.post(front.url + "/api/chat", json={"model": "chatty", "stream": False,
+                                                  "messages": [{"role": "user", "content": "text"}]}, timeout=30)
+    assert r.status_code == 200 and r.json()["message"]["content"] == "Hello world"
 
 
 # -- status: /v1/models, /health, localchat ps --------------------------------------------------------

@@ -95,7 +95,7 @@ class Describer:
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, Path], tuple[tuple[int, int], Any]] = {}
-        self._remote_cache: dict[tuple[str, str], tuple[float, Description]] = {}
+        self._remote_cache: dict[tuple[str, str, str], tuple[float, Description]] = {}
         self._lock = threading.Lock()
 
     def header(self, path: Path) -> ModelInfo:
@@ -137,7 +137,7 @@ class Describer:
     def _remote(self, spec: ModelSpec) -> Description:
         """An upstream model not loaded here: what its peer says (without loading it), asked at most
         once every REMOTE_TTL seconds."""
-        key, now = (spec.upstream or "", spec.upstream_model or spec.name), time.monotonic()
+        key, now = (spec.upstream or "", spec.upstream_model or spec.name, spec.upstream_mode), time.monotonic()
         with self._lock:
             cached = self._remote_cache.get(key)
         if cached is not None and now - cached[0] < REMOTE_TTL:
