@@ -18,12 +18,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from ..engine import Done, PromptLogprobs, Stream, Text
+from ..engine.params import CallDelta, Thought
 from ..families.codecs.split import Splitter
 from ..logs import RequestRecord, current_request
 from ..models import Settings
 from ..models.host import Lease, ModelHost
 from ..neutral import Finish, GenerationRequest, Logprobs, Piece, Usage
-from . import constraints, limits
+from . import constraints, limits, upstream_chat
 from .embed import EmbedRequest, Embedding, embed
 from .models import Models
 from .prepare import prepare, rendered
@@ -44,7 +45,7 @@ class Turn:
     prompt_tokens: int  # known before the first event
     _lease: Lease
     _stream: Stream
-    _splitters: list[Splitter]
+    _splitters: list[Splitter] | list[upstream_chat.CallChecker]
     loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce: "[tool]#/path:keyword"
     _record: RequestRecord | None = None
     _running: set[int] = field(default_factory=set)  # the choices whose Finish has not been given yet
@@ -67,6 +68,9 @@ class Turn:
                     if event.logprobs:
                         yield event.index, Logprobs(event.index, event.logprobs)
                     for piece in split.push(event.text):
+                        yield event.index, piece
+                elif isinstance(event, (Thought, CallDelta)):  # an engine that parses itself (chat mode)
+                    for piece in split.take(event):  # type: ignore[union-attr]
                         yield event.index, piece
                 elif isinstance(event, Done):
                     for piece in split.finish():
@@ -125,6 +129,8 @@ class Chat:
         try:
             loaded = lease.model
             limits.check_n(request.n, loaded.engine.parallel)
+            if getattr(loaded.engine, "renders", False):  # chat mode: the upstream renders, constrains and parses
+                return await self._start_rendered(request, lease)
             # templates, images, grammars, tokens: off the event loop
             prepared = await asyncio.to_thread(prepare, request, loaded, self.settings)
             loosened = prepared.generate.constraint.loosened if prepared.generate.constraint else ()
@@ -142,15 +148,33 @@ class Chat:
             record.model, record.prompt_tokens = loaded.spec.name, n_prompt
         return Turn(loaded.spec.name, request.n, n_prompt, lease, stream, prepared.splitters, loosened)
 
+    async def _start_rendered(self, request: GenerationRequest, lease: Lease) -> Turn:
+        """For an engine that renders and parses itself: the request as OpenAI chat's fields, and
+        a call checker per choice in place of the family's splitter (generation/upstream_chat.py)."""
+        loaded = lease.model
+        # (off the event loop: images given by URL are read here)
+        converse = await asyncio.to_thread(upstream_chat.converse, request, loaded, self.settings)
+        stream = loaded.engine.submit(converse)  # type: ignore[arg-type]
+        n_prompt = await stream.prepared()  # the upstream's refusal (its 4xx, a 5xx → 502) before the first byte
+        if (record := current_request()) is not None:
+            record.model, record.prompt_tokens = loaded.spec.name, n_prompt
+        where = f"the upstream {loaded.spec.upstream} (model {loaded.spec.upstream_model or loaded.spec.name})"
+        checkers = [upstream_chat.CallChecker(request.output, where) for _ in range(request.n)]
+        return Turn(loaded.spec.name, request.n, n_prompt, lease, stream, checkers)
+
     async def render(self, request: GenerationRequest) -> str:
         """The chat prompt as text, as `start` would render it (nothing is generated)."""
         async with self.models.hold(request.model, request.keep_alive) as loaded:
+            if getattr(loaded.engine, "renders", False):
+                raise loaded.engine.tokenizer._refuse()  # type: ignore[attr-defined]
             return await asyncio.to_thread(rendered, request, loaded)
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
         lease = await self._checked_lease(request)
         try:
+            if getattr(lease.model.engine, "renders", False):
+                raise lease.model.engine.tokenizer._refuse()  # type: ignore[attr-defined]
             prepared = await asyncio.to_thread(prepare, request, lease.model, self.settings)
             return len(prepared.generate.tokens)
         finally:

@@ -21,7 +21,7 @@ from .describe import Describer, Description, embeds, reranks
 from .fit import MemoryShape, Sizing, choose, free_memory
 from .gguf import RANK_POOLING, ModelInfo, ProjectorInfo, inspect, inspect_projector
 from .paths import prompt_cache_dir
-from .upstream import open_upstream
+from .upstream import open_chat_upstream, open_upstream
 
 log = logging.getLogger("localchat.models")
 
@@ -56,6 +56,8 @@ class LoadedModel:
 
     @property
     def can_infill(self) -> bool:
+        if getattr(self.engine, "renders", False):  # chat mode: no vocabulary here
+            return False
         return all(k in self.engine.tokenizer.fim for k in ("pre", "suf", "mid"))
 
     @property
@@ -128,7 +130,7 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
 
 
 def _load_upstream(spec: ModelSpec, settings: Settings) -> LoadedModel:
-    opened = open_upstream(spec)
+    opened = open_chat_upstream(spec) if spec.upstream_mode == "chat" else open_upstream(spec)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(opened.spec, opened.info, opened.family, opened.template, opened.engine, opened.stop_ids,
                        keep_alive=keep if keep >= 0 else None, sizing=opened.sizing, projector=opened.projector)
