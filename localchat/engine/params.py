@@ -194,3 +194,5 @@ class Prepared:
 class Started:
     """Not an event of the request's output: the engine took the request from its queue (a
     request that has started cannot be re-run elsewhere; one still queued can)."""
+
+    cached: int = 0  # prompt tokens the slot already held (the access log's figure for a request cancelled before its end)

@@ -92,8 +92,9 @@ class Turn:
     def close(self) -> None:
         self._stream.close()
         self._lease.release()
-        if not self._closed and self._record is not None:  # cancelled: what its choices had generated
+        if not self._closed and self._record is not None and self._running:  # cancelled: what it had read and generated
             self._record.generated += sum(self._stream.generated.get(i, 0) for i in self._running)
+            self._record.cached_tokens = self._record.cached_tokens or self._stream.cached
         self._closed = True
 
 
