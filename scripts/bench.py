@@ -27,7 +27,8 @@ projector, or the model's own `mmproj`), cold and read again from the prompt cac
 With --edit: a 121-line file returned with a variable renamed throughout, greedy: decode tok/s without drafts
 (ngram_draft 0) and with them (the default), the text asserted identical, and llama-server's
 tok/s with --spec-type ngram-mod when LLAMA_SERVER names its binary (goals: >= 1.5x without
-drafts, >= llama-server's).
+drafts, >= llama-server's), and what drafts could give at best here: a step of k tokens' cost
+against one token's (a compute-bound CPU pays nearly k times for k).
 With --agent: an agent-like prompt of 10k+ tokens (long instructions, 24 tools, an environment
 block), time to first token cold, then the next turn, a new session, a new session after a
 restart, after an unload, and a new session whose environment block moved (written after the
@@ -654,6 +655,42 @@ def edit_body(model: str, n: int, draft: int | None) -> dict:
     return body
 
 
+def batch_cost(path: Path, ks: tuple[int, ...], threads: int, rounds: int = 8) -> dict[int, float]:
+    """Seconds one llama_decode of k tokens of one sequence takes after a 1k-token prompt (the
+    best of a few), for each k: what verifying a draft of k - 1 tokens costs on this machine."""
+    mp = C.llama_model_default_params()
+    mp.use_extra_bufts = False
+    mp.progress_callback = _quiet_progress
+    model = C.llama_model_load_from_file(str(path).encode(), mp)
+    cp = C.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = 4096, 512, 512
+    cp.n_threads = cp.n_threads_batch = threads
+    ctx = C.llama_init_from_model(model, cp)
+    mem = C.llama_get_memory(ctx)
+    prompt = [(i * 7919) % 20000 + 100 for i in range(1024)]
+    for at in range(0, len(prompt), 512):
+        chunk = (C.llama_token * 512)(*prompt[at:at + 512])
+        C.llama_decode(ctx, C.llama_batch_get_one(chunk, 512))
+    batch = C.llama_batch_init(max(ks), 0, 1)
+    best = {}
+    for k in ks:
+        times = []
+        for _ in range(rounds):
+            batch.n_tokens = k
+            for i in range(k):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = 500 + i, 1024 + i, 1, 1
+                batch.seq_id[i][0] = 0
+            start = time.perf_counter()
+            C.llama_decode(ctx, batch)
+            times.append(time.perf_counter() - start)
+            C.llama_memory_seq_rm(mem, 0, 1024, -1)
+        best[k] = min(times)
+    C.llama_batch_free(batch)
+    C.llama_free(ctx)
+    C.llama_model_free(model)
+    return best
+
+
 def edit_bench(config: Path, spec: ModelSpec, n: int) -> None:
     import os
 
@@ -680,6 +717,10 @@ def edit_bench(config: Path, spec: ModelSpec, n: int) -> None:
     print(f"with drafts    : {drafted['tps']:6.1f} tok/s   {speedup:.2f}x   (goal >= 1.5x)  "
           f"{'PASS' if speedup >= 1.5 else 'FAIL'}")
     print(f"identical text : {'yes' if same else 'NO'}   {'PASS' if same else 'FAIL'}")
+    cost = batch_cost(spec.file(), (1, 2, 3, 4), spec.threads or os.cpu_count() or 1)
+    ceiling = "; ".join(f"{k - 1} drafted: a step costs {cost[k] / cost[1]:.2f}x one token, at best {k * cost[1] / cost[k]:.2f}x"
+                        for k in (2, 3, 4))
+    print(f"this machine's ceiling (every drafted token kept): {ceiling}")
     if theirs is not None:
         ratio = drafted["tps"] / theirs["tps"] if theirs["tps"] else 0.0
         print(f"llama-server ngram-mod: {theirs['tps']:6.1f} tok/s; localchat/llama-server {ratio:.2f}x  (goal >= 1)  "
@@ -692,7 +733,7 @@ def long_body(model: str, context: int, n: int) -> dict:
     """A chat request whose prompt is about `context` tokens of code (the edit file, repeated with
     other names), then n tokens to write, greedy, past any end of turn, no drafts."""
     files, size = [], 0
-    while size < context * 4:  # ~4 characters a token of Python for Qwen's vocabulary
+    while size < context * 2.4:  # ~2.4 characters a token of this code for Qwen's vocabulary (measured)
         text = edit_file().replace("check_", f"check{len(files)}_")
         files.append(f"# file {len(files)}\n{text}")
         size += len(text)
