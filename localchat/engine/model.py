@@ -43,7 +43,7 @@ def quiet_progress(_progress: float, _user_data: ctypes.c_void_p) -> bool:
 
 class Model:
     def __init__(self, path: Path, *, n_gpu_layers: int = 0, extra_buffers: bool = False,
-                 vocab_only: bool = False) -> None:
+                 vocab_only: bool = False, tensor_split: Iterable[float] | None = None) -> None:
         global _backend_ready
         if not _backend_ready:
             C.llama_backend_init()
@@ -55,6 +55,10 @@ class Model:
         mparams.use_extra_bufts = extra_buffers
         mparams.progress_callback = quiet_progress
         mparams.vocab_only = vocab_only  # a server holding only the vocabulary tokenizes; a worker decodes
+        if tensor_split:  # each device's share of the layers (RPC devices first): read during the load only
+            split = list(tensor_split)[:C.LLAMA_MAX_DEVICES]
+            shares = (ctypes.c_float * C.LLAMA_MAX_DEVICES)(*split)
+            mparams.tensor_split = ctypes.cast(shares, ctypes.POINTER(ctypes.c_float))
         self.path = path
         self.ptr = C.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.ptr:
