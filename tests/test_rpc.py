@@ -7,18 +7,13 @@ loaded locally; the rpc-worker killed mid-stream → that request's error event,
 `/health` saying the endpoint is down, 503s naming it; the rpc-worker back → the model serves again.
 It needs llama-cpp-python built with `CMAKE_ARGS="-DGGML_RPC=on"` (`scripts/test --rpc` builds one
 into its own folder and runs this module under `unshare -n`, so the machine's network is left as it
-is), root and `ip`; without them it is skipped and says why. The probe, the entries' checks and the
+is), root and `ip` (rpclink.py); without them it is skipped and says why. The probe, the entries' checks and the
 command's refusals run everywhere (fast)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +24,7 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
+import rpclink
 from conftest import Server
 from localchat.cli import app
 from localchat.engine import rpc
@@ -152,69 +148,12 @@ def test_the_worker_command_keeps_to_loopback_unless_told():
 
 # -- end to end: a veth pair between two network namespaces ----------------------------------------
 
-NETNS = f"localchat-rpc-{os.getpid()}"
-HERE, THERE, PORT = "10.213.77.1", "10.213.77.2", 50052
-ENDPOINT = f"{THERE}:{PORT}"
-
-
-def _missing() -> str | None:
-    if not rpc.supported():
-        return ('llama-cpp-python is built without llama.cpp\'s RPC backend (CMAKE_ARGS="-DGGML_RPC=on"): '
-                "`scripts/test --rpc` builds one and runs this module")
-    if os.geteuid() != 0 or not shutil.which("ip"):
-        return "needs root and `ip` (iproute2) for the network namespace and the veth pair"
-    return None
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def netns() -> Iterator[str]:
-    """A network namespace with one end of a veth pair ({THERE}); the other end ({HERE}) is here."""
-    if why := _missing():
+    if why := rpclink.missing():
         pytest.skip(why)
-    _ip("netns", "add", NETNS)
-    try:
-        here = f"lcr{os.getpid() % 100000}"
-        _ip("link", "add", here, "type", "veth", "peer", "name", "lcrpc0", "netns", NETNS)
-        _ip("addr", "add", f"{HERE}/30", "dev", here)
-        _ip("link", "set", here, "up")
-        _ip("-n", NETNS, "addr", "add", f"{THERE}/30", "dev", "lcrpc0")
-        _ip("-n", NETNS, "link", "set", "lcrpc0", "up")
-        _ip("-n", NETNS, "link", "set", "lo", "up")
-        yield NETNS
-    finally:
-        subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)  # its end of the pair goes with it
-
-
-class Worker:
-    """`localchat rpc-worker` inside the namespace, bound to its end of the veth pair."""
-
-    def __init__(self, ns: str, log: Path) -> None:
-        self.log = log.open("a+")
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-m", "localchat", "rpc-worker", "--host", THERE,
-             "--port", str(PORT), "--threads", "1", "--insecure-network"],
-            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                rpc.probe(ENDPOINT, connect_timeout=1, timeout=2)
-                return
-            except rpc.RpcError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the rpc-worker did not come up:\n{self.output()}") from None
-                time.sleep(0.3)
-
-    def output(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text()
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+    with rpclink.namespace() as name:
+        yield name
 
 
 @pytest.fixture(scope="module")
@@ -233,13 +172,17 @@ def _card(server: Server, name: str) -> dict:
 
 
 def test_all_layers_on_a_worker_across_a_veth_pair(netns: str, model_file: Path, tmp_path: Path):
-    worker = Worker(netns, tmp_path / "rpc-worker.log")
     config = tmp_path / "models.toml"
     config.write_text(f'default = "tiny-local"\n'
-                      f'[models.tiny-local]\npath = "{model_file}"\ncontext_length = 512\nparallel = 1\n'
-                      f'[models.tiny-rpc]\npath = "{model_file}"\ncontext_length = 512\nparallel = 1\n'
-                      f'rpc = ["{ENDPOINT}"]\n')
-    server = Server(config)
+                      f'[models.tiny-local]\npath = "{model_file}"\ncontext_length = 2048\nparallel = 1\n'
+                      f'[models.tiny-rpc]\npath = "{model_file}"\ncontext_length = 2048\nparallel = 1\n'
+                      f'rpc = ["{rpclink.ENDPOINT}"]\n')
+    worker = rpclink.Worker(netns, tmp_path / "rpc-worker.log")
+    try:
+        server = Server(config)
+    except BaseException:
+        worker.stop()
+        raise
     try:
         assert "Never expose the RPC server to an open network" in worker.output()
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=120)
@@ -247,8 +190,8 @@ def test_all_layers_on_a_worker_across_a_veth_pair(netns: str, model_file: Path,
         remote = _greedy(client, "tiny-rpc")
         assert len(local) == 24 and remote == local, "the same greedy tokens through the link"
         card = _card(server, "tiny-rpc")
-        assert card["rpc"] == [{"endpoint": ENDPOINT, "state": "up"}] and card["worker"]["state"] == "ready"
-        assert card["sizing"]["memory"] == f"RPC at {ENDPOINT}", "sized to the worker's memory"
+        assert card["rpc"] == [{"endpoint": rpclink.ENDPOINT, "state": "up"}] and card["worker"]["state"] == "ready"
+        assert card["sizing"]["memory"] == f"RPC at {rpclink.ENDPOINT}", "sized to the worker's memory"
         assert "Accepted client connection" in worker.output()
 
         # the rpc-worker killed mid-stream: that request's error event; the server stays up
@@ -264,23 +207,22 @@ def test_all_layers_on_a_worker_across_a_veth_pair(netns: str, model_file: Path,
         deadline = time.monotonic() + 30
         while (card := _card(server, "tiny-rpc"))["worker"]["state"] != "rpc_down" and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert card["rpc"][0]["endpoint"] == ENDPOINT and card["rpc"][0]["state"] == "down", card
+        assert card["rpc"][0]["endpoint"] == rpclink.ENDPOINT and card["rpc"][0]["state"] == "down", card
         assert "not reachable" in card["rpc"][0]["error"]
         with pytest.raises(openai.APIStatusError) as refused:
             client.chat.completions.create(model="tiny-rpc", messages=ASK, max_tokens=4)
-        assert refused.value.status_code == 503 and ENDPOINT in refused.value.message
+        assert refused.value.status_code == 503 and rpclink.ENDPOINT in refused.value.message
         assert _greedy(client, "tiny-local") == local, "the other model serves on"
         assert server.proc.poll() is None, "the server lives on"
 
         # the rpc-worker back: the model is loaded again and serves
-        worker = Worker(netns, tmp_path / "rpc-worker.log")
+        worker = rpclink.Worker(netns, tmp_path / "rpc-worker.log")
         deadline = time.monotonic() + 120
         while _card(server, "tiny-rpc")["worker"]["state"] != "ready" and time.monotonic() < deadline:
             time.sleep(0.3)
-        assert _card(server, "tiny-rpc")["rpc"] == [{"endpoint": ENDPOINT, "state": "up"}]
+        assert _card(server, "tiny-rpc")["rpc"] == [{"endpoint": rpclink.ENDPOINT, "state": "up"}]
         assert _greedy(client, "tiny-rpc") == local
         assert _card(server, "tiny-rpc")["worker"]["crashes"] == 0, "a lost link is not a crash"
     finally:
         server.stop()
-        if worker.proc.poll() is None:
-            worker.kill()
+        worker.stop()
