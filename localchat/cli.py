@@ -180,7 +180,9 @@ def ps(
                       until if not m["requests"] else "-")
     out.print(table if loaded else "[dim]no model is loaded[/dim]")
     for m in loaded:  # why each got its context and slots (memory: the estimate of what it needs)
-        for link in m.get("rpc") or []:  # its layers on llama.cpp RPC workers
+        if m.get("rpc"):  # its layers on llama.cpp RPC workers
+            out.print(f"[dim]{escape(m['name'])}: {m.get('rpc_layers') or '?'} layers on RPC workers[/dim]")
+        for link in m.get("rpc") or []:
             out.print(f"[dim]{escape(m['name'])}: RPC worker {escape(link['endpoint'])}: {link['state']}"
                       + (f" ({escape(link['error'])})" if link.get("error") else "") + "[/dim]")
         if m.get("upstream"):  # (its memory is the upstream's, as that one sized it)

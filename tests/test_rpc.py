@@ -191,6 +191,7 @@ def test_all_layers_on_a_worker_across_a_veth_pair(netns: str, model_file: Path,
         assert len(local) == 24 and remote == local, "the same greedy tokens through the link"
         card = _card(server, "tiny-rpc")
         assert card["rpc"] == [{"endpoint": rpclink.ENDPOINT, "state": "up"}] and card["worker"]["state"] == "ready"
+        assert card["rpc_layers"] == "3/3", "every layer (and the output) on the worker"
         assert card["sizing"]["memory"] == f"RPC at {rpclink.ENDPOINT}", "sized to the worker's memory"
         assert "Accepted client connection" in worker.output()
 

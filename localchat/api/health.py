@@ -43,7 +43,8 @@ def _loaded_card(m: Any) -> dict[str, Any]:
             "rss_bytes": rss_bytes(worker["pid"]) if worker else None,
             "sizing": m.sizing.as_dict() if m.sizing else None,  # the context and slots it got, and why
             **({"upstream": stats["upstream"]} if "upstream" in stats else {}),  # where it runs, and how that fares
-            **({"rpc": stats["rpc"]} if "rpc" in stats else {})}  # its RPC workers: each endpoint, up or down
+            # its RPC workers: each endpoint, up or down, and the layers on them ("N/M", at the last load)
+            **({"rpc": stats["rpc"], "rpc_layers": stats["rpc_layers"]} if "rpc" in stats else {})}
 
 
 def memory() -> dict[str, int | None]:

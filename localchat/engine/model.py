@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -27,10 +28,16 @@ _backend_ready = False
 _log = logging.getLogger("localchat.llama")
 
 
+offloaded: str | None = None  # "N/M": the layers llama.cpp put on devices (GPUs, RPC workers) at the last load
+
+
 @C.llama_log_callback
 def _llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    global offloaded
     if level >= 4:  # GGML_LOG_LEVEL_ERROR; the rest is llama.cpp's chatter
         _log.error(text.decode(errors="replace").rstrip())
+    elif b"offloaded " in text and (found := re.search(rb"offloaded (\d+/\d+) layers", text)):
+        offloaded = found.group(1).decode()
 
 
 C.llama_log_set(_llama_log, ctypes.c_void_p(0))

@@ -129,7 +129,7 @@ class WorkerEngine:
                     "queued": len(self._jobs) - len(started), "n_ctx": self.n_ctx, "bytes": self.model.size_bytes,
                     "worker": {"pid": self._proc.pid, "state": self.state, "crashes": self.crashes},
                     **({"rpc": [{"endpoint": e, "state": "down" if why else "up", **({"error": why} if why else {})}
-                                for e, why in self.rpc.items()]} if self.rpc else {})}
+                                for e, why in self.rpc.items()], "rpc_layers": self.offloaded} if self.rpc else {})}
 
     def close(self) -> None:
         with self._lock:
@@ -197,6 +197,7 @@ class WorkerEngine:
             self._proc.wait()
             detail = ready[1] if ready and ready[0] == "failed" else f"exit status {self._proc.returncode}"
             raise ModelUnavailable(f"the worker for {self.name} could not load it ({detail})", param="model")
+        self.offloaded = ready[2] if len(ready) > 2 else None  # "N/M" layers on devices (an RPC model's: remote)
         self.state = "ready"
 
     def _send(self, message: tuple) -> None:
@@ -248,17 +249,7 @@ class WorkerEngine:
             if self._closing:
                 return False
             if lost:
-                self.state = "rpc_down"
-                log.error("the worker for %s lost its RPC link (%s; %s); %d request(s) in it failed", self.name,
-                          how, self._down_message(), len(self._jobs))
-                for job_id, job in list(self._jobs.items()):  # queued ones too: the link may stay down for long
-                    del self._jobs[job_id]
-                    job.emit(EngineCrashed(f"the model {self.name} lost its RPC link while generating: "
-                                           f"{self._down_message()}", code="engine_crashed") if job.started
-                             else ModelUnavailable(self._down_message(), param="model"))
-                    job.emit(None)
-                for job_id in list(self._embeds):
-                    self._embedded(job_id, ModelUnavailable(self._down_message(), param="model"))
+                self._link_lost(how)
             else:
                 self.state = "restarting"
                 self.crashes += 1
@@ -279,19 +270,39 @@ class WorkerEngine:
                                                          "send the request again", code="engine_crashed"))
                 if len(self._crashes) >= CRASH_LIMIT:
                     return self._fail(how)
-        if lost and not self._wait_for_links():
-            return False
-        try:
-            self._spawn()
-        except ModelUnavailable as exc:
-            with self._lock:
-                return self._fail(exc.message)
+        while True:
+            if lost and not self._wait_for_links():
+                return False
+            try:
+                self._spawn()
+                break
+            except ModelUnavailable as exc:
+                lost = bool(self.rpc) and self._probe_links()
+                with self._lock:
+                    if not lost:
+                        return self._fail(exc.message)
+                    self._link_lost(exc.message)  # down again while it loaded: wait again
         with self._lock:
             log.warning("the worker for %s restarted (pid %d); re-running %d queued request(s)",
                         self.name, self._proc.pid, len(self._jobs))
             for job_id, job in self._jobs.items():
                 self._send(("submit", job_id, job.request))
         return True
+
+    def _link_lost(self, how: str) -> None:
+        """With the lock held: an RPC endpoint is down. Every request in the engine fails, queued ones
+        too (the link may stay down for long); new ones are refused until it is back."""
+        self.state = "rpc_down"
+        log.error("the worker for %s lost its RPC link (%s; %s); %d request(s) in it failed", self.name,
+                  how, self._down_message(), len(self._jobs))
+        for job_id, job in list(self._jobs.items()):
+            del self._jobs[job_id]
+            job.emit(EngineCrashed(f"the model {self.name} lost its RPC link while generating: "
+                                   f"{self._down_message()}", code="engine_crashed") if job.started
+                     else ModelUnavailable(self._down_message(), param="model"))
+            job.emit(None)
+        for job_id in list(self._embeds):
+            self._embedded(job_id, ModelUnavailable(self._down_message(), param="model"))
 
     def _probe_links(self) -> bool:
         """Probe each RPC endpoint, noting why each that is down is; returns whether any is."""
@@ -338,6 +349,7 @@ class WorkerEngine:
 
 def _worker_main(fd: int, config: dict[str, Any]) -> None:
     """The child: load the model, decode until told to stop or the server goes away."""
+    from . import model as model_module
     from .engine import LocalEngine
 
     conn = Connection(fd)
@@ -383,7 +395,7 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
 
     scheduler.after_step = flush
     with send_lock:
-        conn.send(("ready", os.getpid()))
+        conn.send(("ready", os.getpid(), model_module.offloaded))
     while True:
         try:
             message = conn.recv()
