@@ -30,7 +30,7 @@ from localchat.cli import app
 from localchat.engine import rpc
 from localchat.families import FAMILIES
 from localchat.models import ModelSpec
-from localchat.models.host import load_model
+from localchat.models.host import load_model, make_engine
 from tinymodels import write_tiny_model
 
 ASK = [{"role": "user", "content": "Say something long."}]
@@ -135,6 +135,17 @@ def test_a_dead_endpoint_is_a_clear_error_before_anything_loads(tmp_path: Path):
     message = failed.value.message
     assert failed.value.status == 503 and "the model far" in message
     assert (dead in message and "not reachable" in message) if rpc.supported() else "-DGGML_RPC=on" in message
+
+
+@pytest.mark.fast
+def test_an_rpc_model_gets_a_worker_process_even_in_process(tmp_path: Path):
+    """`--in-process` (worker = false) does not apply: ggml aborts the process that loses its link."""
+    model = write_tiny_model(tmp_path / "tiny.gguf", FAMILIES["chatml"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(rpc.RpcError, match="the model far"):  # the worker's own probe, before any process starts
+        make_engine(model, worker=False, name="far", n_ctx=256, parallel=1, rpc=[dead])
 
 
 @pytest.mark.fast
