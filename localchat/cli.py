@@ -187,7 +187,9 @@ def ps(
                       + (f" ({escape(link['error'])})" if link.get("error") else "") + "[/dim]")
         if m.get("upstream"):  # (its memory is the upstream's, as that one sized it)
             up = m["upstream"]
-            out.print(f"[dim]{escape(m['name'])}: runs at {escape(up['url'])} as {escape(up['model'])}: {up['state']}"
+            mode = " (chat mode)" if up.get("mode") == "chat" else ""
+            out.print(f"[dim]{escape(m['name'])}: runs at {escape(up['url'])} as {escape(up['model'])}{mode}: "
+                      f"{up['state']}"
                       + (f" ({escape(up['error'])})" if up.get("error") else "") + "[/dim]")
         if m.get("sizing"):
             out.print(f"[dim]{escape(m['name'])}: {m['slots']} × {m['context_length']} tokens: "

@@ -133,7 +133,7 @@ def _memory_rows(spec: ModelSpec, info: ModelInfo, settings: Settings, ctx_size:
     from .models import fit
     from .models.host import size_model
 
-    shape = fit.Shape.of(info)
+    shape = fit.MemoryShape.of(info)
     swa = sum(s for _, s in shape.layers)
     layers = f"{len(shape.layers)} layers" + (f", {swa} of them sliding-window ({shape.window} tokens; kept whole)"
                                               if swa else "")

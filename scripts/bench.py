@@ -10,6 +10,9 @@
     scripts/bench --edit [--model NAME] [--tokens N]  (default: qwen2.5-coder-1.5b, 1200 tokens)
     scripts/bench --agent [--model NAME]            (LLAMA_SERVER=path/to/llama-server: side by side)
     scripts/bench --rpc [--model NAME] [--tokens N] [--rounds R]   (root; builds an RPC llama-cpp-python once)
+    scripts/bench --upstream [--model NAME] [--tokens N] [--rounds R]
+    scripts/bench --long [--model NAME] [--tokens N]  (default: the default model, 128 tokens)
+    scripts/bench --fim [--model NAME]              (default: qwen2.5-coder-1.5b and -0.5b)
 
 Prints decode tokens/s through the server (SSE, official-client framing) and through
 llama-cpp-python directly (no HTTP, same prompt tokens, same greedy sampling), their ratio,
@@ -34,6 +37,15 @@ for the same requests when LLAMA_SERVER names its binary (--cache-reuse 256, --c
 With --rpc: the model with all its layers on a `localchat rpc-worker` in a network namespace joined by
 a veth pair (tests/rpclink.py) against the same model loaded directly: decode tok/s and time to first
 token, rounds interleaved. Both run on this machine's CPU, so this is the link's cost, not a GPU's gain.
+With --long: decode tok/s after a prompt of ~2k and ~8k tokens (read first, then the decode
+measured), greedy past any end of turn, no drafts, against llama-server's (goal: >= it).
+With --fim: llama.vscode's /infill requests (16 chunks of other files, the lines around the
+cursor, the typed part of the line; n_predict 128, t_max_predict_ms 500, n_indent): one cold,
+then one a keystroke; time to the answer, p50 against llama-server's as llama.vscode's README
+starts it (goal: p50 <= llama-server's).
+With --upstream: a localchat (serve --peer) and a second one serving its model through an
+`upstream =` entry (token mode), the same request to each in turn: tok/s and ttft (goal: >= 0.95
+of direct tok/s).
 A benchmark, not a test: figures vary with the machine's load.
 """
 
@@ -678,6 +690,153 @@ def edit_bench(config: Path, spec: ModelSpec, n: int) -> None:
               f"{'PASS' if ratio >= 1 else 'FAIL'}")
 
 
+# -- --long: decode speed with a long context ------------------------------------------------------
+
+def long_body(model: str, context: int, n: int) -> dict:
+    """A chat request whose prompt is about `context` tokens of code (the edit file, repeated with
+    other names), then n tokens to write, greedy, past any end of turn, no drafts."""
+    files, size = [], 0
+    while size < context * 4:  # ~4 characters a token of Python for Qwen's vocabulary
+        text = edit_file().replace("check_", f"check{len(files)}_")
+        files.append(f"# file {len(files)}\n{text}")
+        size += len(text)
+    return {"model": model, "temperature": 0, "max_tokens": n, "ignore_eos": True, "ngram_draft": 0,
+            "messages": [{"role": "user", "content": "\n".join(files) + "\nExplain what these files do."}]}
+
+
+def long_run(url: str, model: str, contexts: tuple[int, ...], n: int) -> list[dict]:
+    out = []
+    for context in contexts:
+        body = long_body(model, context, n)
+        http_stream(url, {**body, "max_tokens": 1})  # the prompt read once; the decode is what is measured
+        out.append(http_stream(url, body))
+    return out
+
+
+def long_bench(config: Path, spec: ModelSpec, n: int) -> None:
+    import os
+
+    contexts = (2048, 8192)
+    server = Server(config, "--model", spec.name)
+    try:
+        ours = long_run(server.url, spec.name, contexts, n)
+    finally:
+        server.stop()
+    theirs = None
+    if os.environ.get("LLAMA_SERVER"):
+        their = LlamaServer(spec, "-c", "16384", "-np", "1")
+        try:
+            theirs = long_run(their.url, spec.name, contexts, n)
+        finally:
+            their.stop()
+    print(f"model {spec.name}: decode tok/s after a long prompt, {n} tokens, greedy, no drafts "
+          "(goal: >= llama-server's)")
+    print(f"{'context':>8} {'prompt':>7} {'localchat':>10} {'llama-server':>13} {'ratio':>6}  goal")
+    for i, context in enumerate(contexts):
+        mine = ours[i]
+        prompt = (mine["usage"] or {}).get("prompt_tokens", 0)
+        if theirs is None:
+            print(f"{context:8} {prompt:7} {mine['tps']:10.1f} {'-':>13} {'-':>6}")
+            continue
+        ratio = mine["tps"] / theirs[i]["tps"] if theirs[i]["tps"] else 0.0
+        print(f"{context:8} {prompt:7} {mine['tps']:10.1f} {theirs[i]['tps']:13.1f} {ratio:5.2f}x  "
+              f"{'PASS' if ratio >= 1 else 'FAIL'}")
+
+
+# -- --fim: an editor's completion requests (llama.vscode's shape) -------------------------------
+
+def fim_bodies(model: str, keystrokes: int) -> list[dict]:
+    """llama.vscode's /infill requests while someone types a line: 16 chunks of other files as
+    `input_extra`, the lines above the cursor, the typed part of the line as `prompt`, the rest
+    below; n_predict 128, t_max_predict_ms 500, n_indent, its samplers; one request a keystroke."""
+    lines = edit_file().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "problems = [p for check" in line)
+    typed = "    problems = [p for check in CHECKS for p in check(settings)]"
+    chunks = [{"filename": f"service/part_{k}.py",
+               "text": "".join(edit_file().replace("check_", f"part{k}_").splitlines(keepends=True)[k * 6:k * 6 + 32])}
+              for k in range(16)]
+    base = {"model": model, "input_prefix": "".join(lines[:at]), "input_suffix": "\n" + "".join(lines[at + 1:]),
+            "input_extra": chunks, "n_predict": 128, "top_k": 40, "top_p": 0.99, "stream": False,
+            "samplers": ["top_k", "top_p", "infill"], "cache_prompt": True, "t_max_prompt_ms": 500,
+            "t_max_predict_ms": 500, "n_indent": 4, "seed": 1}
+    return [{**base, "prompt": typed[:len("    problems = ") + k]} for k in range(keystrokes + 1)]
+
+
+def fim_run(url: str, bodies: list[dict]) -> list[tuple[float, dict]]:
+    out = []
+    for body in bodies:
+        start = time.perf_counter()
+        r = httpx.post(url + "/infill", json=body, timeout=3600)
+        r.raise_for_status()
+        out.append((time.perf_counter() - start, r.json()))
+    return out
+
+
+def fim_bench(config: Path, specs: list[ModelSpec], keystrokes: int) -> None:
+    import os
+
+    print(f"llama.vscode's /infill requests: 16 chunks of context, n_predict 128, t_max_predict_ms 500; "
+          f"a cold request, then {keystrokes} keystrokes (goal: p50 <= llama-server's)")
+    print(f"{'model':20} {'server':13} {'cold':>7} {'p50':>7} {'max':>7} {'tokens':>7} {'cached':>7}")
+    for spec in specs:
+        bodies = fim_bodies(spec.name, keystrokes)
+        runs = {}
+        server = Server(config, "--model", spec.name)
+        try:
+            runs["localchat"] = fim_run(server.url, bodies)
+        finally:
+            server.stop()
+        if os.environ.get("LLAMA_SERVER"):  # as llama.vscode's README starts it
+            their = LlamaServer(spec, "-c", "16384", "-np", "1", "-ub", "1024", "-b", "1024", "--cache-reuse", "256")
+            try:
+                runs["llama-server"] = fim_run(their.url, bodies)
+            finally:
+                their.stop()
+        p50 = {}
+        for name, run in runs.items():
+            warm = [seconds for seconds, _ in run[1:]]
+            p50[name] = statistics.median(warm)
+            tokens = statistics.median(answer.get("tokens_predicted", 0) for _, answer in run[1:])
+            cached = statistics.median(answer.get("tokens_cached", 0) for _, answer in run[1:])
+            print(f"{spec.name:20} {name:13} {run[0][0]:6.2f}s {p50[name]:6.2f}s {max(warm):6.2f}s "
+                  f"{tokens:7.0f} {cached:7.0f}")
+        if "llama-server" in p50:
+            ratio = p50["llama-server"] / p50["localchat"] if p50["localchat"] else 0.0
+            print(f"{spec.name:20} p50 llama-server/localchat {ratio:.2f}x  {'PASS' if ratio >= 1 else 'FAIL'}")
+
+
+# -- --upstream: a model served through another localchat ------------------------------------------
+
+def upstream_bench(config: Path, spec: ModelSpec, n: int, rounds: int) -> None:
+    """The same streamed request to a localchat (serve --peer) and to a second one whose models.toml
+    names the first's model `upstream =` (token mode: rendered here, decoded there), alternately."""
+    folder = Path(tempfile.mkdtemp(prefix="localchat-bench-upstream-"))
+    peer = Server(config, "--peer", "--model", spec.name)
+    front = None
+    try:
+        (folder / "front.toml").write_text(f'default = "remote"\n[models.remote]\nupstream = "{peer.url}/v1"\n'
+                                           f'upstream_model = "{spec.name}"\n')
+        front = Server(folder / "front.toml")
+        body = {"messages": PROMPT, "max_tokens": n, "temperature": 0, "ignore_eos": True, "ngram_draft": 0}
+        http_stream(peer.url, {**body, "model": spec.name, "max_tokens": 2})  # loaded, the prompt cached on both paths
+        http_stream(front.url, {**body, "model": "remote", "max_tokens": 2})
+        direct, through = [], []
+        for _ in range(rounds):
+            direct.append(http_stream(peer.url, {**body, "model": spec.name}))
+            through.append(http_stream(front.url, {**body, "model": "remote"}))
+    finally:
+        if front is not None:
+            front.stop()
+        peer.stop()
+    tps = [statistics.median(r["tps"] for r in runs) for runs in (direct, through)]
+    ttft = [statistics.median(r["ttft"] for r in runs) * 1000 for runs in (direct, through)]
+    ratio = tps[1] / tps[0] if tps[0] else 0.0
+    print(f"model {spec.name}: {n} tokens, greedy, {rounds} rounds (median), through an upstream localchat on loopback")
+    print(f"direct   : {tps[0]:6.1f} tok/s   ttft {ttft[0]:7.1f} ms")
+    print(f"upstream : {tps[1]:6.1f} tok/s   ttft {ttft[1]:7.1f} ms   {ratio:.2f}x of direct  (goal >= 0.95)  "
+          f"{'PASS' if ratio >= 0.95 else 'FAIL'}")
+
+
 class LlamaServer:
     """llama-server (the binary LLAMA_SERVER names) on the same GGUF, on a free port, with these flags."""
 
@@ -770,6 +929,9 @@ def main() -> None:
                     help="a file returned with one rename: decode tok/s with and without drafts from the text")
     ap.add_argument("--agent", action="store_true",
                     help="an agent's 10k-token prompt: cold, next turn, new session, restart, unload, moved block")
+    ap.add_argument("--upstream", action="store_true", help="tok/s and ttft through an upstream localchat against direct")
+    ap.add_argument("--long", action="store_true", help="decode tok/s after 2k and 8k tokens of prompt")
+    ap.add_argument("--fim", action="store_true", help="llama.vscode's /infill requests while typing: p50 latency")
     ap.add_argument("--worker", action="store_true",
                     help="the worker process (the default) against llama.cpp inside the server (--in-process)")
     ap.add_argument("--rpc", action="store_true",
@@ -787,6 +949,13 @@ def main() -> None:
         return agent_bench(config, spec)
     if args.rpc:
         return rpc_bench(spec, args.tokens, args.rounds)
+    if args.upstream:
+        return upstream_bench(config, spec, args.tokens, args.rounds)
+    if args.long:
+        return long_bench(config, spec, args.tokens if args.tokens != 256 else 128)
+    if args.fim:
+        names = [args.model] if args.model else ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"]
+        return fim_bench(config, [registry.resolve(name) for name in names], 10)
     if args.edit:
         spec = registry.resolve(args.model or "qwen2.5-coder-1.5b")
         return edit_bench(config, spec, args.tokens if args.tokens != 256 else 1200)

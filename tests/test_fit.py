@@ -19,7 +19,7 @@ from localchat.families import FAMILIES
 from localchat.models import Registry, inspect, shipped_config
 from localchat.models import fit
 from localchat.errors import ModelTooLarge
-from localchat.models.fit import Memory, Shape, choose, need
+from localchat.models.fit import Memory, MemoryShape, choose, need
 from tinymodels import write_tiny_model
 
 MiB = 1 << 20
@@ -66,7 +66,7 @@ def test_the_estimate_is_what_llama_cpp_allocates(which: str, tiny: Path):
                        timeout=300)
     assert r.returncode == 0, r.stderr
     measured = json.loads(r.stdout.strip().splitlines()[-1])
-    shape = Shape.of(inspect(path))
+    shape = MemoryShape.of(inspect(path))
     for (ctx, slots), got in zip(sizes, measured):
         estimate = need(shape, ctx, slots)
         assert got["kv"] == pytest.approx(estimate.kv / MiB, abs=0.01), (ctx, slots)  # to the byte, in MiB
@@ -74,7 +74,7 @@ def test_the_estimate_is_what_llama_cpp_allocates(which: str, tiny: Path):
 
 
 def test_sliding_window_layers_are_known_and_kept_whole(monkeypatch: pytest.MonkeyPatch):
-    shape = Shape.of(inspect(Registry.load(shipped_config()).resolve(GEMMA).file()))
+    shape = MemoryShape.of(inspect(Registry.load(shipped_config()).resolve(GEMMA).file()))
     assert sum(swa for _, swa in shape.layers) == 15 and len(shape.layers) == 18 and shape.window == 512
     assert shape.kv_per_token() == 18 * 1 * (256 + 256) * 2  # every layer whole: the engine's swa_full
     whole = shape.kv_bytes(32768, 1)
@@ -83,7 +83,7 @@ def test_sliding_window_layers_are_known_and_kept_whole(monkeypatch: pytest.Monk
 
 
 def test_sizes_chosen_for_the_free_memory(tiny: Path):
-    shape = Shape.of(inspect(tiny))
+    shape = MemoryShape.of(inspect(tiny))
     assert shape.kv_per_token() == 512 and shape.trained == 32768
     budget = lambda b: Memory(int(b / (1 - fit.HEADROOM)) + 1, "RAM")  # noqa: E731 - free memory giving this budget
     plenty = choose(shape, budget(1 << 40))
@@ -109,7 +109,7 @@ def test_models_show_estimates_a_context_and_slots(tiny: Path, tmp_path: Path):
     r = subprocess.run([sys.executable, "-m", "localchat", "models", "show", "tiny-fit", "--config", str(config),
                         "--ctx-size", "4096", "-np", "2"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
-    n = need(Shape.of(inspect(tiny)), 4096, 2)
+    n = need(MemoryShape.of(inspect(tiny)), 4096, 2)
     assert "0.5 KB per token (f16, 2 layers)" in r.stdout and "32768 tokens trained" in r.stdout
     assert f"2 × 4096 tokens  {fit.human(n.total)} = weights" in r.stdout and "fits in the" in r.stdout
     assert re.search(r"sizes here +4 slots × 8192 tokens: the default", r.stdout)
@@ -126,7 +126,7 @@ def test_a_server_on_a_small_machine_fits_what_it_loads(tiny: Path, tmp_path: Pa
     config = tmp_path / "models.toml"
     config.write_text(f'default = "tiny-fit"\n[models.tiny-fit]\npath = "{tiny}"\n'
                       f'[models.tiny-heavy]\npath = "{heavy}"\n')
-    shape = Shape.of(inspect(tiny))
+    shape = MemoryShape.of(inspect(tiny))
     # free memory between what 2 and what 4 slots of 8192 tokens need: the server must choose 2
     free = int((need(shape, 8192, 2).total + need(shape, 8192, 4).total) / 2 / (1 - fit.HEADROOM))
     monkeypatch.setenv("LOCALCHAT_FAKE_FREE_MEMORY", str(free))

@@ -19,7 +19,7 @@ import pytest
 from conftest import GEMMA, Server
 from localchat.api.body import parse
 from localchat.api.ollama.chat import ChatBody, chat_request
-from localchat.api.ollama.stream import Answer, Clock, Shape, collect, stream
+from localchat.api.ollama.stream import Answer, Clock, LineShape, collect, stream
 from localchat.generation import Finish, ReasoningDelta, Sampling, ToolCallArguments, ToolCallStart, Usage
 from localchat.models import ModelSpec, Registry
 from tinymodels import FIM
@@ -169,7 +169,7 @@ def test_scripted_thinking_and_calls_are_framed():
 
     finish = Finish("length", Usage(prompt_tokens=5, completion_tokens=40, cached_tokens=0))
     script = (ReasoningDelta("Paris, "), ReasoningDelta("two days."), *CALL, finish)
-    shape = Shape(chat=True, model="m")
+    shape = LineShape(chat=True, model="m")
 
     async def run(think: bool | None):
         lines = [json.loads(b) async for b in stream(ScriptedTurn(*script), shape, Answer(think), Clock())]

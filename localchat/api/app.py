@@ -3,7 +3,6 @@ middleware (access log, localhost guard, CORS); errors mapped once, in the proto
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import deque
 from typing import Any
@@ -24,7 +23,7 @@ from . import peer
 from . import webui as page
 from .access import AccessLog
 from .guard import LocalOnly, Origins
-from .health import described, health as health_body
+from .health import health as health_body
 from .protocols import PROTOCOLS
 
 
@@ -38,8 +37,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
     recent: deque[dict[str, Any]] = deque(maxlen=20)  # the last requests answered, newest first (GET /health)
 
     async def health(request: Request) -> Response:
-        models = await asyncio.to_thread(described, chat.host)  # reading GGUF headers, asking upstreams: off the loop
-        return JSONResponse(health_body(chat, recent, models))
+        return JSONResponse(await health_body(chat, recent))
 
 
     errors.register(shape for protocol in PROTOCOLS for shape in protocol.ERRORS)
@@ -51,7 +49,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
     ]
     public = (page.PUBLIC_PATHS, page.PUBLIC_PREFIXES) if webui else ((), ())
     middleware = [
-        Middleware(AccessLog, enabled=chat.host.settings.log_requests, recent=recent),
+        Middleware(AccessLog, enabled=chat.settings.log_requests, recent=recent),
         Middleware(LocalOnly, api_key=api_key, loopback_only=loopback_only, origins=origins,
                    public_paths=public[0], public_prefixes=public[1]),
         Middleware(CORSMiddleware, **origins.cors_options()),

@@ -33,7 +33,7 @@ OPENAI_FIELDS: Fields = ((r"tools\.(\d+)\.parameters", r"tools.\1.function.param
 
 
 @dataclass(frozen=True)
-class Shape:
+class ErrorShape:
     """Requests whose path starts with `prefix` get their errors rendered by `render`, with the
     neutral request's fields named by `fields` (the others keep their neutral names)."""
 
@@ -42,18 +42,18 @@ class Shape:
     fields: Fields = OPENAI_FIELDS
 
 
-_SHAPES: dict[str, Shape] = {}  # by prefix
+_SHAPES: dict[str, ErrorShape] = {}  # by prefix
 
 
-def register(shapes: Iterable[Shape]) -> None:
+def register(shapes: Iterable[ErrorShape]) -> None:
     """The protocols' error shapes (create_app registers them; a prefix registered again is replaced)."""
     _SHAPES.update((s.prefix, s) for s in shapes)
 
 
-def shape(path: str) -> Shape:
+def shape(path: str) -> ErrorShape:
     """The shape of the longest registered prefix of `path`; OpenAI's if none."""
     return max((s for s in _SHAPES.values() if path.startswith(s.prefix)), key=lambda s: len(s.prefix),
-               default=Shape(""))
+               default=ErrorShape(""))
 
 
 def param_of(path: str, exc: LocalchatError) -> tuple[str, str | None]:

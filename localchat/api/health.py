@@ -11,24 +11,17 @@ from typing import Any
 
 from .. import __version__
 from ..generation import Chat
-from ..models.describe import Description
-from ..models.host import ModelHost
 
 
-def described(host: ModelHost) -> dict[str, Description]:
-    """Every registered model's description, and the loaded upstream models' peers probed. Blocking
-    (reads GGUF headers, asks upstreams)."""
-    host.probe()
-    return {name: host.describe(name) for name in list(host.registry.models)}
-
-
-def health(chat: Chat, recent: Iterable[dict[str, Any]], models: dict[str, Description]) -> dict[str, Any]:
-    """`recent`: the last requests that generated, newest first (recorded by the access log);
-    `models`: what `described` says."""
-    loaded = chat.host.current
-    return {"status": "ok", "version": __version__, "model": loaded.spec.name if loaded else None,
-            "loads": chat.host.loads, "loaded": [_loaded_card(m) for m in list(chat.host.loaded.values())],
-            "models": [{"name": name, "loaded": name in chat.host.loaded, **d.card()} for name, d in models.items()],
+async def health(chat: Chat, recent: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """`recent`: the last requests that generated, newest first (recorded by the access log)."""
+    models = chat.models
+    described = await models.described()  # reading GGUF headers: off the event loop
+    current = models.current
+    return {"status": "ok", "version": __version__, "model": current.spec.name if current else None,
+            "loads": models.loads, "loaded": [_loaded_card(m) for m in models.running()],
+            "models": [{"name": name, "loaded": models.loaded(name) is not None, **d.card()}
+                       for name, d in described.items()],
             "memory": memory(), "recent": list(recent)}
 
 

@@ -16,7 +16,6 @@ import base64
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -30,7 +29,8 @@ from ..engine.upstream import PREFIX
 from ..errors import InvalidRequest, LocalchatError
 from ..generation import Chat, constraints, limits
 from ..grammars.gbnf import validate as validate_grammar
-from ..models.host import LoadedModel, ModelHost
+from ..models import Settings
+from ..models.host import LoadedModel
 from ..models.upstream import info_dict
 from .body import read_json
 from .common import stream_error
@@ -44,10 +44,10 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(json.dumps(data, separators=(",", ":")), status_code=status, media_type="application/json")
 
 
-def _route(host: ModelHost, name: str, work: Work) -> Route:
+def _route(settings: Settings, name: str, work: Work) -> Route:
     async def endpoint(request: Request) -> Response:
         try:
-            body = await read_json(request, host.settings.max_body_bytes)
+            body = await read_json(request, settings.max_body_bytes)
             model = body.get("model")
             if not isinstance(model, str):
                 raise InvalidRequest("model: the model's name, a string", param="model")
@@ -57,34 +57,25 @@ def _route(host: ModelHost, name: str, work: Work) -> Route:
     return Route(f"{PREFIX}/{name}", endpoint, methods=["POST"])
 
 
-@asynccontextmanager
-async def _leased(host: ModelHost, name: str) -> AsyncIterator[LoadedModel]:
-    lease = await host.lease(name)
-    try:
-        yield lease.model
-    finally:
-        lease.release()
-
-
 def routes(chat: Chat) -> list[Route]:
-    host = chat.host
-    if not host.settings.peer:
+    models, settings = chat.models, chat.settings
+    if not settings.peer:
         return []
 
     async def describe(body: dict[str, Any], name: str) -> Response:  # without loading it
-        described = await asyncio.to_thread(host.describe, name)
-        return _json({"name": host.registry.resolve(name).name, **described.card()})
+        described = await models.describe(name)
+        return _json({"name": models.resolve(name).name, **described.card()})
 
     async def open_(body: dict[str, Any], name: str) -> Response:
-        async with _leased(host, name) as loaded:
+        async with models.hold(name) as loaded:
             return _json(facts(loaded))
 
     async def stats(body: dict[str, Any], name: str) -> Response:  # without loading it
-        loaded = host.loaded.get(host.registry.resolve(name).name)
+        loaded = models.loaded(models.resolve(name).name)
         return _json({"stats": loaded.engine.stats() if loaded else None})
 
     async def tokenize(body: dict[str, Any], name: str) -> Response:
-        async with _leased(host, name) as loaded:
+        async with models.hold(name) as loaded:
             vocab = loaded.engine.tokenizer
             if "segments" in body:
                 segments = _segments(body["segments"])
@@ -97,19 +88,19 @@ def routes(chat: Chat) -> list[Route]:
             return _json({"tokens": tokens})
 
     async def pieces(body: dict[str, Any], name: str) -> Response:
-        async with _leased(host, name) as loaded:
+        async with models.hold(name) as loaded:
             vocab = loaded.engine.tokenizer
             tokens = _tokens(body.get("tokens"), vocab.n_vocab, "tokens")
             got = await asyncio.to_thread(lambda: [base64.b64encode(vocab.piece(t)).decode() for t in tokens])
             return _json({"pieces": got})
 
     async def embed(body: dict[str, Any], name: str) -> Response:
-        async with _leased(host, name) as loaded:
+        async with models.hold(name) as loaded:
             inputs = _inputs(body.get("inputs"), loaded.engine.tokenizer.n_vocab, "inputs")
             return _json({"vectors": await loaded.engine.embed(inputs)})
 
     async def rerank(body: dict[str, Any], name: str) -> Response:
-        async with _leased(host, name) as loaded:
+        async with models.hold(name) as loaded:
             n_vocab = loaded.engine.tokenizer.n_vocab
             judge = body.get("judge")
             judge = tuple(_tokens(judge, n_vocab, "judge")) if judge is not None else None
@@ -120,9 +111,9 @@ def routes(chat: Chat) -> list[Route]:
 
     async def generate(body: dict[str, Any], name: str) -> Response:
         ask = await asyncio.to_thread(wire.decode, body.get("request"), Generate)  # a long prompt: off the loop
-        lease = await host.lease(name)
+        lease = await models.lease(name)
         try:
-            ask = await asyncio.to_thread(checked, ask, lease.model, host)
+            ask = await asyncio.to_thread(checked, ask, lease.model, settings)
             stream = lease.model.engine.submit(ask)
             n_prompt = await stream.prepared() if ask.media or lease.model.engine.confirms else len(ask.tokens)
         except BaseException:
@@ -147,7 +138,7 @@ def routes(chat: Chat) -> list[Route]:
 
     work: dict[str, Work] = {"describe": describe, "open": open_, "stats": stats, "tokenize": tokenize,
                              "pieces": pieces, "embed": embed, "rerank": rerank, "generate": generate}
-    return [_route(host, name, fn) for name, fn in work.items()]
+    return [_route(settings, name, fn) for name, fn in work.items()]
 
 
 def facts(loaded: LoadedModel) -> dict[str, Any]:
@@ -163,11 +154,11 @@ def facts(loaded: LoadedModel) -> dict[str, Any]:
 
 # -- what comes from the network is checked before the engine sees it -----------------------
 
-def checked(ask: Generate, loaded: LoadedModel, host: ModelHost) -> Generate:
+def checked(ask: Generate, loaded: LoadedModel, settings: Settings) -> Generate:
     """A request as the other side built it, checked as this server's own generation would have
     made it: tokens of this vocabulary, sampling within bounds, a grammar llama.cpp accepts, media
     of the size they say; max_tokens within this server's cap. Blocking (a grammar's check)."""
-    n_vocab, settings = loaded.engine.tokenizer.n_vocab, host.settings
+    n_vocab = loaded.engine.tokenizer.n_vocab
     limits.check_n(ask.n, loaded.engine.parallel)
     if ask.n < 1:
         raise InvalidRequest("n: at least 1", param="n")

@@ -83,6 +83,7 @@ class Stream:
         self._cancel = cancel
         self._ended = False
         self.generated: dict[int, int] = {}
+        self.cached = 0  # prompt tokens read from the cache (known once the engine starts the request)
 
         def emit(item: Event | Prepared | Started | BaseException | None) -> None:
             if not loop.is_closed():
@@ -91,6 +92,9 @@ class Stream:
         self._handle = submit(request, emit)
 
     def _arrived(self, item: Event | Prepared | Started | BaseException | None) -> None:
+        if isinstance(item, Started):  # not an item of the stream: what it says is kept here
+            self.cached = item.cached
+            return
         if isinstance(item, (Text, Done)):
             self.generated[item.index] = item.generated if isinstance(item, Text) else item.completion_tokens
         self._queue.put_nowait(item)

@@ -148,7 +148,38 @@ class PromptLogprobs:
     tokens: tuple[TokenLogprob, ...]
 
 
-Event = Text | Done | PromptLogprobs
+@dataclass(frozen=True)
+class Converse:
+    """One request to an engine that renders and parses itself (an upstream in chat mode): the
+    conversation, the output's rules and the sampling fields set, as OpenAI chat's request fields
+    (plain JSON: `messages`, `tools`, `tool_choice`, `response_format`, `max_tokens`, …); the
+    engine adds the model's name and streams. `n` choices."""
+
+    body: dict[str, Any]
+    n: int = 1
+
+
+@dataclass(frozen=True)
+class Thought:
+    """Reasoning text, already split out by an engine that parses its own output (chat mode)."""
+
+    text: str
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class CallDelta:
+    """A piece of a tool call as an engine that parses its own output streams it (chat mode):
+    call `call` of choice `index`; its id and name when first seen, fragments of its arguments."""
+
+    call: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    index: int = 0
+
+
+Event = Text | Done | PromptLogprobs | Thought | CallDelta
 
 
 @dataclass(frozen=True)
@@ -163,3 +194,5 @@ class Prepared:
 class Started:
     """Not an event of the request's output: the engine took the request from its queue (a
     request that has started cannot be re-run elsewhere; one still queued can)."""
+
+    cached: int = 0  # prompt tokens the slot already held (the access log's figure for a request cancelled before its end)

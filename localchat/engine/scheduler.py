@@ -222,7 +222,7 @@ class Scheduler:
             n = lead.keep(0)
         job.cached, job.pending = n, list(job.tokens[n:])
         self.running.append(job)
-        job.emit(Started())
+        job.emit(Started(n))
 
     def _restore(self, slot: Slot, tokens: list[int], n: int) -> int:
         """Put a saved prompt into the slot when it serves RESTORE_MIN tokens more than the slot's

@@ -227,7 +227,6 @@ class WorkerEngine:
                     continue
                 if isinstance(item, Started):
                     job.started = True
-                    continue
                 if item is None:
                     del self._jobs[job_id]
                 job.emit(item)

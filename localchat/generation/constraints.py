@@ -16,7 +16,7 @@ from ..errors import InvalidRequest
 from ..families import Family
 from ..errors import GrammarError
 from ..grammars import validate
-from ..neutral import OutputRules, ToolSpec
+from ..neutral import OutputRules, ToolSpec  # noqa: F401 - re-exported (the tests build tool specs from here)
 from ..grammars.schema import assemble, convert
 from ..grammars.tools import after_reasoning
 from ..families.codecs.base import GrammarOptions, Tool

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from ..errors import InvalidRequest
 from ..families import render_prompt
-from ..models.host import RANK_POOLING, LoadedModel, ModelHost
+from ..models.host import RANK_POOLING, LoadedModel
+from .models import Models
 
 JUDGE_SYSTEM = ('Judge whether the Document meets the requirements based on the Query and the Instruct provided. '
                 'Note that the answer can only be "yes" or "no".')
@@ -41,10 +42,8 @@ class Ranking:
     prompt_tokens: int
 
 
-async def rerank(host: ModelHost, request: RerankRequest) -> Ranking:
-    lease = await host.lease(request.model)
-    try:
-        loaded = lease.model
+async def rerank(models: Models, request: RerankRequest) -> Ranking:
+    async with models.hold(request.model) as loaded:
         if not loaded.can_rerank:
             raise InvalidRequest(
                 f"the model {loaded.spec.name} cannot rerank: its GGUF has no rank pooling (a reranker's classifier "
@@ -52,8 +51,6 @@ async def rerank(host: ModelHost, request: RerankRequest) -> Ranking:
                 "score documents by asking the model", param="model")
         prompts, judge = await asyncio.to_thread(_prompts, loaded, request.query, request.documents)
         scores = await loaded.engine.rerank(prompts, judge)
-    finally:
-        lease.release()
     order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)[: request.top_n]
     return Ranking(loaded.spec.name, [Ranked(i, scores[i]) for i in order], sum(map(len, prompts)))
 

@@ -1,9 +1,14 @@
-"""The generation step: a neutral request in, neutral events out (both localchat/neutral.py) — content,
-reasoning, tool calls, log-probabilities, and each choice's finish with its usage.
+"""The generation service, `Chat`: what the protocols (api/) call, and the only thing they hold.
 
-Everything that can reject a request (unknown model, bad template input, a prompt longer than
-the context, a full queue) happens in `start`, before the caller sends its first byte. Stop
-reasons and call ids in a protocol's words are each protocol's business."""
+Generation: a neutral request in, neutral events out (both localchat/neutral.py) — content,
+reasoning, tool calls, log-probabilities, and each choice's finish with its usage. Everything
+that can reject a request (unknown model, bad template input, a prompt longer than the context, a
+full queue) happens in `start`, before the caller sends its first byte. Stop reasons and call ids
+in a protocol's words are each protocol's business.
+
+Beside it, the other use-cases of a model, each in its module: `embed` (embed.py), `rerank`
+(rerank.py), `tokenize` and `detokenize` (tokens.py); the server's `settings`; and `models`
+(models.py): what is registered and loaded, loading, pulling, LoRA scales."""
 
 from __future__ import annotations
 
@@ -13,12 +18,18 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from ..engine import Done, PromptLogprobs, Stream, Text
+from ..engine.params import CallDelta, Thought
 from ..families.codecs.split import Splitter
 from ..logs import RequestRecord, current_request
+from ..models import Settings
 from ..models.host import Lease, ModelHost
 from ..neutral import Finish, GenerationRequest, Logprobs, Piece, Usage
-from . import constraints, limits
+from . import constraints, limits, upstream_chat
+from .embed import EmbedRequest, Embedding, embed
+from .models import Models
 from .prepare import prepare, rendered
+from .rerank import Ranking, RerankRequest, rerank
+from .tokens import Tokenized, detokenize, tokenize
 
 log = logging.getLogger("localchat.generation")
 
@@ -34,7 +45,7 @@ class Turn:
     prompt_tokens: int  # known before the first event
     _lease: Lease
     _stream: Stream
-    _splitters: list[Splitter]
+    _splitters: list[Splitter] | list[upstream_chat.CallChecker]
     loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce: "[tool]#/path:keyword"
     _record: RequestRecord | None = None
     _running: set[int] = field(default_factory=set)  # the choices whose Finish has not been given yet
@@ -58,6 +69,9 @@ class Turn:
                         yield event.index, Logprobs(event.index, event.logprobs)
                     for piece in split.push(event.text):
                         yield event.index, piece
+                elif isinstance(event, (Thought, CallDelta)):  # an engine that parses itself (chat mode)
+                    for piece in split.take(event):  # type: ignore[union-attr]
+                        yield event.index, piece
                 elif isinstance(event, Done):
                     for piece in split.finish():
                         yield event.index, piece
@@ -78,8 +92,9 @@ class Turn:
     def close(self) -> None:
         self._stream.close()
         self._lease.release()
-        if not self._closed and self._record is not None:  # cancelled: what its choices had generated
+        if not self._closed and self._record is not None and self._running:  # cancelled: what it had read and generated
             self._record.generated += sum(self._stream.generated.get(i, 0) for i in self._running)
+            self._record.cached_tokens = self._record.cached_tokens or self._stream.cached
         self._closed = True
 
 
@@ -89,13 +104,21 @@ def total_usage(finishes: list[Finish]) -> Usage:
 
 
 class Chat:
+    """`host` is the server's (server.py builds and closes it); the API goes through `models`."""
+
     def __init__(self, host: ModelHost) -> None:
         self.host = host
+        self.models = Models(host)
+
+    @property
+    def settings(self) -> Settings:
+        """The server's settings and limits: models.toml's top-level keys, `localchat serve`'s flags over them."""
+        return self.host.settings
 
     async def _checked_lease(self, request: GenerationRequest) -> Lease:
         """The server's limits (off the event loop: 100 new schemas take ~0.5 s to check) and the
         output's rules checked, then the model leased."""
-        await asyncio.to_thread(limits.check, request, self.host.settings)
+        await asyncio.to_thread(limits.check, request, self.settings)
         constraints.check(request.output)
         return await self.host.lease(request.model, request.keep_alive)
 
@@ -107,12 +130,14 @@ class Chat:
         try:
             loaded = lease.model
             limits.check_n(request.n, loaded.engine.parallel)
+            if getattr(loaded.engine, "renders", False):  # chat mode: the upstream renders, constrains and parses
+                return await self._start_rendered(request, lease)
             # templates, images, grammars, tokens: off the event loop
-            prepared = await asyncio.to_thread(prepare, request, loaded, self.host.settings)
+            prepared = await asyncio.to_thread(prepare, request, loaded, self.settings)
             loosened = prepared.generate.constraint.loosened if prepared.generate.constraint else ()
             if loosened:
                 log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
-                constraints.refuse_loosened(request.output, loosened, self.host.settings.schema_loosened == "refuse")
+                constraints.refuse_loosened(request.output, loosened, self.settings.schema_loosened == "refuse")
             stream = loaded.engine.submit(prepared.generate)
             # the engine took the request, or refused it: with media once they are read; an engine elsewhere says so
             confirmed = prepared.generate.media or loaded.engine.confirms
@@ -124,20 +149,52 @@ class Chat:
             record.model, record.prompt_tokens = loaded.spec.name, n_prompt
         return Turn(loaded.spec.name, request.n, n_prompt, lease, stream, prepared.splitters, loosened)
 
+    async def _start_rendered(self, request: GenerationRequest, lease: Lease) -> Turn:
+        """For an engine that renders and parses itself: the request as OpenAI chat's fields, and
+        a call checker per choice in place of the family's splitter (generation/upstream_chat.py)."""
+        loaded = lease.model
+        # (off the event loop: images given by URL are read here)
+        converse = await asyncio.to_thread(upstream_chat.converse, request, loaded, self.settings)
+        stream = loaded.engine.submit(converse)  # type: ignore[arg-type]
+        n_prompt = await stream.prepared()  # the upstream's refusal (its 4xx, a 5xx → 502) before the first byte
+        if (record := current_request()) is not None:
+            record.model, record.prompt_tokens = loaded.spec.name, n_prompt
+        where = f"the upstream {loaded.spec.upstream} (model {loaded.spec.upstream_model or loaded.spec.name})"
+        checkers = [upstream_chat.CallChecker(request.output, where) for _ in range(request.n)]
+        return Turn(loaded.spec.name, request.n, n_prompt, lease, stream, checkers)
+
     async def render(self, request: GenerationRequest) -> str:
         """The chat prompt as text, as `start` would render it (nothing is generated)."""
-        lease = await self.host.lease(request.model, request.keep_alive)
-        try:
-            return await asyncio.to_thread(rendered, request, lease.model)
-        finally:
-            lease.release()
+        async with self.models.hold(request.model, request.keep_alive) as loaded:
+            if getattr(loaded.engine, "renders", False):
+                raise loaded.engine.tokenizer._refuse()  # type: ignore[attr-defined]
+            return await asyncio.to_thread(rendered, request, loaded)
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
         lease = await self._checked_lease(request)
         try:
-            prepared = await asyncio.to_thread(prepare, request, lease.model, self.host.settings)
+            if getattr(lease.model.engine, "renders", False):
+                raise lease.model.engine.tokenizer._refuse()  # type: ignore[attr-defined]
+            prepared = await asyncio.to_thread(prepare, request, lease.model, self.settings)
             return len(prepared.generate.tokens)
         finally:
             lease.release()
 
+    async def embed(self, request: EmbedRequest) -> Embedding:
+        """One L2-normalized vector per input (embed.py)."""
+        return await embed(self.models, request)
+
+    async def rerank(self, request: RerankRequest) -> Ranking:
+        """The documents' relevance to the query, best first (rerank.py)."""
+        return await rerank(self.models, request)
+
+    async def tokenize(self, model: str | None, text: str, *, add_special: bool = False, parse_special: bool = True,
+                       pieces: bool = False) -> Tokenized:
+        """The text's tokens, and their pieces when asked for (tokens.py)."""
+        return await tokenize(self.models, model, text, add_special=add_special, parse_special=parse_special,
+                              pieces=pieces)
+
+    async def detokenize(self, model: str | None, tokens: list[int]) -> str:
+        """The tokens' text (tokens.py)."""
+        return await detokenize(self.models, model, tokens)

@@ -147,10 +147,11 @@ class ModelSpec(BaseModel):
     rerank: bool = False  # serve /v1/rerank by asking the model yes or no, if the GGUF has no rank pooling
     loras: list[LoraSpec] = []
     # Served by another engine (docs/models.md "Upstream models"): its URL (http://host:port or …/v1). In token
-    # mode (the only one so far) it is another localchat run with `serve --peer`: this server renders and builds
-    # grammars, the peer tokenizes and decodes. Its file, family, template, context and slots are the peer's.
+    # mode it is another localchat run with `serve --peer`: this server renders and builds grammars, the peer
+    # tokenizes and decodes. In chat mode it is any OpenAI-compatible engine (vLLM…), sent OpenAI chat requests:
+    # it renders and parses. Either way its file, family, template, context and slots are the upstream's.
     upstream: str | None = Field(None, pattern=r"^https?://[^\s/]+(/.*)?$")
-    upstream_mode: Literal["token"] = "token"
+    upstream_mode: Literal["token", "chat"] = "token"
     upstream_model: str | None = None  # the model's name on the upstream (default: this entry's name)
     api_key: str | None = None  # sent to the upstream as `Authorization: Bearer KEY`
     upstream_timeout: float = Field(60.0, gt=0)  # seconds the upstream may stay silent (it keeps alive every 10 s)

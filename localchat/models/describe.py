@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from ..engine.upstream import describe as remote_describe
+from ..engine.upstream_chat import describe as chat_describe
 from ..errors import LocalchatError, ModelUnavailable
 from ..families import Family, choose
 from .catalog import ModelSpec
@@ -94,7 +95,7 @@ class Describer:
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, Path], tuple[tuple[int, int], Any]] = {}
-        self._remote_cache: dict[tuple[str, str], tuple[float, Description]] = {}
+        self._remote_cache: dict[tuple[str, str, str], tuple[float, Description]] = {}
         self._lock = threading.Lock()
 
     def header(self, path: Path) -> ModelInfo:
@@ -106,6 +107,9 @@ class Describer:
 
     def describe(self, spec: ModelSpec, loaded: Loaded | None = None) -> Description:
         """What the model is, from its file (nothing fetched), or from the model itself if loaded."""
+        if loaded is not None and spec.upstream is not None and spec.upstream_mode == "chat":
+            caps = tuple(getattr(loaded, "engine").capabilities)
+            return Description("upstream", "upstream", caps, info=loaded.info, template="", upstream=spec.upstream)
         if loaded is not None:
             caps = capabilities(spec, loaded.info, loaded.family, loaded.template, loaded.projector, loaded.can_infill)
             return Description("upstream" if spec.upstream else "present", loaded.family.name, caps, info=loaded.info,
@@ -133,13 +137,13 @@ class Describer:
     def _remote(self, spec: ModelSpec) -> Description:
         """An upstream model not loaded here: what its peer says (without loading it), asked at most
         once every REMOTE_TTL seconds."""
-        key, now = (spec.upstream or "", spec.upstream_model or spec.name), time.monotonic()
+        key, now = (spec.upstream or "", spec.upstream_model or spec.name, spec.upstream_mode), time.monotonic()
         with self._lock:
             cached = self._remote_cache.get(key)
         if cached is not None and now - cached[0] < REMOTE_TTL:
             return cached[1]
         try:
-            card = remote_describe(spec.peer())
+            card = (chat_describe if spec.upstream_mode == "chat" else remote_describe)(spec.peer())
             described = Description("upstream", card.get("family"), tuple(c for c in CAPABILITIES
                                                                         if c in card.get("capabilities", ())),
                                     upstream=spec.upstream)

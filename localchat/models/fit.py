@@ -36,7 +36,7 @@ SWA_EVERY = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "exaone4": 4,
 
 
 @dataclass(frozen=True)
-class Shape:
+class MemoryShape:
     """What the GGUF header says about memory."""
 
     weights: int  # bytes of every file of the model
@@ -48,7 +48,7 @@ class Shape:
     trained: int | None
 
     @classmethod
-    def of(cls, info: ModelInfo) -> "Shape":
+    def of(cls, info: ModelInfo) -> "MemoryShape":
         h = info.hparams
         n_layer = int(h.get("block_count") or 0)
         n_embd = int(h.get("embedding_length") or 0)
@@ -113,7 +113,7 @@ class Need:
         return self.weights + self.kv + self.compute + self.overhead
 
 
-def need(shape: Shape, context: int, slots: int) -> Need:
+def need(shape: MemoryShape, context: int, slots: int) -> Need:
     return Need(shape.weights, shape.kv_bytes(context, slots), shape.compute_bytes(context, slots))
 
 
@@ -193,7 +193,7 @@ class Sizing:
                 "reason": self.reason}
 
 
-def choose(shape: Shape, memory: Memory, *, context: int | None = None, slots: int | None = None) -> Sizing:
+def choose(shape: MemoryShape, memory: Memory, *, context: int | None = None, slots: int | None = None) -> Sizing:
     """The context and slots a model gets. Values given (models.toml, the command line) are kept,
     even past the free memory (the reason says so); the others are the largest that fit, tried in
     the order of `_candidates`. Raises ModelTooLarge when even the smallest does not fit."""

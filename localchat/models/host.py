@@ -18,10 +18,10 @@ from ..families import Family
 from ..families import choose as choose_family
 from .catalog import ModelSpec, Registry, Settings
 from .describe import Describer, Description, embeds, reranks
-from .fit import Memory, Shape, Sizing, choose, free_memory
+from .fit import Memory, MemoryShape, Sizing, choose, free_memory
 from .gguf import RANK_POOLING, ModelInfo, ProjectorInfo, inspect, inspect_projector
 from .paths import prompt_cache_dir
-from .upstream import open_upstream
+from .upstream import open_chat_upstream, open_upstream
 
 log = logging.getLogger("localchat.models")
 
@@ -56,6 +56,8 @@ class LoadedModel:
 
     @property
     def can_infill(self) -> bool:
+        if getattr(self.engine, "renders", False):  # chat mode: no vocabulary here
+            return False
         return all(k in self.engine.tokenizer.fim for k in ("pre", "suf", "mid"))
 
     @property
@@ -76,7 +78,7 @@ def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = Non
     else the server's (`--ctx-size`, `--parallel`), else the largest that fit in free memory
     (`memory`, else this machine's: an RPC model's is its workers')."""
     settings = settings or Settings()
-    shape = Shape.of(info)
+    shape = MemoryShape.of(info)
     if spec.rope_scale and shape.trained:  # stretched positions: the model takes that much more context
         shape = replace(shape, trained=int(shape.trained * spec.rope_scale))
     try:
@@ -148,7 +150,7 @@ def _rpc_options(spec: ModelSpec) -> tuple[dict[str, Any], Memory | None]:
 
 
 def _load_upstream(spec: ModelSpec, settings: Settings) -> LoadedModel:
-    opened = open_upstream(spec)
+    opened = open_chat_upstream(spec) if spec.upstream_mode == "chat" else open_upstream(spec)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(opened.spec, opened.info, opened.family, opened.template, opened.engine, opened.stop_ids,
                        keep_alive=keep if keep >= 0 else None, sizing=opened.sizing, projector=opened.projector)

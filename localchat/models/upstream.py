@@ -5,12 +5,13 @@ opens it there). `facts_dict` is the peer's half: what its /internal/engine/open
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from ..engine.upstream import UpstreamEngine
+from ..engine.upstream_chat import ChatEngine
 from ..errors import LocalchatError, UpstreamError
-from ..families import Family, get_family
+from ..families import FAMILIES, Family, get_family
 from .catalog import ModelSpec
 from .fit import Memory, Need, Sizing
 from .gguf import ModelInfo, ProjectorInfo
@@ -25,7 +26,7 @@ class Opened:
     info: ModelInfo
     family: Family
     template: str
-    engine: UpstreamEngine
+    engine: UpstreamEngine | ChatEngine
     stop_ids: frozenset[int]
     sizing: Sizing | None
     projector: ProjectorInfo | None
@@ -46,6 +47,19 @@ def open_upstream(spec: ModelSpec) -> Opened:
         raise UpstreamError(f"the upstream {spec.upstream} described the model {spec.name} in a way this server "
                             f"cannot read ({type(exc).__name__}: {exc}); is it another version of localchat?",
                             param="model") from None
+
+
+# A model in chat mode has no template or family here (the upstream renders and parses): this
+# stands in where a loaded model must name one (/health shows "upstream").
+CHAT_FAMILY = replace(FAMILIES["chatml"], name="upstream")
+
+
+def open_chat_upstream(spec: ModelSpec) -> Opened:
+    """Blocking: the upstream's model list is asked for the model (chat mode)."""
+    engine = ChatEngine(spec.peer(), name=spec.name)
+    info = ModelInfo(architecture="upstream", context_length=engine.n_ctx or None, chat_template=None,
+                     bos_token="", eos_token="", tokens=frozenset())
+    return Opened(spec, info, CHAT_FAMILY, "", engine, frozenset(), None, None)
 
 
 def _with_defaults(spec: ModelSpec, facts: dict[str, Any]) -> ModelSpec:

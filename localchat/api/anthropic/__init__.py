@@ -9,6 +9,7 @@ from .stream import error_body
 
 _FIELDS = [(r"tools\.(\d+)\.parameters", r"tools.\1.input_schema"), (r"json_schema", "output_config.format.schema"),
            (r"json_object", "output_config.format"), (r"stop", "stop_sequences")]
-ERRORS = [errors.Shape("/v1/messages", lambda status, kind, message, param, code: error_body(status, message), _FIELDS)]
+ERRORS = [errors.ErrorShape("/v1/messages", lambda status, kind, message, param, code: error_body(status, message),
+                           _FIELDS)]
 
 __all__ = ["ERRORS", "routes"]

@@ -264,7 +264,7 @@ PING = frame({"type": "ping"}, event="ping")  # Anthropic's keepalive while the 
 
 def routes(chat: Chat) -> list[Route]:
     async def read(request: Request, model: type[CountRequest]) -> tuple[CountRequest, GenerationRequest, list[str]]:
-        settings = chat.host.settings
+        settings = chat.settings
         body = await read_json(request, settings.max_body_bytes)
 
         def translate() -> tuple[CountRequest, GenerationRequest, list[str]]:  # a long conversation: off the loop

@@ -11,7 +11,7 @@ from ...generation import Chat
 from .. import errors
 from . import infill, lora, rerank, template
 
-ERRORS: list[errors.Shape] = []  # OpenAI's shape and names, the default
+ERRORS: list[errors.ErrorShape] = []  # OpenAI's shape and names, the default
 
 
 def routes(chat: Chat) -> list[Route]:

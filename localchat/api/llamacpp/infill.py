@@ -1,6 +1,7 @@
 """llama.cpp's own routes, as its editor plugins (llama.vim, llama.vscode) call them:
 `POST /infill` (fill-in-the-middle with other files as context), `GET /props`,
-`POST /tokenize`, `POST /detokenize`. Same generation step as every other protocol."""
+`POST /tokenize`, `POST /detokenize` (generation/tokens.py). Same generation step as every other
+protocol."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...errors import InvalidRequest, LocalchatError
+from ...errors import LocalchatError
 from ...generation import Chat, Delta, Finish, GenerationRequest, Turn
-from ...models.host import Lease
 from ..body import parse, read_json
 from ..common import Lenient as _Lenient, respond, sampling, stream_error
 from ..errors import render
@@ -82,7 +82,7 @@ class DetokenizeRequest(_Lenient):
 
 def routes(chat: Chat) -> list[Route]:
     async def infill(request: Request) -> Response:
-        req = parse(InfillRequest, await read_json(request, chat.host.settings.max_body_bytes))
+        req = parse(InfillRequest, await read_json(request, chat.settings.max_body_bytes))
         started = time.perf_counter()
         turn = await chat.start(req.to_request())
         if req.n_predict == 0:  # warm the cache: answer now, let the prompt decode behind it
@@ -92,14 +92,12 @@ def routes(chat: Chat) -> list[Route]:
                              turn.close)
 
     async def props(request: Request) -> Response:
-        registry = chat.host.registry
-        name = request.query_params.get("model") or None
-        spec = registry.resolve(name)
-        loaded = chat.host.loaded.get(spec.name)
-        sizing = loaded.sizing if loaded else await asyncio.to_thread(chat.host.sizing, spec.name)
+        spec = chat.models.resolve(request.query_params.get("model") or None)
+        loaded = chat.models.loaded(spec.name)
+        sizing = None if loaded else await chat.models.sizing(spec.name)
         n_ctx = loaded.engine.n_ctx if loaded else sizing.context if sizing else None
         slots = loaded.engine.parallel if loaded else sizing.slots if sizing else None
-        projector = await asyncio.to_thread(chat.host.projector, spec.name)
+        projector = await chat.models.projector(spec.name)
         return JSONResponse({
             "default_generation_settings": {"n_ctx": n_ctx, "model": spec.name, "params": {
                 **spec.sampling.model_dump(), "n_predict": spec.sampling.max_tokens or -1}},
@@ -109,48 +107,19 @@ def routes(chat: Chat) -> list[Route]:
             "build_info": "localchat", "infill": bool(loaded and loaded.can_infill)})
 
     async def tokenize(request: Request) -> Response:
-        req = parse(TokenizeRequest, await read_json(request, chat.host.settings.max_body_bytes))
-        async with _leased(chat, req.model) as lease:
-            model = lease.model.engine.tokenizer
-
-            def run() -> list[int]:
-                tokens = model.tokenize_bytes(req.content.encode("utf-8", "replace"), parse_special=req.parse_special)
-                return [model.bos, *tokens] if req.add_special and model.bos is not None else tokens
-
-            tokens = await asyncio.to_thread(run)
-            if not req.with_pieces:
-                return JSONResponse({"tokens": tokens})
-            pieces = await asyncio.to_thread(lambda: [model.piece(t) for t in tokens])  # an upstream's: requests
-            return JSONResponse({"tokens": [{"id": t, "piece": p.decode("utf-8", "replace")}
-                                            for t, p in zip(tokens, pieces)]})
+        req = parse(TokenizeRequest, await read_json(request, chat.settings.max_body_bytes))
+        done = await chat.tokenize(req.model, req.content, add_special=req.add_special,
+                                   parse_special=req.parse_special, pieces=req.with_pieces)
+        if done.pieces is None:
+            return JSONResponse({"tokens": done.tokens})
+        return JSONResponse({"tokens": [{"id": t, "piece": p} for t, p in zip(done.tokens, done.pieces)]})
 
     async def detokenize(request: Request) -> Response:
-        req = parse(DetokenizeRequest, await read_json(request, chat.host.settings.max_body_bytes))
-        async with _leased(chat, req.model) as lease:
-            model = lease.model.engine.tokenizer
-            bad = next((t for t in req.tokens if not 0 <= t < model.n_vocab), None)
-            if bad is not None:
-                raise InvalidRequest(f"tokens: {bad} is outside the vocabulary (0..{model.n_vocab - 1})",
-                                     param="tokens")
-            text = (await asyncio.to_thread(lambda: b"".join(model.piece(t) for t in req.tokens))).decode("utf-8", "replace")
-            return JSONResponse({"content": text})
+        req = parse(DetokenizeRequest, await read_json(request, chat.settings.max_body_bytes))
+        return JSONResponse({"content": await chat.detokenize(req.model, req.tokens)})
 
     return [Route("/infill", infill, methods=["POST"]), Route("/props", props, methods=["GET"]),
             Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"])]
-
-
-class _leased:
-    """`async with _leased(chat, name) as lease`: the model, loaded and held for the block."""
-
-    def __init__(self, chat: Chat, name: str | None) -> None:
-        self.chat, self.name = chat, name
-
-    async def __aenter__(self) -> Lease:
-        self.lease = await self.chat.host.lease(self.name)
-        return self.lease
-
-    async def __aexit__(self, *_: object) -> None:
-        self.lease.release()
 
 
 async def _drain(turn: Turn) -> None:

@@ -1,7 +1,8 @@
 """LoRA adapters, llama-server's routes: `GET /lora-adapters` (each adapter's id, name, path and
 default scale) and `POST /lora-adapters` (`[{id | name, scale}]`: the default scales, for requests
 that name no adapters; an adapter not listed gets 0). `?model=NAME` picks the model (default: the
-default model). A request's own `lora` field (a name, or `[{name | id, scale}]`) is api/fields.py's."""
+default model). Both through the service's `chat.models` (generation/models.py). A request's own
+`lora` field (a name, or `[{name | id, scale}]`) is api/fields.py's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...generation import Chat
-from ...generation.adapters import resolve_adapters
 from ..body import parse, read_json
 from ..fields import LoraRef, lora_choice
 
@@ -22,22 +22,13 @@ class LoraList(RootModel[list[LoraRef]]):
 
 def routes(chat: Chat) -> list[Route]:
     async def get_adapters(request: Request) -> Response:
-        spec = chat.host.registry.resolve(request.query_params.get("model") or None)
-        loaded = chat.host.loaded.get(spec.name)
-        scales = loaded.lora_scales if loaded else [lora.scale for lora in spec.loras]
-        return JSONResponse([{"id": i, "name": lora.name, "path": str(lora.path), "scale": scale}
-                             for i, (lora, scale) in enumerate(zip(spec.loras, scales))])
+        adapters = chat.models.adapters(request.query_params.get("model") or None)
+        return JSONResponse([{"id": a.id, "name": a.name, "path": str(a.path), "scale": a.scale} for a in adapters])
 
     async def set_adapters(request: Request) -> Response:
-        body = await read_json(request, chat.host.settings.max_body_bytes, array=True)
+        body = await read_json(request, chat.settings.max_body_bytes, array=True)
         refs = parse(LoraList, body.get("adapters", body) if isinstance(body, dict) else body).root
-        lease = await chat.host.lease(request.query_params.get("model") or None)
-        try:
-            loaded = lease.model
-            chosen = dict(resolve_adapters(loaded, lora_choice(refs), param="body"))
-            loaded.lora_scales = [chosen.get(i, 0.0) for i in range(len(loaded.spec.loras))]
-        finally:
-            lease.release()
+        await chat.models.set_adapters(request.query_params.get("model") or None, lora_choice(refs), param="body")
         return JSONResponse({"success": True})
 
     return [Route("/lora-adapters", get_adapters, methods=["GET"]),

@@ -1,6 +1,7 @@
 """Reranking, `POST /v1/rerank` and `/rerank`, in the shape llama-server, vLLM, Jina and Cohere
 share: `query`, `documents`, `top_n`, `return_documents`; results `[{index, relevance_score,
-document?}]`, best first. For rerankers (rank pooling) and models with `rerank = true`."""
+document?}]`, best first. For rerankers (rank pooling) and models with `rerank = true`: which
+models rerank, and how, is generation/rerank.py's."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...generation import Chat
-from ...generation.rerank import RerankRequest, rerank
+from ...generation import Chat, RerankRequest
 from ..body import parse, read_json
 
 
@@ -35,9 +35,9 @@ class RerankBody(_Lenient):
 
 def routes(chat: Chat) -> list[Route]:
     async def rerank_route(request: Request) -> Response:
-        body = parse(RerankBody, await read_json(request, chat.host.settings.max_body_bytes))
+        body = parse(RerankBody, await read_json(request, chat.settings.max_body_bytes))
         texts = [d if isinstance(d, str) else d.text for d in body.documents]
-        ranking = await rerank(chat.host, RerankRequest(body.query, texts, body.model, body.top_n))
+        ranking = await chat.rerank(RerankRequest(body.query, texts, body.model, body.top_n))
         results: list[dict[str, Any]] = []
         for r in ranking.results:
             result: dict[str, Any] = {"index": r.index, "relevance_score": r.score}

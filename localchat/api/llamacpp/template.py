@@ -6,22 +6,17 @@ as `<__media__>`. Answers `{"prompt": TEXT}`."""
 
 from __future__ import annotations
 
-import asyncio
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...generation import Chat
-from ..body import parse, read_json
-from ..openai.schemas import ChatCompletionRequest
+from ..openai.schemas import read_chat_request
 
 
 def routes(chat: Chat) -> list[Route]:
     async def apply_template(request: Request) -> Response:
-        limits = chat.host.settings
-        body = await read_json(request, limits.max_body_bytes)
-        req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body))
-        return JSONResponse({"prompt": await chat.render(req.to_request(limits))})
+        req = await read_chat_request(request, chat.settings)
+        return JSONResponse({"prompt": await chat.render(req.to_request(chat.settings))})
 
     return [Route("/apply-template", apply_template, methods=["POST"])]

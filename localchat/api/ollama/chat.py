@@ -4,7 +4,7 @@ neutral GenerationRequest; the answer framed by stream.py."""
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import Field
 from starlette.requests import Request
@@ -14,24 +14,42 @@ from ...engine.params import KNOBS
 from ...errors import InvalidRequest, ModelNotFound
 from ...generation import Chat, ChatMessage, GenerationRequest, OutputRules, Part, PastCall, Reasoning, TextPart, ToolSpec, Turn
 from ...neutral import EFFORTS
-from ...models import Registry
+from ...models import ModelSpec
 from ..body import KeepAlive, parse, read_json
 from ..common import Lenient as _Lenient, base64_image, respond, sampling
 from ..fields import call_arguments
 from ..sse import loosened_headers
-from .stream import Answer, Clock, Shape, collect, stream
+from .stream import Answer, Clock, LineShape, collect, stream
 
 
-def model_name(registry: Registry, name: str) -> str | None:
+class Names(Protocol):
+    """What resolves a model's name: the service's `chat.models` (or a Registry)."""
+
+    def resolve(self, name: str | None) -> ModelSpec: ...
+
+
+def model_name(names: Names, name: str) -> str | None:
     """What to resolve: Ollama clients may add `:latest` to a name that has no tag."""
     if not name:
         return None
     bare = name.removesuffix(":latest")
     try:
-        registry.resolve(bare)
+        names.resolve(bare)
         return bare
     except ModelNotFound:
         return name
+
+
+class Named(_Lenient):
+    """A body that names a model (`/api/show`, `/api/pull`, `/api/delete`): `model`, or the older
+    clients' `name`."""
+
+    model: str = ""
+    name: str = ""
+
+    @property
+    def named(self) -> str:
+        return self.model or self.name
 
 
 class Options(_Lenient):
@@ -97,12 +115,12 @@ class _Generation(_Lenient):
     keep_alive: KeepAlive = None
     think: bool | str | None = None  # "high" / "medium" / "low": thinking on
 
-    def common(self, registry: Registry, tools: list[Tool] | None = None) -> dict[str, Any]:
+    def common(self, names: Names, tools: list[Tool] | None = None) -> dict[str, Any]:
         fmt = self.format
         rules = OutputRules(tools=tuple(ToolSpec(t.function.name, t.function.description, t.function.parameters)
                                         for t in tools or []),
                             json_schema=fmt if isinstance(fmt, dict) else None, json_object=fmt == "json")
-        return {"model": model_name(registry, self.model), "sampling": (self.options or Options()).sampling(),
+        return {"model": model_name(names, self.model), "sampling": (self.options or Options()).sampling(),
                 "output": rules, "keep_alive": self.keep_alive, "reasoning": self.reasoning}
 
     @property
@@ -133,12 +151,12 @@ class GenerateBody(_Generation):
     context: list[int] | None = None  # ignored: send the conversation as messages to /api/chat
 
 
-def chat_request(body: ChatBody, registry: Registry) -> GenerationRequest:
-    return GenerationRequest(messages=_messages(body.messages), **body.common(registry, body.tools))
+def chat_request(body: ChatBody, names: Names) -> GenerationRequest:
+    return GenerationRequest(messages=_messages(body.messages), **body.common(names, body.tools))
 
 
-def generate_request(body: GenerateBody, registry: Registry) -> GenerationRequest:
-    common = body.common(registry)
+def generate_request(body: GenerateBody, names: Names) -> GenerationRequest:
+    common = body.common(names)
     images = tuple(_images(body.images, "images"))
     if body.suffix:
         return GenerationRequest(prompt=body.prompt, suffix=body.suffix, **common)
@@ -180,7 +198,7 @@ def _messages(messages: list[Message]) -> tuple[ChatMessage, ...]:
     return tuple(out)
 
 
-async def _answer(request: Request, turn: Turn, shape: Shape, body: _Generation, clock: Clock) -> Response:
+async def _answer(request: Request, turn: Turn, shape: LineShape, body: _Generation, clock: Clock) -> Response:
     clock.ready = time.perf_counter()  # the model is loaded and the prompt prepared
     answer = Answer(body.thinks)
     return await respond(request, body.stream, lambda: stream(turn, shape, answer, clock),
@@ -188,29 +206,27 @@ async def _answer(request: Request, turn: Turn, shape: Shape, body: _Generation,
                          keepalive=None, media_type="application/x-ndjson")
 
 
-async def _load(chat: Chat, body: _Generation, shape: Shape) -> Response:
+async def _load(chat: Chat, body: _Generation, shape: LineShape) -> Response:
     """An empty request loads the model (keep_alive 0: unloads it), as Ollama's clients expect."""
-    spec = chat.host.registry.resolve(model_name(chat.host.registry, body.model))
-    shape.model = body.model or spec.name
-    unload = body.keep_alive == 0
-    if not (unload and spec.name not in chat.host.loaded):
-        (await chat.host.lease(spec.name, body.keep_alive)).release()
-    return JSONResponse(shape.line({}, {"done": True, "done_reason": "unload" if unload else "load"}))
+    name = await chat.models.load(model_name(chat.models, body.model), body.keep_alive)
+    shape.model = body.model or name
+    done = "unload" if body.keep_alive == 0 else "load"
+    return JSONResponse(shape.line({}, {"done": True, "done_reason": done}))
 
 
 async def chat_route(chat: Chat, request: Request) -> Response:
-    clock, limits = Clock(), chat.host.settings
-    body = parse(ChatBody, await read_json(request, limits.max_body_bytes))
+    clock = Clock()
+    body = parse(ChatBody, await read_json(request, chat.settings.max_body_bytes))
     if not body.messages:
-        return await _load(chat, body, Shape(True, body.model))
-    turn = await chat.start(chat_request(body, chat.host.registry))
-    return await _answer(request, turn, Shape(True, body.model or turn.model), body, clock)
+        return await _load(chat, body, LineShape(True, body.model))
+    turn = await chat.start(chat_request(body, chat.models))
+    return await _answer(request, turn, LineShape(True, body.model or turn.model), body, clock)
 
 
 async def generate_route(chat: Chat, request: Request) -> Response:
-    clock, limits = Clock(), chat.host.settings
-    body = parse(GenerateBody, await read_json(request, limits.max_body_bytes))
+    clock = Clock()
+    body = parse(GenerateBody, await read_json(request, chat.settings.max_body_bytes))
     if not body.prompt and not body.suffix:
-        return await _load(chat, body, Shape(False, body.model))
-    turn = await chat.start(generate_request(body, chat.host.registry))
-    return await _answer(request, turn, Shape(False, body.model or turn.model), body, clock)
+        return await _load(chat, body, LineShape(False, body.model))
+    turn = await chat.start(generate_request(body, chat.models))
+    return await _answer(request, turn, LineShape(False, body.model or turn.model), body, clock)

@@ -1,5 +1,6 @@
 """The models as Ollama's clients see them: `/api/tags`, `/api/show`, `/api/ps`, from the
-registry, the loaded models and each GGUF file's metadata (read once per version of the file)."""
+service's `chat.models` (registered, loaded, described) and each GGUF file's metadata (read once
+per version of the file)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -22,17 +22,11 @@ from ...models import ModelInfo, ModelSpec, inspect
 from ...models.fit import Sizing
 from ...models.gguf import read_metadata
 from ..body import parse, read_json
-from .chat import model_name
+from .chat import Named, model_name
 
 # Ollama's names for localchat's capabilities (models.describe), in Ollama's order; a reranker has none.
 CAPABILITIES = {"completion": "completion", "tools": "tools", "fim": "insert", "embedding": "embedding",
                 "reasoning": "thinking", "vision": "vision", "audio": "audio"}
-
-
-class ShowBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    model: str = ""
-    name: str = ""  # the older clients' field
 
 
 @dataclass(frozen=True)
@@ -85,7 +79,7 @@ def _shown(key: str, value: Any) -> bool:
 
 async def tags(chat: Chat, catalog: Catalog, request: Request) -> Response:
     models = []
-    for name, spec in chat.host.registry.models.items():
+    for name, spec in chat.models.registered().items():
         facts = await catalog.facts(spec)
         models.append({"name": name, "model": name, "modified_at": _iso(facts.modified),
                        "size": facts.size, "digest": facts.digest, "details": _details(facts)})
@@ -93,13 +87,12 @@ async def tags(chat: Chat, catalog: Catalog, request: Request) -> Response:
 
 
 async def show(chat: Chat, catalog: Catalog, request: Request) -> Response:
-    registry = chat.host.registry
-    body = parse(ShowBody, await read_json(request, chat.host.settings.max_body_bytes))
-    spec = registry.resolve(model_name(registry, body.model or body.name))
+    body = parse(Named, await read_json(request, chat.settings.max_body_bytes))
+    spec = chat.models.resolve(model_name(chat.models, body.named))
     facts = await catalog.facts(spec)
-    loaded = chat.host.loaded.get(spec.name)
-    sizing = loaded.sizing if loaded else await asyncio.to_thread(chat.host.sizing, spec.name)
-    described = await asyncio.to_thread(chat.host.describe, spec.name)
+    loaded = chat.models.loaded(spec.name)
+    sizing = await chat.models.sizing(spec.name)
+    described = await chat.models.describe(spec.name)
     family, template = _family(spec, facts.info, loaded)
     parameters = _parameters(spec, family)
     return JSONResponse({
@@ -111,8 +104,8 @@ async def show(chat: Chat, catalog: Catalog, request: Request) -> Response:
 
 async def ps(chat: Chat, catalog: Catalog, request: Request) -> Response:
     models = []
-    for name, m in list(chat.host.loaded.items()):
-        facts, stats = await catalog.facts(m.spec), m.engine.stats()
+    for m in chat.models.running():
+        facts, stats, name = await catalog.facts(m.spec), m.engine.stats(), m.spec.name
         models.append({"name": name, "model": name, "size": stats["bytes"], "digest": facts.digest,
                        "details": _details(facts), "expires_at": _expires(m),
                        "size_vram": stats["bytes"] if m.spec.gpu_layers else 0, "context_length": stats["n_ctx"]})

@@ -1,39 +1,28 @@
 """Ollama's model management, as far as localchat does it: `POST /api/pull` fetches a Hugging Face
 GGUF as `localchat pull` does (`hf.co/OWNER/REPO:QUANT`, Ollama's own way to name one; or
 OWNER/REPO[:QUANT], a URL) with Ollama's NDJSON progress lines; `DELETE /api/delete` forgets a
-model of the user's registry (its files stay in the Hugging Face cache)."""
+model of the user's registry (its files stay in the Hugging Face cache). Both through the
+service's `chat.models` (generation/models.py)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...errors import InvalidRequest, LocalchatError, PullCancelled
 from ...generation import Chat
-from ...models import user
 from ...models.hub import parse_source
-from ...models.pull import pull
 from ..body import parse, read_json
-from .chat import model_name
+from .chat import Named, model_name
 from ..sse import EventStream, json_answer, ndjson
 
 
-class PullBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    model: str = ""
-    name: str = ""  # the older clients' field
+class PullBody(Named):
     stream: bool = True
     insecure: bool = False  # Ollama's; ignored (hub downloads are https, and checked)
-
-
-class DeleteBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    model: str = ""
-    name: str = ""
 
 
 class Feed:
@@ -68,19 +57,16 @@ class Feed:
 
 
 async def pull_route(chat: Chat, request: Request) -> Response:
-    body = parse(PullBody, await read_json(request, chat.host.settings.max_body_bytes))
-    text = body.model or body.name
+    body = parse(PullBody, await read_json(request, chat.settings.max_body_bytes))
+    text = body.named
     if not text:
         raise InvalidRequest("model: say what to pull, e.g. hf.co/OWNER/REPO:Q4_K_M", param="model")
     parse_source(text)  # a source it cannot pull is a 400 before anything streams
     feed = Feed(asyncio.get_running_loop())
-    registry = chat.host.registry
 
     def run() -> None:  # in a thread: the download, then the registry read again
         try:
-            pull(text, progress=feed, base=registry.sources[0])
-            registry.reload()
-            chat.host.forget()
+            chat.models.pull(text, feed)
             feed.put({"status": "success"})
         except BaseException as exc:  # noqa: BLE001 - reported to the client, never lost
             feed.put(exc)
@@ -119,18 +105,8 @@ async def _last(feed: Feed, task: asyncio.Future[None]) -> dict[str, Any]:
 
 
 async def delete_route(chat: Chat, request: Request) -> Response:
-    body = parse(DeleteBody, await read_json(request, chat.host.settings.max_body_bytes))
-    registry = chat.host.registry
-    if not (body.model or body.name):
+    body = parse(Named, await read_json(request, chat.settings.max_body_bytes))
+    if not body.named:
         raise InvalidRequest("model: say which model to delete", param="model")
-    spec = registry.resolve(model_name(registry, body.model or body.name))
-    if spec.name not in registry.user_models:
-        raise InvalidRequest(f"{spec.name} is a shipped model (models.toml) and cannot be deleted", param="model")
-    try:
-        await asyncio.to_thread(user.remove, spec.name, base=registry.sources[0])
-    except user.RegistryEditError as exc:
-        raise InvalidRequest(str(exc), param="model") from None
-    await asyncio.to_thread(registry.reload)
-    chat.host.forget()
-    await chat.host.drop(spec.name)
+    await chat.models.delete(model_name(chat.models, body.named))
     return JSONResponse({})

@@ -45,7 +45,7 @@ class Clock:
 
 
 @dataclass
-class Shape:
+class LineShape:
     """How one line looks: /api/chat puts the text in `message`, /api/generate in `response`."""
 
     chat: bool
@@ -103,7 +103,7 @@ class Answer:
         return {"tool_calls": [call]}
 
 
-async def stream(turn: Turn, shape: Shape, answer: Answer, clock: Clock) -> AsyncIterator[bytes]:
+async def stream(turn: Turn, shape: LineShape, answer: Answer, clock: Clock) -> AsyncIterator[bytes]:
     try:
         async for _, event in turn.events():
             clock.first = clock.first or time.perf_counter()
@@ -115,7 +115,7 @@ async def stream(turn: Turn, shape: Shape, answer: Answer, clock: Clock) -> Asyn
         yield ndjson({"error": param_of("/api/", stream_error(exc))[0]})
 
 
-async def collect(turn: Turn, shape: Shape, answer: Answer, clock: Clock) -> dict[str, Any]:
+async def collect(turn: Turn, shape: LineShape, answer: Answer, clock: Clock) -> dict[str, Any]:
     text: dict[str, list[str]] = {"content": [], "thinking": []}
     calls: list[dict[str, Any]] = []
     async for _, event in turn.events():

@@ -10,7 +10,8 @@ from .. import errors
 from . import chat as _chat, completions as _completions, embeddings as _embeddings
 
 _COMPLETIONS = [("messages", "prompt"), ("json_schema", "json_schema"), *errors.OPENAI_FIELDS]
-ERRORS = [errors.Shape("/v1/completions", fields=_COMPLETIONS), errors.Shape("/completions", fields=_COMPLETIONS)]
+ERRORS = [errors.ErrorShape("/v1/completions", fields=_COMPLETIONS),
+          errors.ErrorShape("/completions", fields=_COMPLETIONS)]
 
 
 def routes(chat: Chat) -> list[Route]:

@@ -4,7 +4,6 @@ generation's events out as `chat.completion.chunk` SSE or one `chat.completion`;
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -19,13 +18,12 @@ from starlette.routing import Route
 from ...generation import (Chat, Delta, Finish, Logprobs, PromptLogprobs, ReasoningDelta, ToolCallArguments,
                            ToolCallStart, Turn, Usage, total_usage)
 from ...errors import LocalchatError
-from ...models import Registry
+from ...models import ModelSpec
 from ...models.describe import Description
-from ..body import parse, read_json
 from ..common import respond, stream_error
 from ..errors import render
 from ..sse import DONE, frame, loosened_headers
-from .schemas import ChatCompletionRequest
+from .schemas import ChatCompletionRequest, read_chat_request
 
 
 def finish_reason(finish: Finish) -> str:
@@ -39,12 +37,9 @@ def call_id(neutral: str) -> str:
 
 def routes(chat: Chat) -> list[Route]:
     async def completions(request: Request) -> Response:
-        limits = chat.host.settings
-        body = await read_json(request, limits.max_body_bytes)
-        # a long conversation takes a while to parse: off the event loop
-        req = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body))
+        req = await read_chat_request(request, chat.settings)
         with schema_named(req.schema_source()[1]):
-            turn = await chat.start(req.to_request(limits))
+            turn = await chat.start(req.to_request(chat.settings))
         meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
         form = _Form(req.logprobs, req.return_tokens_as_token_ids, echoed(req),
                      bool(req.stream_options and req.stream_options.include_usage))
@@ -52,13 +47,11 @@ def routes(chat: Chat) -> list[Route]:
                              lambda: _collect(turn, meta, form), turn.close, loosened_headers(turn))
 
     async def models(request: Request) -> Response:
-        registry = chat.host.registry
-
-        def cards() -> list[dict[str, Any]]:  # reading GGUF headers: off the event loop
-            return [_model_card(registry, name, chat.host.context_length(name), name in chat.host.loaded,
-                                chat.host.describe(name)) for name in registry.models]
-
-        return JSONResponse({"object": "list", "data": await asyncio.to_thread(cards)})
+        models = chat.models
+        return JSONResponse({"object": "list", "data": [
+            _model_card(name, spec, name == models.default, await models.context_length(name),
+                        models.loaded(name) is not None, await models.describe(name))
+            for name, spec in models.registered().items()]})  # reading GGUF headers: off the event loop
 
     return [Route("/v1/chat/completions", completions, methods=["POST"]),
             Route("/chat/completions", completions, methods=["POST"]),
@@ -215,10 +208,9 @@ def usage(u: Usage) -> dict[str, Any]:
             "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
 
 
-def _model_card(registry: Registry, name: str, context_length: int | None, loaded: bool,
+def _model_card(name: str, spec: ModelSpec, default: bool, context_length: int | None, loaded: bool,
                 described: Description) -> dict[str, Any]:
     """OpenAI's fields, then ours: what the model is and can do, from its file or the model loaded."""
-    spec = registry.models[name]
     return {"id": name, "object": "model", "created": 0, "owned_by": "localchat",
-            "aliases": spec.aliases, "default": name == registry.default,
+            "aliases": spec.aliases, "default": default,
             "context_length": context_length, "loaded": loaded, **described.card()}

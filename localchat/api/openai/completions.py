@@ -69,7 +69,7 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
 
 def routes(chat: Chat) -> list[Route]:
     async def completions(request: Request) -> Response:
-        settings = chat.host.settings
+        settings = chat.settings
         req = parse(CompletionRequest, await read_json(request, settings.max_body_bytes))
         asks = req.requests(settings)
         if req.suffix is not None and req.echo:

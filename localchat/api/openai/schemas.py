@@ -1,21 +1,24 @@
 """The OpenAI chat completions request, validated at the edge (unknown fields are ignored), and
-its translation into the neutral generation request."""
+its translation into the neutral generation request. `read_chat_request` reads and parses one
+(`/v1/chat/completions`, llama.cpp's `/apply-template`)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
 from pydantic import Field
+from starlette.requests import Request
 
 from ...errors import InvalidRequest
 from ...generation import GenerationRequest, OutputRules, Reasoning, ToolSpec
 from ...models import Settings
-from ..body import KeepAlive
+from ..body import KeepAlive, parse, read_json
 from ..common import Lenient as _Lenient, openai_reasoning, sampling
 from ..fields import LoraField, SamplingFields, lora_choice
 from .messages import Message, said
 
-__all__ = ["ChatCompletionRequest", "StreamOptions"]
+__all__ = ["ChatCompletionRequest", "StreamOptions", "read_chat_request"]
 
 _DEFAULT_LIMITS = Settings()
 
@@ -181,3 +184,10 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
         if self.grammar is not None:
             raise InvalidRequest("json_schema: cannot be combined with grammar", param="json_schema")
         return top, found[1] or "json_schema"
+
+
+async def read_chat_request(request: Request, limits: Settings) -> ChatCompletionRequest:
+    """The body, read within the server's limit and parsed off the event loop (a long
+    conversation takes a while to parse)."""
+    body = await read_json(request, limits.max_body_bytes)
+    return await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body))

@@ -9,6 +9,6 @@ from .request import routes
 
 _FIELDS = [(r"tools\.(\d+)\.parameters", r"tools.\1.parameters"), (r"json_schema", "text.format.schema"),
            (r"json_object", "text.format"), (r"messages", "input"), (r"logit_bias", "logit_bias")]
-ERRORS = [errors.Shape("/v1/responses", fields=_FIELDS), errors.Shape("/responses", fields=_FIELDS)]
+ERRORS = [errors.ErrorShape("/v1/responses", fields=_FIELDS), errors.ErrorShape("/responses", fields=_FIELDS)]
 
 __all__ = ["ERRORS", "routes"]

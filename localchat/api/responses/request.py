@@ -66,7 +66,7 @@ def routes(chat: Chat) -> list[Route]:
     store = Store()
 
     async def create(request: Request) -> Response:
-        settings = chat.host.settings
+        settings = chat.settings
         req = parse(ResponsesRequest, await read_json(request, settings.max_body_bytes))
         history = store.history(req.previous_response_id) if req.previous_response_id else []
         dropped: list[str] = []

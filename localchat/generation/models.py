@@ -1,0 +1,166 @@
+"""The models as the protocols see them (`Chat.models`): what is registered, what each is and can
+do, which are loaded; loading and unloading one, pulling and deleting one (Ollama's routes), its
+LoRA adapters' default scales. The only way the API reaches the host (models/host.py).
+
+Every read that may open a model's file (its GGUF header, its projector) runs off the event loop;
+`hold` is the lease the use-cases that run on a model take (embed.py, rerank.py, tokens.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InvalidRequest
+from ..models import ModelSpec, user
+from ..models.describe import Description
+from ..models.fit import Sizing
+from ..models.gguf import ProjectorInfo
+from ..models.host import Lease, LoadedModel, ModelHost
+from ..models.pull import Progress, pull
+from ..neutral import LoraChoice
+from .adapters import resolve_adapters
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter of a model and the scale requests that name none get."""
+
+    id: int  # its place in the model's `loras`
+    name: str
+    path: Path
+    scale: float
+
+
+class Models:
+    """Reads and changes what the host holds, for the protocols; they never hold the host."""
+
+    def __init__(self, host: ModelHost) -> None:
+        self._host = host
+
+    # -- what is registered ------------------------------------------------------------------------
+
+    @property
+    def default(self) -> str:
+        return self._host.registry.default
+
+    def registered(self) -> dict[str, ModelSpec]:
+        """Every registered model by name (a copy: a pull may change the registry meanwhile)."""
+        return dict(self._host.registry.models)
+
+    def resolve(self, name: str | None) -> ModelSpec:
+        """A model by name or alias; no name: the default model (ModelNotFound, a 404, if none)."""
+        return self._host.registry.resolve(name)
+
+    async def describe(self, name: str) -> Description:
+        """What a model is and can do: the loaded model's answer, else its file's (nothing is fetched)."""
+        return await asyncio.to_thread(self._host.describe, name)
+
+    async def described(self) -> dict[str, Description]:
+        """Every registered model's description (in one thread: a header each), and the loaded
+        upstream models' peers probed."""
+        host = self._host
+
+        def run() -> dict[str, Description]:
+            host.probe()
+            return {name: host.describe(name) for name in list(host.registry.models)}
+
+        return await asyncio.to_thread(run)
+
+    async def sizing(self, name: str) -> Sizing | None:
+        """The context and slots a model has, or would get if loaded now; None if its file is not
+        on disk, cannot be read or does not fit."""
+        return await asyncio.to_thread(self._host.sizing, name)
+
+    async def context_length(self, name: str) -> int | None:
+        """The context a model has or would get (models.toml's while its file is not on disk yet)."""
+        return await asyncio.to_thread(self._host.context_length, name)
+
+    async def projector(self, name: str) -> ProjectorInfo | None:
+        """What a model's projector reads, without loading the model; None: text only."""
+        return await asyncio.to_thread(self._host.projector, name)
+
+    # -- what is loaded ----------------------------------------------------------------------------
+
+    def loaded(self, name: str) -> LoadedModel | None:
+        """The model (a registered name, not an alias) if it is loaded."""
+        return self._host.loaded.get(name)
+
+    def running(self) -> list[LoadedModel]:
+        """Every loaded model."""
+        return list(self._host.loaded.values())
+
+    @property
+    def current(self) -> LoadedModel | None:
+        """The most recently used loaded model."""
+        return self._host.current
+
+    @property
+    def loads(self) -> int:
+        """Models loaded since start."""
+        return self._host.loads
+
+    @asynccontextmanager
+    async def hold(self, name: str | None, keep_alive: float | None = None) -> AsyncIterator[LoadedModel]:
+        """`async with models.hold(name) as loaded`: the model, loaded (or waited for) and held for
+        the block. keep_alive (seconds, negative: forever) replaces its keep-alive afterwards."""
+        lease = await self._host.lease(name, keep_alive)
+        try:
+            yield lease.model
+        finally:
+            lease.release()
+
+    async def lease(self, name: str | None) -> Lease:
+        """The model, loaded and held until the caller releases the lease (a stream that outlives
+        its handler: the peer's generate route)."""
+        return await self._host.lease(name)
+
+    async def load(self, name: str | None, keep_alive: float | None = None) -> str:
+        """Load the model unless it is loaded, and let it go: it stays for `keep_alive`. keep_alive 0
+        unloads it once idle, and loads nothing that is not loaded. The model's name."""
+        spec = self.resolve(name)
+        if not (keep_alive == 0 and spec.name not in self._host.loaded):
+            async with self.hold(spec.name, keep_alive):
+                pass
+        return spec.name
+
+    # -- pulled and deleted ------------------------------------------------------------------------
+
+    def pull(self, source: str, progress: Progress) -> None:
+        """Blocking: fetch a GGUF into the user's registry (models/pull.py), then read the registry
+        and the model files afresh."""
+        registry = self._host.registry
+        pull(source, progress=progress, base=registry.sources[0])
+        registry.reload()
+        self._host.forget()
+
+    async def delete(self, name: str | None) -> None:
+        """Forget a model of the user's registry (its files stay); it is unloaded once idle."""
+        registry = self._host.registry
+        spec = registry.resolve(name)
+        if spec.name not in registry.user_models:
+            raise InvalidRequest(f"{spec.name} is a shipped model (models.toml) and cannot be deleted", param="model")
+        try:
+            await asyncio.to_thread(user.remove, spec.name, base=registry.sources[0])
+        except user.RegistryEditError as exc:
+            raise InvalidRequest(str(exc), param="model") from None
+        await asyncio.to_thread(registry.reload)
+        self._host.forget()
+        await self._host.drop(spec.name)
+
+    # -- LoRA adapters -----------------------------------------------------------------------------
+
+    def adapters(self, name: str | None) -> list[Adapter]:
+        """A model's adapters with their default scales: the loaded model's, else models.toml's."""
+        spec = self.resolve(name)
+        loaded = self._host.loaded.get(spec.name)
+        scales = loaded.lora_scales if loaded else [lora.scale for lora in spec.loras]
+        return [Adapter(i, lora.name, lora.path, scale) for i, (lora, scale) in enumerate(zip(spec.loras, scales))]
+
+    async def set_adapters(self, name: str | None, choice: LoraChoice, param: str) -> None:
+        """Set the default scales of a model's adapters (loading it); an adapter not chosen gets 0."""
+        async with self.hold(name) as loaded:
+            chosen = dict(resolve_adapters(loaded, choice, param=param))
+            loaded.lora_scales = [chosen.get(i, 0.0) for i in range(len(loaded.spec.loras))]
