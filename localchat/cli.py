@@ -1,4 +1,4 @@
-"""The `localchat` command: serve, chat, ps, pull; `localchat models …` is in cli_models.py."""
+"""The `localchat` command: serve, chat, ps, pull, rpc-worker; `localchat models …` is in cli_models.py."""
 
 from __future__ import annotations
 
@@ -180,6 +180,11 @@ def ps(
                       until if not m["requests"] else "-")
     out.print(table if loaded else "[dim]no model is loaded[/dim]")
     for m in loaded:  # why each got its context and slots (memory: the estimate of what it needs)
+        if m.get("rpc"):  # its layers on llama.cpp RPC workers
+            out.print(f"[dim]{escape(m['name'])}: {m.get('rpc_layers') or '?'} layers on RPC workers[/dim]")
+        for link in m.get("rpc") or []:
+            out.print(f"[dim]{escape(m['name'])}: RPC worker {escape(link['endpoint'])}: {link['state']}"
+                      + (f" ({escape(link['error'])})" if link.get("error") else "") + "[/dim]")
         if m.get("upstream"):  # (its memory is the upstream's, as that one sized it)
             up = m["upstream"]
             mode = " (chat mode)" if up.get("mode") == "chat" else ""
@@ -189,3 +194,63 @@ def ps(
         if m.get("sizing"):
             out.print(f"[dim]{escape(m['name'])}: {m['slots']} × {m['context_length']} tokens: "
                       f"{escape(m['sizing']['reason'])}[/dim]")
+
+
+RPC_WARNING = """
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+WARNING: Host ('{host}') is != '127.0.0.1'
+         Never expose the RPC server to an open network!
+         This is an experimental feature and is not secure!
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+"""
+
+
+@app.command("rpc-worker")
+def rpc_worker(
+    host: str = typer.Option("127.0.0.1", help="Address to bind; loopback by default (reach it through an SSH "
+                             "tunnel or WireGuard). Anything else needs --insecure-network."),
+    port: int = typer.Option(50052, min=1, max=65535, help="TCP port."),
+    threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: every core)."),
+    cache: bool = typer.Option(False, "--cache", help="Keep the tensors sent to it on disk (under the cache "
+                               "folder's rpc/), so a model loads faster the next time."),
+    insecure_network: bool = typer.Option(False, "--insecure-network",
+                                          help="Allow a non-loopback --host: anyone who reaches the port can run "
+                                          "computations here and read or overwrite its memory buffers."),
+) -> None:
+    """Lend this machine's GPU (or CPU) to another localchat's model: llama.cpp's RPC server.
+    That server's models.toml names it as `rpc = ["HOST:PORT"]`; one server uses it at a time."""
+    import ipaddress
+    import os
+    import threading
+
+    from .engine import rpc
+    from .models.paths import cache_dir
+
+    try:
+        loopback = ipaddress.IPv4Address(host).is_loopback
+    except ValueError:
+        raise fail(f"--host {host!r}: llama.cpp's RPC server binds an IPv4 address, such as 127.0.0.1") from None
+    if not loopback and not insecure_network:
+        raise fail(f"--host {host} is not a loopback address: llama.cpp's RPC server is not secure (no key, no "
+                   "encryption, and a client can read and write its memory). Keep it on 127.0.0.1 and reach it "
+                   "through an SSH tunnel or WireGuard, or pass --insecure-network on a network you trust.")
+    if not rpc.supported():
+        raise fail(rpc.BUILD_HINT)
+    if not loopback:
+        typer.echo(RPC_WARNING.format(host=host), err=True)
+    folder = None
+    if cache:
+        folder = cache_dir() / "rpc"
+        folder.mkdir(parents=True, exist_ok=True)
+    # ggml's server loop runs in C and does not return: a thread, so that Ctrl-C still ends the process
+    server = threading.Thread(target=rpc.serve, args=(f"{host}:{port}",),
+                              kwargs={"threads": threads or os.cpu_count() or 1,
+                                      "cache_dir": str(folder) if folder else None}, daemon=True)
+    server.start()
+    try:
+        while server.is_alive():
+            server.join(0.5)
+    except KeyboardInterrupt:
+        os._exit(0)  # the C loop cannot be stopped from here: the process ends with it
+    # it returned: ggml could not bind or start (it printed why)
+    raise fail(f"the RPC server on {host}:{port} stopped: see the lines above (is the port in use?)")

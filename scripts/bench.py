@@ -9,6 +9,7 @@
     scripts/bench --vision [--rounds R] [--model NAME]
     scripts/bench --edit [--model NAME] [--tokens N]  (default: qwen2.5-coder-1.5b, 1200 tokens)
     scripts/bench --agent [--model NAME]            (LLAMA_SERVER=path/to/llama-server: side by side)
+    scripts/bench --rpc [--model NAME] [--tokens N] [--rounds R]   (root; builds an RPC llama-cpp-python once)
     scripts/bench --upstream [--model NAME] [--tokens N] [--rounds R]
     scripts/bench --long [--model NAME] [--tokens N]  (default: the default model, 128 tokens)
     scripts/bench --fim [--model NAME]              (default: qwen2.5-coder-1.5b and -0.5b)
@@ -34,6 +35,9 @@ block), time to first token cold, then the next turn, a new session, a new sessi
 restart, after an unload, and a new session whose environment block moved (written after the
 user's prompt, as Claude Code does): each against cold (goal <= 5%), and llama-server's figures
 for the same requests when LLAMA_SERVER names its binary (--cache-reuse 256, --cache-ram).
+With --rpc: the model with all its layers on a `localchat rpc-worker` in a network namespace joined by
+a veth pair (tests/rpclink.py) against the same model loaded directly: decode tok/s and time to first
+token, rounds interleaved. Both run on this machine's CPU, so this is the link's cost, not a GPU's gain.
 With --long: decode tok/s after a prompt of ~2k and ~8k tokens (read first, then the decode
 measured), greedy past any end of turn, no drafts, against llama-server's (goal: >= it).
 With --fim: llama.vscode's /infill requests (16 chunks of other files, the lines around the
@@ -910,6 +914,46 @@ class LlamaServer:
         self.proc.wait(30)
 
 
+def rpc_bench(spec: ModelSpec, n: int, rounds: int) -> None:
+    """llama.cpp RPC over a veth pair against the model loaded directly (same file, same slots)."""
+    import os
+
+    import rpclink
+
+    if why := rpclink.missing():
+        raise SystemExit(f"--rpc: {why}")
+    path, ctx = spec.file(), max(2048, n + 512)
+    print(f"model {spec.name}: over RPC (a veth pair) against direct, {n} tokens, greedy, {rounds} rounds (median)")
+    with tempfile.TemporaryDirectory() as tmp, rpclink.namespace() as ns:
+        config = Path(tmp) / "models.toml"
+        config.write_text(f'default = "direct"\nmax_loaded_models = 2\n'
+                          f'[models.direct]\npath = "{path}"\ncontext_length = {ctx}\nparallel = 1\n'
+                          f'[models.over-rpc]\npath = "{path}"\ncontext_length = {ctx}\nparallel = 1\n'
+                          f'rpc = ["{rpclink.ENDPOINT}"]\n')
+        worker = rpclink.Worker(ns, Path(tmp) / "rpc-worker.log", threads=spec.threads or os.cpu_count() or 1)
+        server = None
+        try:
+            server = Server(config)
+            runs: dict[str, list[dict]] = {"direct": [], "over-rpc": []}
+            for label in runs:  # warm-up (and the RPC model's load)
+                http_stream(server.url, {"model": label, "messages": PROMPT, "max_tokens": 8, "temperature": 0})
+            for r in range(rounds):
+                for label in (list(runs) if r % 2 == 0 else list(reversed(runs))):
+                    flush(server.url, label)
+                    runs[label].append(http_stream(server.url, {"model": label, "messages": PROMPT, "max_tokens": n,
+                                                                "temperature": 0, "ignore_eos": True}))
+            tps = {k: statistics.median(x["tps"] for x in v) for k, v in runs.items()}
+            ttft = {k: statistics.median(x["ttft"] for x in v) for k, v in runs.items()}
+            for label in runs:
+                print(f"{label:9}: {tps[label]:6.1f} tok/s   ttft {ttft[label] * 1000:7.1f} ms")
+            print(f"over-rpc / direct tok/s: {tps['over-rpc'] / tps['direct']:6.3f}   "
+                  f"ttft {(ttft['over-rpc'] - ttft['direct']) * 1000:+7.1f} ms")
+        finally:
+            if server is not None:
+                server.stop()
+            worker.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=256)
@@ -931,6 +975,8 @@ def main() -> None:
     ap.add_argument("--fim", action="store_true", help="llama.vscode's /infill requests while typing: p50 latency")
     ap.add_argument("--worker", action="store_true",
                     help="the worker process (the default) against llama.cpp inside the server (--in-process)")
+    ap.add_argument("--rpc", action="store_true",
+                    help="all layers on an rpc-worker across a veth pair against the model loaded directly")
     args = ap.parse_args()
 
     config = (args.config or shipped_config()).resolve()
@@ -942,6 +988,8 @@ def main() -> None:
         return vision_bench(config, spec, args.rounds)
     if args.agent:
         return agent_bench(config, spec)
+    if args.rpc:
+        return rpc_bench(spec, args.tokens, args.rounds)
     if args.upstream:
         return upstream_bench(config, spec, args.tokens, args.rounds)
     if args.long:

@@ -35,7 +35,9 @@ def _loaded_card(m: Any) -> dict[str, Any]:
             "keep_alive_seconds": m.keep_alive, "worker": worker,
             "rss_bytes": rss_bytes(worker["pid"]) if worker else None,
             "sizing": m.sizing.as_dict() if m.sizing else None,  # the context and slots it got, and why
-            **({"upstream": stats["upstream"]} if "upstream" in stats else {})}  # where it runs, and how that fares
+            **({"upstream": stats["upstream"]} if "upstream" in stats else {}),  # where it runs, and how that fares
+            # its RPC workers: each endpoint, up or down, and the layers on them ("N/M", at the last load)
+            **({"rpc": stats["rpc"], "rpc_layers": stats["rpc_layers"]} if "rpc" in stats else {})}
 
 
 def memory() -> dict[str, int | None]:

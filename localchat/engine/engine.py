@@ -29,8 +29,8 @@ class LocalEngine:
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = N_BATCH,
                  visible: Iterable[str] = (), pooling: int | None = None, rope: tuple[str, float] | None = None,
                  loras: Iterable[str] = (), mmproj: str | None = None, prompt_cache: str | None = None,
-                 prompt_cache_bytes: int = 0) -> None:
-        self.model = Model(path, n_gpu_layers=n_gpu_layers)
+                 prompt_cache_bytes: int = 0, tensor_split: Iterable[float] | None = None) -> None:
+        self.model = Model(path, n_gpu_layers=n_gpu_layers, tensor_split=tensor_split)
         self.projector: Projector | None = None
         try:
             self.model.load_adapters(loras)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -27,10 +28,16 @@ _backend_ready = False
 _log = logging.getLogger("localchat.llama")
 
 
+offloaded: str | None = None  # "N/M": the layers llama.cpp put on devices (GPUs, RPC workers) at the last load
+
+
 @C.llama_log_callback
 def _llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    global offloaded
     if level >= 4:  # GGML_LOG_LEVEL_ERROR; the rest is llama.cpp's chatter
         _log.error(text.decode(errors="replace").rstrip())
+    elif b"offloaded " in text and (found := re.search(rb"offloaded (\d+/\d+) layers", text)):
+        offloaded = found.group(1).decode()
 
 
 C.llama_log_set(_llama_log, ctypes.c_void_p(0))
@@ -43,7 +50,7 @@ def quiet_progress(_progress: float, _user_data: ctypes.c_void_p) -> bool:
 
 class Model:
     def __init__(self, path: Path, *, n_gpu_layers: int = 0, extra_buffers: bool = False,
-                 vocab_only: bool = False) -> None:
+                 vocab_only: bool = False, tensor_split: Iterable[float] | None = None) -> None:
         global _backend_ready
         if not _backend_ready:
             C.llama_backend_init()
@@ -55,6 +62,10 @@ class Model:
         mparams.use_extra_bufts = extra_buffers
         mparams.progress_callback = quiet_progress
         mparams.vocab_only = vocab_only  # a server holding only the vocabulary tokenizes; a worker decodes
+        if tensor_split:  # each device's share of the layers (RPC devices first): read during the load only
+            split = list(tensor_split)[:C.LLAMA_MAX_DEVICES]
+            shares = (ctypes.c_float * C.LLAMA_MAX_DEVICES)(*split)
+            mparams.tensor_split = ctypes.cast(shares, ctypes.POINTER(ctypes.c_float))
         self.path = path
         self.ptr = C.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.ptr:

@@ -4,7 +4,12 @@ The server keeps only the vocabulary (to tokenize) and a `WorkerEngine` with the
 interface. Requests go down a socket pair as plain data; each scheduler step comes back as one
 message holding every event of that step. If the worker dies (a segfault, an abort, a kill),
 requests that had started get an `engine_crashed` error, requests still queued in it run again
-on a fresh worker, and a model whose worker dies 3 times within a minute is marked failed."""
+on a fresh worker, and a model whose worker dies 3 times within a minute is marked failed.
+
+A model on llama.cpp RPC workers (rpc.py) always runs here: ggml aborts the process that loses its
+link. Its endpoints are probed before each start; one that is down makes the model `rpc_down` (its
+running and queued requests fail, new ones get a 503 saying which endpoint) until a probe every
+few seconds finds it back, then a fresh worker loads the model again. That is not counted as a crash."""
 
 from __future__ import annotations
 
@@ -28,11 +33,13 @@ from typing import Any
 
 from ..errors import EngineCrashed, ModelUnavailable, QueueFull
 from ..logs import escape_request_text
+from . import rpc as rpc_link
 from .base import Emit, Stream, check_adapters
 from .params import Generate, Started
 
 log = logging.getLogger("localchat.worker")
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # this many deaths within this many seconds: the model is failed
+RPC_RETRY = 2.0  # seconds between probes of an RPC endpoint that is down
 
 
 @dataclass
@@ -49,7 +56,8 @@ class WorkerEngine:
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
                  visible: Iterable[str] = (), name: str = "", pooling: int | None = None,
                  rope: tuple[str, float] | None = None, loras: Iterable[str] = (), mmproj: str | None = None,
-                 prompt_cache: str | None = None, prompt_cache_bytes: int = 0) -> None:
+                 prompt_cache: str | None = None, prompt_cache_bytes: int = 0, rpc: Iterable[str] = (),
+                 tensor_split: Iterable[float] | None = None) -> None:
         from .model import Model  # the vocabulary, in this process: llama.cpp loads here, not on import
 
         self.name = name or path.stem
@@ -60,7 +68,9 @@ class WorkerEngine:
                         "n_gpu_layers": n_gpu_layers, "n_batch": n_batch, "visible": list(visible), "pooling": pooling,
                         "rope": list(rope) if rope else None,
                         "loras": [str(p) for p in loras], "mmproj": str(mmproj) if mmproj else None,
-                        "prompt_cache": prompt_cache, "prompt_cache_bytes": prompt_cache_bytes}
+                        "prompt_cache": prompt_cache, "prompt_cache_bytes": prompt_cache_bytes,
+                        "rpc": list(rpc), "tensor_split": list(tensor_split) if tensor_split else None}
+        self.rpc: dict[str, str | None] = dict.fromkeys(self._config["rpc"])  # endpoint -> why it is down (None: up)
         self.n_adapters = len(self._config["loras"])
         self._embeds: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._jobs: dict[int, _Job] = {}
@@ -101,6 +111,8 @@ class WorkerEngine:
         with self._lock:
             if self.state == "failed":
                 raise ModelUnavailable(self._failed_message(), param="model")
+            if self.state == "rpc_down":
+                raise ModelUnavailable(self._down_message(), param="model")
             job_id = next(self._ids)
             self._embeds[job_id] = (loop, future)
             if self.state == "ready":
@@ -115,7 +127,9 @@ class WorkerEngine:
             started = [j for j in self._jobs.values() if j.started]
             return {"slots": self.parallel, "busy": sum(j.request.n for j in started),
                     "queued": len(self._jobs) - len(started), "n_ctx": self.n_ctx, "bytes": self.model.size_bytes,
-                    "worker": {"pid": self._proc.pid, "state": self.state, "crashes": self.crashes}}
+                    "worker": {"pid": self._proc.pid, "state": self.state, "crashes": self.crashes},
+                    **({"rpc": [{"endpoint": e, "state": "down" if why else "up", **({"error": why} if why else {})}
+                                for e, why in self.rpc.items()], "rpc_layers": self.offloaded} if self.rpc else {})}
 
     def close(self) -> None:
         with self._lock:
@@ -139,6 +153,8 @@ class WorkerEngine:
         with self._lock:
             if self.state == "failed":
                 raise ModelUnavailable(self._failed_message(), param="model")
+            if self.state == "rpc_down":
+                raise ModelUnavailable(self._down_message(), param="model")
             started = sum(j.request.n for j in self._jobs.values() if j.started)
             waiting = len(self._jobs) - sum(j.started for j in self._jobs.values())
             if waiting - (self.parallel - started) >= self.max_queue:
@@ -163,6 +179,8 @@ class WorkerEngine:
     # -- the child process -----------------------------------------------------------------
 
     def _spawn(self) -> None:
+        if self.rpc:  # ggml would abort the worker on an endpoint that is down: say which, and why
+            rpc_link.probe_all(list(self.rpc), self.name)
         parent, child = socket.socketpair()
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "from localchat.engine.worker import child_main; child_main()",
@@ -179,6 +197,7 @@ class WorkerEngine:
             self._proc.wait()
             detail = ready[1] if ready and ready[0] == "failed" else f"exit status {self._proc.returncode}"
             raise ModelUnavailable(f"the worker for {self.name} could not load it ({detail})", param="model")
+        self.offloaded = ready[2] if len(ready) > 2 else None  # "N/M" layers on devices (an RPC model's: remote)
         self.state = "ready"
 
     def _send(self, message: tuple) -> None:
@@ -221,42 +240,96 @@ class WorkerEngine:
 
     def _died(self) -> bool:
         """The worker is gone. Fail what had started, restart, re-send what had not. Returns
-        whether a worker runs again."""
+        whether a worker runs again. An RPC model whose link is down waits for it first."""
         code = self._proc.wait()
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+        lost = self._probe_links() if self.rpc and not self._closing else False
         with self._lock:
             if self._closing:
                 return False
-            self.state = "restarting"
-            self.crashes += 1
-            now = time.monotonic()
-            self._crashes.append(now)
-            while self._crashes and now - self._crashes[0] > CRASH_WINDOW:
-                self._crashes.popleft()
-            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-            log.error("the worker for %s died (%s); %d request(s) in it failed", self.name, how,
-                      sum(j.started for j in self._jobs.values()))
-            for job_id, job in list(self._jobs.items()):
-                if job.started:
-                    del self._jobs[job_id]
-                    job.emit(EngineCrashed(f"the model {self.name} crashed ({how}) while generating; "
-                                           "it is being restarted: send the request again", code="engine_crashed"))
-                    job.emit(None)
-            for job_id in list(self._embeds):
-                self._embedded(job_id, EngineCrashed(f"the model {self.name} crashed ({how}) while embedding; "
-                                                     "send the request again", code="engine_crashed"))
-            if len(self._crashes) >= CRASH_LIMIT:
-                return self._fail(how)
-        try:
-            self._spawn()
-        except ModelUnavailable as exc:
-            with self._lock:
-                return self._fail(exc.message)
+            if lost:
+                self._link_lost(how)
+            else:
+                self.state = "restarting"
+                self.crashes += 1
+                now = time.monotonic()
+                self._crashes.append(now)
+                while self._crashes and now - self._crashes[0] > CRASH_WINDOW:
+                    self._crashes.popleft()
+                log.error("the worker for %s died (%s); %d request(s) in it failed", self.name, how,
+                          sum(j.started for j in self._jobs.values()))
+                for job_id, job in list(self._jobs.items()):
+                    if job.started:
+                        del self._jobs[job_id]
+                        job.emit(EngineCrashed(f"the model {self.name} crashed ({how}) while generating; "
+                                               "it is being restarted: send the request again", code="engine_crashed"))
+                        job.emit(None)
+                for job_id in list(self._embeds):
+                    self._embedded(job_id, EngineCrashed(f"the model {self.name} crashed ({how}) while embedding; "
+                                                         "send the request again", code="engine_crashed"))
+                if len(self._crashes) >= CRASH_LIMIT:
+                    return self._fail(how)
+        while True:
+            if lost and not self._wait_for_links():
+                return False
+            try:
+                self._spawn()
+                break
+            except ModelUnavailable as exc:
+                lost = bool(self.rpc) and self._probe_links()
+                with self._lock:
+                    if not lost:
+                        return self._fail(exc.message)
+                    self._link_lost(exc.message)  # down again while it loaded: wait again
         with self._lock:
             log.warning("the worker for %s restarted (pid %d); re-running %d queued request(s)",
                         self.name, self._proc.pid, len(self._jobs))
             for job_id, job in self._jobs.items():
                 self._send(("submit", job_id, job.request))
         return True
+
+    def _link_lost(self, how: str) -> None:
+        """With the lock held: an RPC endpoint is down. Every request in the engine fails, queued ones
+        too (the link may stay down for long); new ones are refused until it is back."""
+        self.state = "rpc_down"
+        log.error("the worker for %s lost its RPC link (%s; %s); %d request(s) in it failed", self.name,
+                  how, self._down_message(), len(self._jobs))
+        for job_id, job in list(self._jobs.items()):
+            del self._jobs[job_id]
+            job.emit(EngineCrashed(f"the model {self.name} lost its RPC link while generating: "
+                                   f"{self._down_message()}", code="engine_crashed") if job.started
+                     else ModelUnavailable(self._down_message(), param="model"))
+            job.emit(None)
+        for job_id in list(self._embeds):
+            self._embedded(job_id, ModelUnavailable(self._down_message(), param="model"))
+
+    def _probe_links(self) -> bool:
+        """Probe each RPC endpoint, noting why each that is down is; returns whether any is."""
+        for endpoint in self.rpc:
+            try:
+                rpc_link.probe(endpoint)
+                self.rpc[endpoint] = None
+            except ModelUnavailable as exc:
+                self.rpc[endpoint] = exc.message
+        return any(self.rpc.values())
+
+    def _wait_for_links(self) -> bool:
+        """Probe every RPC_RETRY seconds until every endpoint answers (True) or the engine closes."""
+        while not self._closing:
+            deadline = time.monotonic() + RPC_RETRY
+            while time.monotonic() < deadline and not self._closing:
+                time.sleep(0.1)
+            if not self._closing and not self._probe_links():
+                log.warning("the RPC link of %s is back: loading it again", self.name)
+                with self._lock:
+                    self.state = "restarting"
+                return True
+        return False
+
+    def _down_message(self) -> str:
+        down = "; ".join(why for why in self.rpc.values() if why)
+        return (f"the model {self.name} is waiting for its RPC worker ({down}); it is loaded again when the "
+                "worker answers")
 
     def _fail(self, how: str) -> bool:
         self.state = "failed"
@@ -275,16 +348,19 @@ class WorkerEngine:
 
 def _worker_main(fd: int, config: dict[str, Any]) -> None:
     """The child: load the model, decode until told to stop or the server goes away."""
+    from . import model as model_module
     from .engine import LocalEngine
 
     conn = Connection(fd)
     try:
+        if config["rpc"]:  # probed by the server just before: the endpoints answer
+            rpc_link.register(config["rpc"])
         engine = LocalEngine(Path(config["path"]), n_ctx=config["n_ctx"], parallel=config["parallel"], max_queue=1 << 30,
                         n_threads=config["n_threads"], n_gpu_layers=config["n_gpu_layers"], n_batch=config["n_batch"],
                         visible=config["visible"], pooling=config["pooling"],
                         rope=tuple(config["rope"]) if config["rope"] else None, loras=config["loras"],
                         mmproj=config["mmproj"], prompt_cache=config["prompt_cache"],
-                        prompt_cache_bytes=config["prompt_cache_bytes"])
+                        prompt_cache_bytes=config["prompt_cache_bytes"], tensor_split=config["tensor_split"])
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it there
         conn.send(("failed", str(exc)))
         return
@@ -318,7 +394,7 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
 
     scheduler.after_step = flush
     with send_lock:
-        conn.send(("ready", os.getpid()))
+        conn.send(("ready", os.getpid(), model_module.offloaded))
     while True:
         try:
             message = conn.recv()

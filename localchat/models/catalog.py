@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from . import paths, wheel
 from ..engine.params import KNOBS, SamplingParams
+from ..engine.rpc import MAX_ENDPOINTS, check_endpoint
 from ..engine.upstream import Peer
 from ..errors import ModelNotFound, ModelUnavailable
 
@@ -155,6 +156,27 @@ class ModelSpec(BaseModel):
     api_key: str | None = None  # sent to the upstream as `Authorization: Bearer KEY`
     upstream_timeout: float = Field(60.0, gt=0)  # seconds the upstream may stay silent (it keeps alive every 10 s)
     upstream_connect_timeout: float = Field(5.0, gt=0)
+    # llama.cpp RPC (docs/models.md "RPC models"): the model's layers run on these `localchat rpc-worker`s
+    # (host:port each; all layers unless gpu_layers says otherwise), loaded from this machine's file, always from
+    # a worker process. tensor_split: each device's share of the layers, RPC devices first, then local GPUs.
+    rpc: list[str] = Field([], max_length=MAX_ENDPOINTS)
+    tensor_split: list[float] | None = Field(None, min_length=1, max_length=MAX_ENDPOINTS)
+
+    @field_validator("rpc")
+    @classmethod
+    def _endpoints(cls, v: list[str]) -> list[str]:
+        for endpoint in v:
+            check_endpoint(endpoint)
+        if len(set(v)) != len(v):
+            raise ValueError(f"an RPC endpoint is listed twice: {v}")
+        return v
+
+    @field_validator("tensor_split")
+    @classmethod
+    def _split(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and (any(x < 0 for x in v) or not any(x > 0 for x in v)):
+            raise ValueError(f"tensor_split takes shares of zero or more, at least one above zero: {v}")
+        return v
 
     @field_validator("loras")
     @classmethod
@@ -255,7 +277,8 @@ class ModelSpec(BaseModel):
 
 # An upstream entry's model is the peer's: what the peer's own models.toml sets about it.
 _PEERS = frozenset({"mmproj", "family", "template", "context_length", "gpu_layers", "threads", "parallel",
-                    "embedding", "rope_scaling", "rope_scale", "rerank", "loras", "sha256", "source", "on_demand"})
+                    "embedding", "rope_scaling", "rope_scale", "rerank", "loras", "sha256", "source", "on_demand",
+                    "rpc", "tensor_split"})
 _LINK = frozenset({"upstream_mode", "upstream_model", "api_key", "upstream_timeout", "upstream_connect_timeout"})
 
 

@@ -18,7 +18,7 @@ from ..families import Family
 from ..families import choose as choose_family
 from .catalog import ModelSpec, Registry, Settings
 from .describe import Describer, Description, embeds, reranks
-from .fit import MemoryShape, Sizing, choose, free_memory
+from .fit import Memory, MemoryShape, Sizing, choose, free_memory
 from .gguf import RANK_POOLING, ModelInfo, ProjectorInfo, inspect, inspect_projector
 from .paths import prompt_cache_dir
 from .upstream import open_chat_upstream, open_upstream
@@ -72,15 +72,17 @@ class LoadedModel:
         return 0.0 if self.active else (now or time.monotonic()) - self.last_used
 
 
-def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = None) -> Sizing:
+def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = None,
+               memory: Memory | None = None) -> Sizing:
     """The context and slots the model gets on this machine now (fit.py): models.toml's values,
-    else the server's (`--ctx-size`, `--parallel`), else the largest that fit in free memory."""
+    else the server's (`--ctx-size`, `--parallel`), else the largest that fit in free memory
+    (`memory`, else this machine's: an RPC model's is its workers')."""
     settings = settings or Settings()
     shape = MemoryShape.of(info)
     if spec.rope_scale and shape.trained:  # stretched positions: the model takes that much more context
         shape = replace(shape, trained=int(shape.trained * spec.rope_scale))
     try:
-        return choose(shape, free_memory(spec.gpu_layers),
+        return choose(shape, memory or free_memory(spec.gpu_layers),
                       context=spec.context_length or settings.context_length, slots=spec.parallel or settings.parallel)
     except ModelTooLarge as exc:
         raise ModelTooLarge(f"{spec.name} does not fit in memory: {exc.message}", param="model") from None
@@ -88,8 +90,9 @@ def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = Non
 
 def make_engine(path: Path, *, worker: bool, name: str, **options: Any) -> Engine:
     """The default engine factory: llama.cpp in a supervised worker process, or in this one
-    (imported here: llama.cpp loads when the first engine is built, not when this module is imported)."""
-    if worker:
+    (imported here: llama.cpp loads when the first engine is built, not when this module is imported).
+    A model on RPC workers always gets a worker process: a lost link aborts the process it runs in."""
+    if worker or options.get("rpc"):
         from ..engine.worker import WorkerEngine
 
         return WorkerEngine(path, name=name, **options)
@@ -111,15 +114,19 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
         return _load_upstream(spec, settings)
     path = spec.file()
     info = info or inspect(path)
-    sizing = size_model(spec, info, settings)  # ModelTooLarge (a 503) before llama.cpp tries
+    remote, memory = _rpc_options(spec)  # each RPC worker probed: a clear 503 when one is down
+    layers = remote.pop("n_gpu_layers", spec.gpu_layers)
+    sizing = size_model(spec, info, settings, memory)  # ModelTooLarge (a 503) before llama.cpp tries
     chosen = choose_family(spec.family, info, spec.template)
     family, template = chosen.family, chosen.template
     projector = inspect_projector(spec.mmproj) if spec.mmproj else None
     pooled = info.pooling_type not in (None, RANK_POOLING)  # a reranker's rank pooling makes no embeddings
     pooling = None if pooled else 1 if spec.embedding else None  # 1: mean
     started = engine(path, worker=settings.worker, name=spec.name, n_ctx=sizing.context, parallel=sizing.slots,
-                     max_queue=settings.queue_limit, n_threads=spec.threads, n_gpu_layers=spec.gpu_layers,
+                     max_queue=settings.queue_limit, n_threads=spec.threads,
+                     n_gpu_layers=layers,
                      visible=family.visible_tokens, pooling=pooling, loras=[lora.path for lora in spec.loras],
+                     **remote,
                      mmproj=str(spec.mmproj) if spec.mmproj else None,
                      rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None,
                      prompt_cache=str(prompt_cache_dir()), prompt_cache_bytes=settings.prompt_cache_bytes)
@@ -127,6 +134,19 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(spec, info, family, template, started, stop_ids, keep_alive=keep if keep >= 0 else None,
                        sizing=sizing, lora_scales=[lora.scale for lora in spec.loras], projector=projector)
+
+
+def _rpc_options(spec: ModelSpec) -> tuple[dict[str, Any], Memory | None]:
+    """An RPC model's engine options (its endpoints, its split, all layers on them unless its entry
+    says how many) and its workers' free memory, probed; nothing for another model."""
+    if not spec.rpc:
+        return {}, None
+    from ..engine import rpc
+
+    endpoints = rpc.probe_all(spec.rpc, spec.name)
+    memory = Memory(sum(e.free for e in endpoints), "RPC at " + ", ".join(spec.rpc))
+    layers = spec.gpu_layers if "gpu_layers" in spec.model_fields_set else -1
+    return {"rpc": list(spec.rpc), "tensor_split": spec.tensor_split, "n_gpu_layers": layers}, memory
 
 
 def _load_upstream(spec: ModelSpec, settings: Settings) -> LoadedModel:
@@ -299,6 +319,8 @@ class ModelHost:
         if spec.name in self.loaded:
             return self.loaded[spec.name].sizing
         where = spec.location()
+        if spec.rpc:  # sized to its workers' memory when it loads (they are not asked for a description)
+            return None
         try:
             return size_model(spec, self.describer.header(where), self.settings) if where else None
         except LocalchatError:
