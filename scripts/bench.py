@@ -816,6 +816,7 @@ def fim_run(url: str, bodies: list[dict]) -> list[tuple[float, dict]]:
 def fim_bench(config: Path, specs: list[ModelSpec], keystrokes: int) -> None:
     import os
 
+    os.environ["LOCALCHAT_PROMPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="localchat-bench-prompts-")  # cold is cold
     print(f"llama.vscode's /infill requests: 16 chunks of context, n_predict 128, t_max_predict_ms 500; "
           f"a cold request, then {keystrokes} keystrokes (goal: p50 <= llama-server's)")
     print(f"{'model':20} {'server':13} {'cold':>7} {'p50':>7} {'max':>7} {'tokens':>7} {'cached':>7}")
