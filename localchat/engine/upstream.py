@@ -143,20 +143,71 @@ class UpstreamTokenizer:
         return [self._pieces[t] for t in tokens]
 
 
-class UpstreamEngine:
+class Link:
+    """What both remote engines (this one and upstream_chat.py's ChatEngine) keep of their link:
+    its state ("starting", "ok", "failing": the last exchange failed, and why), the requests in
+    flight (each a task on the event loop, cancelled by closing its stream) and closing it all."""
+
+    def __init__(self, peer: Peer, name: str, http: httpx.Client) -> None:
+        self.peer, self.name = peer, name or peer.model
+        self.state, self.error = "starting", None
+        self._http = http
+        self._async: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._jobs: dict[int, tuple[asyncio.Task[None], int]] = {}  # in flight: the task, its n
+        self._ids = itertools.count()
+
+    def close(self) -> None:
+        """From any thread (the host unloads an idle model in one): requests still in flight are
+        cancelled, the connections closed."""
+        self._http.close()
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        for task, _ in list(self._jobs.values()):
+            loop.call_soon_threadsafe(task.cancel)
+        if self._async is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(self._async.aclose(), loop)
+            except RuntimeError:  # the loop has stopped
+                pass
+
+    def _ok(self) -> None:
+        self.state, self.error = "ok", None
+
+    def _failed(self, exc: BaseException) -> LocalchatError:
+        error = mapped(self.peer, exc)
+        if isinstance(error, UpstreamError):  # the link failed, not the request
+            self.state, self.error = "failing", error.message
+        return error
+
+    def _start(self, request: Any, emit: Emit) -> int:
+        """On the event loop (Stream): the request goes out in a task; its handle, to cancel it."""
+        self._loop = asyncio.get_running_loop()
+        if self._async is None:
+            self._async = httpx.AsyncClient(headers=self.peer.headers(), timeout=self.peer.timeouts())
+        job = next(self._ids)
+        self._jobs[job] = (asyncio.ensure_future(self._run(job, request, emit)), request.n)
+        return job
+
+    def _cancel(self, job: int) -> None:
+        """Closing the stream: the request is closed, which ends it on the other side."""
+        entry = self._jobs.get(job)
+        if entry is not None:
+            entry[0].cancel()
+
+    async def _run(self, job: int, request: Any, emit: Emit) -> None:
+        raise NotImplementedError
+
+
+class UpstreamEngine(Link):
     """The Engine interface over a peer. Building it opens the model there (the peer loads it, if
     it has not: blocking) and learns its vocabulary's facts, context, slots and sizing."""
 
     confirms = True  # the peer takes or refuses each request: its stream starts with that (base.py)
 
     def __init__(self, peer: Peer, name: str = "") -> None:
-        self.peer, self.name = peer, name or peer.model
-        self.state, self.error = "starting", None  # "ok" | "failing" (the last exchange failed, and why)
-        self._http = httpx.Client(headers=peer.headers(), timeout=peer.timeouts())
-        self._async: httpx.AsyncClient | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._jobs: dict[int, tuple[asyncio.Task[None], int]] = {}  # in flight: the task, its n
-        self._ids = itertools.count()
+        super().__init__(peer, name, httpx.Client(headers=peer.headers(), timeout=peer.timeouts()))
         self._probed: dict[str, Any] = {}  # the peer's stats of the model, as last asked
         try:
             self.facts: dict[str, Any] = self._call("open", {}, read=LOAD_TIMEOUT)
@@ -202,21 +253,6 @@ class UpstreamEngine:
         except LocalchatError:
             self._probed = {}
 
-    def close(self) -> None:
-        """From any thread (the host unloads an idle model in one): requests still in flight are
-        cancelled, the connections closed."""
-        self._http.close()
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        for task, _ in list(self._jobs.values()):
-            loop.call_soon_threadsafe(task.cancel)
-        if self._async is not None:
-            try:
-                asyncio.run_coroutine_threadsafe(self._async.aclose(), loop)
-            except RuntimeError:  # the loop has stopped
-                pass
-
     # -- the link ----------------------------------------------------------------------------
 
     def _call(self, route: str, body: dict[str, Any], read: float | None = None) -> Any:
@@ -231,30 +267,6 @@ class UpstreamEngine:
             raise self._failed(exc) from None
         self._ok()
         return answer
-
-    def _ok(self) -> None:
-        self.state, self.error = "ok", None
-
-    def _failed(self, exc: BaseException) -> LocalchatError:
-        error = mapped(self.peer, exc)
-        if isinstance(error, UpstreamError):  # the link failed, not the request
-            self.state, self.error = "failing", error.message
-        return error
-
-    def _start(self, request: Generate, emit: Emit) -> int:
-        """On the event loop (Stream): the request goes out in a task; its handle, to cancel it."""
-        self._loop = asyncio.get_running_loop()
-        if self._async is None:
-            self._async = httpx.AsyncClient(headers=self.peer.headers(), timeout=self.peer.timeouts())
-        job = next(self._ids)
-        self._jobs[job] = (asyncio.ensure_future(self._run(job, request, emit)), request.n)
-        return job
-
-    def _cancel(self, job: int) -> None:
-        """Closing the stream: the request to the peer is closed, which ends it there."""
-        entry = self._jobs.get(job)
-        if entry is not None:
-            entry[0].cancel()
 
     async def _run(self, job: int, request: Generate, emit: Emit) -> None:
         assert self._async is not None

@@ -11,8 +11,6 @@ and each choice's `Done` with the usage. The link's failures are mapped once, by
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
 from typing import Any
 
@@ -21,7 +19,7 @@ import httpx
 from ..errors import InvalidRequest, LocalchatError, QueueFull, UpstreamError
 from .base import Emit, Stream
 from .params import CallDelta, Converse, Done, Prepared, Text, Thought
-from .upstream import DESCRIBE_TIMEOUT, Peer, mapped
+from .upstream import DESCRIBE_TIMEOUT, Link, Peer, mapped
 
 # The requests this server sends an upstream at once are not limited here (the upstream queues
 # them); `n` choices per request go up to this many.
@@ -138,7 +136,7 @@ class NoTokenizer:
         raise self._refuse()
 
 
-class ChatEngine:
+class ChatEngine(Link):
     """The Engine interface over an OpenAI-compatible upstream (chat mode). Building it asks the
     upstream's model list for the model (blocking), which is also the health probe."""
 
@@ -146,13 +144,7 @@ class ChatEngine:
     renders = True  # it takes a Converse (generation/upstream_chat.py), not tokens
 
     def __init__(self, peer: Peer, name: str = "") -> None:
-        self.peer, self.name = peer, name or peer.model
-        self.state, self.error = "starting", None  # "ok" | "failing" (the last exchange failed, and why)
-        self._http = httpx.Client()
-        self._async: httpx.AsyncClient | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._jobs: dict[int, tuple[asyncio.Task[None], int]] = {}
-        self._ids = itertools.count()
+        super().__init__(peer, name, httpx.Client())
         try:
             self.facts = self._models()
         except BaseException:
@@ -193,19 +185,6 @@ class ChatEngine:
         except LocalchatError:
             pass
 
-    def close(self) -> None:
-        self._http.close()
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        for task, _ in list(self._jobs.values()):
-            loop.call_soon_threadsafe(task.cancel)
-        if self._async is not None:
-            try:
-                asyncio.run_coroutine_threadsafe(self._async.aclose(), loop)
-            except RuntimeError:
-                pass
-
     # -- the link ----------------------------------------------------------------------------
 
     def _models(self) -> dict[str, Any]:
@@ -213,28 +192,8 @@ class ChatEngine:
             found = models_list(self.peer, self._http)
         except LocalchatError as exc:
             raise self._failed(exc) from None
-        self.state, self.error = "ok", None
+        self._ok()
         return found
-
-    def _failed(self, exc: BaseException) -> LocalchatError:
-        error = mapped(self.peer, exc)
-        if isinstance(error, UpstreamError):  # the link failed, not the request
-            self.state, self.error = "failing", error.message
-        return error
-
-    def _start(self, request: Converse, emit: Emit) -> int:
-        self._loop = asyncio.get_running_loop()
-        if self._async is None:
-            self._async = httpx.AsyncClient(headers=self.peer.headers(), timeout=self.peer.timeouts())
-        job = next(self._ids)
-        self._jobs[job] = (asyncio.ensure_future(self._run(job, request, emit)), request.n)
-        return job
-
-    def _cancel(self, job: int) -> None:
-        """Closing the stream: the request to the upstream is closed (vLLM aborts it)."""
-        entry = self._jobs.get(job)
-        if entry is not None:
-            entry[0].cancel()
 
     def body(self, request: Converse) -> dict[str, Any]:
         """What goes to the upstream: the request's fields, the model's name there, streamed with usage."""
@@ -256,7 +215,7 @@ class ChatEngine:
                     if line.startswith("data:") and reader.read(line[5:].strip()):
                         break
                 reader.end()
-            self.state, self.error = "ok", None
+            self._ok()
         except Exception as exc:  # noqa: BLE001 - mapped, and that request's error
             emit(self._failed(exc))
         finally:
