@@ -33,8 +33,9 @@ against one token's (a compute-bound CPU pays nearly k times for k).
 With --agent: an agent-like prompt of 10k+ tokens (long instructions, 24 tools, an environment
 block), time to first token cold, then the next turn, a new session, a new session after a
 restart, after an unload, and a new session whose environment block moved (written after the
-user's prompt, as Claude Code does): each against cold (goal <= 5%), and llama-server's figures
-for the same requests when LLAMA_SERVER names its binary (--cache-reuse 256, --cache-ram).
+user's prompt inside its text), and the same on /v1/messages as Claude Code 2.1.3xx sends it (the
+block a system message after the user's): each against cold (goal <= 5%), and llama-server's
+figures for the same requests when LLAMA_SERVER names its binary (--cache-reuse 256, --cache-ram).
 With --rpc: the model with all its layers on a `localchat rpc-worker` in a network namespace joined by
 a veth pair (tests/rpclink.py) against the same model loaded directly: decode tok/s and time to first
 token, rounds interleaved. Both run on this machine's CPU, so this is the link's cost, not a GPU's gain.
@@ -546,11 +547,31 @@ def agent_body(model: str, session: str, moved: bool = False, turns: tuple = ())
                          {"role": "user", "content": user}, *turns]}
 
 
+def claude_code_body(model: str, session: str) -> dict:
+    """The same agent prompt as Claude Code (2.1.3xx) sends it on /v1/messages: the instructions
+    as the system prompt, the tools, the user's task, then the environment block as a system
+    message *after* it (Anthropic's mid-conversation system messages)."""
+    body = agent_body(model, session)
+    system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+    env, task = user.split("\n\n", 1)
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in AGENT_TOOLS]
+    return {"model": model, "temperature": 0, "max_tokens": 1, "system": system, "tools": tools,
+            "messages": [{"role": "user", "content": task}, {"role": "system", "content": env}]}
+
+
 def timed(url: str, body: dict) -> tuple[float, dict]:
     start = time.perf_counter()
-    r = httpx.post(url + "/v1/chat/completions", json=body, timeout=3600)
+    anthropic = "system" in body  # a Messages request (claude_code_body); its usage in chat's words
+    r = httpx.post(url + ("/v1/messages" if anthropic else "/v1/chat/completions"), json=body, timeout=3600,
+                   headers={"anthropic-version": "2023-06-01"})
     r.raise_for_status()
-    return time.perf_counter() - start, r.json().get("usage") or {}
+    usage = r.json().get("usage") or {}
+    if anthropic:
+        cached = usage.get("cache_read_input_tokens") or 0
+        usage = {"prompt_tokens": (usage.get("input_tokens") or 0) + cached,
+                 "prompt_tokens_details": {"cached_tokens": cached}}
+    return time.perf_counter() - start, usage
 
 
 def agent_cases(url: str, model: str, restart: Callable[[], str] | None, unload: Callable[[], None] | None):
@@ -574,6 +595,11 @@ def agent_cases(url: str, model: str, restart: Callable[[], str] | None, unload:
         out.append(("after an unload", None, {}))
     timed(url, agent_body(model, "EE", moved=True))  # the environment block after the task, once
     out.append(("env block moved", *timed(url, agent_body(model, "F", moved=True))))
+    try:  # as Claude Code sends it: the block a system message after the task (one session first)
+        timed(url, claude_code_body(model, "GG"))
+        out.append(("env after, Claude", *timed(url, claude_code_body(model, "H"))))
+    except httpx.HTTPError:  # a server without Anthropic's route or its late system messages
+        out.append(("env after, Claude", None, {}))
     return out
 
 
@@ -616,6 +642,9 @@ def agent_bench(config: Path, spec: ModelSpec) -> None:
     print(f"{'case':18} {'localchat':>10} {'cached':>7} {'of cold':>8}  {'llama-server':>12} {'ratio':>6}  goal")
     for i, (case, seconds, usage) in enumerate(ours):
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        if seconds is None:
+            print(f"{case:18} {'-':>10}")
+            continue
         share = seconds / cold
         them = theirs[i][1] if theirs else None
         ratio = f"{them / seconds:5.1f}x" if them else "     -"

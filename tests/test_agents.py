@@ -60,6 +60,29 @@ def test_a_system_message_inside_messages_is_answered(claude: anthropic.Anthropi
         claude, model="tiny-gemma", system="Answer in French.", messages=late[:1])
 
 
+def test_a_system_message_after_the_users_text_is_read_before_it():
+    # Claude Code's context (skills, today's date) comes after its user message; read last, it was
+    # answered instead of the user (the 1.5B called the skill listed last). It goes just before the
+    # user's text, after the turns before it; after a tool's result it stays where it is.
+    from localchat.api.anthropic.request import CountRequest, conversation
+    body = {"model": "m", "system": "S0", "messages": [
+        {"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},
+        {"role": "user", "content": [{"type": "text", "text": "<system-reminder>r</system-reminder>"},
+                                     {"type": "text", "text": "Say hi."}]},
+        {"role": "system", "content": [{"type": "text", "text": "skills"}]},
+        {"role": "system", "content": "date"}]}
+    said = [(m.role, m.text) for m in conversation(CountRequest.model_validate(body))]
+    assert said == [("system", "S0"), ("user", "Q1"), ("assistant", "A1"), ("system", "skills"),
+                    ("system", "date"), ("user", "<system-reminder>r</system-reminder>\nSay hi.")]
+    after_result = {"model": "m", "messages": [
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "out"}]},
+        {"role": "system", "content": "late"}]}
+    assert [m.role for m in conversation(CountRequest.model_validate(after_result))] == [
+        "user", "assistant", "tool", "system"]
+
+
 # -- a request shaped as Claude Code sends it ----------------------------------------------------
 
 BASH = {"name": "Bash", "description": "Run a command", "input_schema": {

@@ -166,15 +166,27 @@ def conversation(req: CountRequest, loaded: set[str] | None = None) -> tuple[Cha
     loaded = set() if loaded is None else loaded
     for i, m in enumerate(req.messages):
         where = f"messages.{i}.content"
-        if isinstance(m.content, str):
+        if m.role == "system":
+            text = m.content if isinstance(m.content, str) else _texts(m.content, where)
+            out.insert(_before_asking(out), ChatMessage.of("system", text))
+        elif isinstance(m.content, str):
             out.append(ChatMessage.of(m.role, m.content))
-        elif m.role == "system":
-            out.append(ChatMessage.of("system", _texts(m.content, where)))
         elif m.role == "assistant":
             out.append(_assistant(m.content, where, names))
         else:
             out += _user(m.content, where, names, loaded)
     return tuple(out)
+
+
+def _before_asking(out: list[ChatMessage]) -> int:
+    """Where a system message in `messages` goes: before the user's text it follows, else where
+    it stands. Claude Code sends its context (skills, agent types, today's date) as a system
+    message *after* the user's message; rendered there, it is the last thing a small model reads
+    before answering, and Qwen2.5-Coder 1.5B answered "Say hi." with a call to the skill listed
+    last (`init`, with the date as its argument). Read just before the user's text it still
+    applies to the answer (Anthropic: from its point on), and the turns before it stay a cached
+    prefix. After a tool's result it stays where it is (a result follows its call)."""
+    return len(out) - 1 if out and out[-1].role == "user" else len(out)
 
 
 # Claude Code (2.1.36+) opens its system prompt with a line that changes with every request
