@@ -221,3 +221,22 @@ def test_a_busy_slot_is_refused(real: tuple[Server, Path]):
         assert e["param"] == "id_slot" and e["code"] == "slot_busy" and "processing" in e["message"]
         e = error(act(url, busy["id"], "save", "busy.bin"), 409)
     assert server.proc.poll() is None
+
+
+def test_slot_actions_in_process(registry_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The same actions with llama.cpp in the server's own process (serve --in-process)."""
+    monkeypatch.setenv("LOCALCHAT_PROMPT_CACHE_DIR", str(tmp_path / "prompts"))
+    server = Server(registry_file, "--model", MODEL, "--parallel", "1", "--in-process",
+                    "--slot-save-path", str(tmp_path / "slots"))
+    try:
+        url = server.url
+        n = ask(url)["usage"]["prompt_tokens"]
+        (slot,) = slots(url)
+        assert act(url, 0, "save", "a.bin").json()["n_saved"] == slot["n_prompt_tokens"] >= n
+        assert act(url, 0, "erase").json()["n_erased"] == slot["n_prompt_tokens"]
+        assert act(url, 0, "restore", "a.bin").json()["n_restored"] == slot["n_prompt_tokens"]
+        assert ask(url)["usage"]["prompt_tokens_details"]["cached_tokens"] == n - 1
+        assert error(act(url, 1, "erase"), 400)["param"] == "id_slot"
+        assert server.proc.poll() is None
+    finally:
+        server.stop()

@@ -272,8 +272,8 @@ class WorkerEngine:
                                                "it is being restarted: send the request again", code="engine_crashed"))
                         job.emit(None)
                 for job_id in list(self._embeds):
-                    self._embedded(job_id, EngineCrashed(f"the model {self.name} crashed ({how}) while embedding; "
-                                                         "send the request again", code="engine_crashed"))
+                    self._embedded(job_id, EngineCrashed(f"the model {self.name} crashed ({how}) while it embedded, "
+                                                         "reranked or ran a slot action; send the request again", code="engine_crashed"))
                 if len(self._crashes) >= CRASH_LIMIT:
                     return self._fail(how)
         while True:
