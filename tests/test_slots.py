@@ -6,6 +6,7 @@ a torn, corrupt or another model's file is a 400 and never reaches llama.cpp."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ import uvicorn
 from conftest import TINY_CTX, Server, free_port
 from localchat.api import create_app
 from localchat.engine.fake import FakeEngine
+from localchat.engine.upstream import Link, Peer
+from localchat.errors import NotSupported
 from localchat.generation import Chat, ModelHost
 from localchat.models import ModelSpec, Registry, Settings
 
@@ -92,6 +95,17 @@ def test_a_scripted_model_refuses_slot_actions_and_without_a_folder_they_are_not
         e = error(httpx.post(url + f"/slots/0?action={action}", json={"filename": "a.bin"}), 501)
         assert e["type"] == "not_supported_error"
         assert e["message"].startswith("This server does not support slots action."), e
+
+
+@pytest.mark.fast
+def test_a_model_that_runs_upstream_refuses_slots():
+    link = Link(Peer("http://127.0.0.1:9", "m"), "big", httpx.Client())
+    try:
+        for call in (link.slots(), link.slot_action("save", 0, "/tmp/x.bin")):
+            with pytest.raises(NotSupported, match="not supported for this model: big runs upstream"):
+                asyncio.run(call)
+    finally:
+        link.close()
 
 
 # -- a real server -------------------------------------------------------------------------------
