@@ -56,6 +56,9 @@ def serve(
                                       "(within max_media_bytes and media_timeout; default: refused)."),
     media_folder: Optional[Path] = typer.Option(None, "--media-folder", help="Read images named by file:// URLs under "
                                                 "this folder, and nowhere else (default: none are read)."),
+    slot_save_path: Optional[Path] = typer.Option(None, "--slot-save-path", help="Folder where llama-server's "
+                                                  "POST /slots/{id}?action=save|restore keeps slots' prompt caches "
+                                                  "(default: none; the slot actions answer 501)."),
     peer: bool = typer.Option(False, "--peer", help="Serve this server's models to other localchats whose models.toml "
                               "names it as an `upstream` (routes under /internal/engine; same guard and key)."),
 ) -> None:
@@ -69,6 +72,8 @@ def serve(
                                    ("log_requests", False if quiet else None),
                                    ("fetch_images", True if fetch_images else None),
                                    ("media_folder", str(media_folder) if media_folder else None),
+                                   ("slot_save_path", str(slot_save_path.expanduser().resolve()) if slot_save_path
+                                    else None),
                                    ("peer", True if peer else None)) if v is not None}
     try:
         registry.settings = registry.settings.model_validate({**registry.settings.model_dump(), **overrides})

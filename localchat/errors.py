@@ -49,6 +49,22 @@ class GrammarDeadEnd(GrammarError):
     code = "grammar_dead_end"
 
 
+class SlotBusy(InvalidRequest):
+    """A slot action (save, restore, erase) on a slot that is processing a request."""
+
+    status = 409
+    code = "slot_busy"
+
+
+class NotSupported(LocalchatError):
+    """What this server, or this model's engine, does not do (llama-server's `not_supported_error`):
+    the slot actions without a `slot_save_path`, or on a model that runs upstream."""
+
+    status = 501
+    type = "not_supported_error"
+    code = "not_supported"
+
+
 class ModelNotFound(LocalchatError):
     status = 404
     type = "invalid_request_error"

@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
-from ..errors import ContextOverflow, EngineError, InvalidRequest
-from .params import Done, Event, Generate, Prepared, Started, Text
+from ..errors import ContextOverflow, EngineError, InvalidRequest, NotSupported
+from .params import Done, Event, Generate, Prepared, SlotDone, SlotInfo, Started, Text
 
 Emit = Callable[[Event | Prepared | Started | BaseException | None], None]  # None: the request has ended
 
@@ -53,6 +53,12 @@ class Engine(Protocol):
 
     def stats(self) -> dict[str, Any]: ...  # slots, busy, queued, n_ctx, bytes, worker
 
+    async def slots(self) -> list[SlotInfo]: ...  # GET /slots; NotSupported where the slots are not ours
+
+    # llama-server's POST /slots/{id}?action=save|restore|erase (path: the file, checked by the caller);
+    # InvalidRequest for a bad slot id or file, SlotBusy, NotSupported where the slots are not ours
+    async def slot_action(self, action: str, slot_id: int, path: str | None = None) -> SlotDone: ...
+
     def close(self) -> None: ...
 
 
@@ -62,6 +68,11 @@ def check_fits(tokens: list[int], n_ctx: int) -> None:
         raise ContextOverflow(
             f"prompt is too long: {len(tokens)} tokens > {n_ctx} maximum (the model's context); "
             "shorten the conversation or raise context_length in models.toml", param="messages")
+
+
+def no_slot_actions(name: str, why: str) -> NotSupported:
+    """The refusal of an engine whose slots' caches are not this server's to save or restore."""
+    return NotSupported(f"slot actions are not supported for this model: {name} {why}", param="model")
 
 
 def check_adapters(request: Generate, n_adapters: int) -> None:

@@ -13,8 +13,8 @@ from .base import Stream, check_adapters
 from .embed import Embedder
 from .rerank import Ranker
 from .model import Model
-from .prompt_store import PromptStore
-from .params import N_BATCH, Event, Generate
+from .prompt_store import PromptStore, model_key
+from .params import N_BATCH, Event, Generate, SlotDone, SlotInfo
 from .scheduler import Scheduler
 from .vision import Projector
 
@@ -52,6 +52,7 @@ class LocalEngine:
         self._pooling, self._threads, self._embedder_ready = pooling, n_threads, threading.Lock()
         self._embedder: Embedder | None = None
         self._rankers: dict[tuple[int, int] | None, Ranker] = {}
+        self._key = model_key(path)  # what a slot file saved with this model file says (slots.py)
 
     def check_fits(self, tokens: list[int]) -> None:
         self.model.check_fits(tokens, self.n_ctx)
@@ -87,6 +88,22 @@ class LocalEngine:
                 self._rankers[judge] = Ranker(self.model, judge=judge, n_threads=self._threads)
             ranker = self._rankers[judge]
         return ranker.rank(inputs)
+
+    async def slots(self) -> list[SlotInfo]:
+        return self.slots_blocking()
+
+    def slots_blocking(self) -> list[SlotInfo]:
+        return self.scheduler.slots_info()
+
+    async def slot_action(self, action: str, slot_id: int, path: str | None = None) -> SlotDone:
+        """llama-server's slot actions (slots.py): save a slot's cache to `path`, restore it from
+        `path`, erase it; off the event loop."""
+        return await asyncio.to_thread(self.slot_action_blocking, action, slot_id, path)
+
+    def slot_action_blocking(self, action: str, slot_id: int, path: str | None = None) -> SlotDone:
+        from .slots import slot_action
+
+        return slot_action(self.scheduler, self._key, action, slot_id, path)
 
     def stats(self) -> dict[str, Any]:
         return {**self.scheduler.stats(), "n_ctx": self.n_ctx, "bytes": self.model.size_bytes, "worker": None}

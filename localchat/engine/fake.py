@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ContextOverflow, EngineCrashed, ModelUnavailable, QueueFull
-from .base import Emit, Stream
-from .params import Done, Generate, Prepared, Started, Text
+from .base import Emit, Stream, no_slot_actions
+from .params import Done, Generate, Prepared, SlotDone, SlotInfo, Started, Text
 from .repetition import detector
 
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # as WorkerEngine's: this many deaths within this many seconds fail the model
@@ -247,6 +247,13 @@ class FakeEngine:
 
     async def rerank(self, prompts: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]:
         return [len(p) / (len(p) + 1) for p in prompts]  # longer pairs rank higher: enough for ordering tests
+
+    async def slots(self) -> list[SlotInfo]:
+        """`parallel` slots, the first `busy` of them processing; none caches anything."""
+        return [SlotInfo(i, i < self._busy, 0) for i in range(self.parallel)]
+
+    async def slot_action(self, action: str, slot_id: int, path: str | None = None) -> SlotDone:
+        raise no_slot_actions(self.name, "runs a scripted engine (no llama.cpp cache to save)")
 
     def stats(self) -> dict[str, Any]:
         return {"slots": self.parallel, "busy": self._busy, "queued": sum(not j.started for j in self._jobs),

@@ -196,3 +196,23 @@ class Started:
     request that has started cannot be re-run elsewhere; one still queued can)."""
 
     cached: int = 0  # prompt tokens the slot already held (the access log's figure for a request cancelled before its end)
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """One slot of a model, as llama-server's GET /slots shows it."""
+
+    id: int
+    processing: bool  # a request runs in it
+    cached: int  # tokens whose K/V cells it holds: its prompt cache
+    task: int = -1  # the number of the last request it took (the engine's own count); -1: none yet
+
+
+@dataclass(frozen=True)
+class SlotDone:
+    """What a slot action did (llama-server's /slots/{id}?action=…): tokens saved, restored or
+    erased, the file's bytes written or read, and how long it took."""
+
+    tokens: int
+    n_bytes: int = 0
+    ms: float = 0.0

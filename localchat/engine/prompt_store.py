@@ -11,11 +11,13 @@ entries in RAM; `limit_bytes` bounds the folder (least recently used entries go 
 entry whose tokens are a prefix of a newer one's is dropped as superseded.
 
 A file is: MAGIC, one JSON line (the model's key, token count, state bytes, the state's CRC-32),
-the tokens (int32), the state. Entries are per model file (its path, size and mtime make the key,
-one folder each); a file that is torn, corrupt or another model's is skipped and deleted, never
-given to llama.cpp. The state holds the cells as computed when the entry was saved: a restored
-prefix gives the logits that prompt gave then (its last token is decoded again, in a batch of
-its own, so within llama.cpp's batch-size rounding of a cold read)."""
+the tokens (int32), the state (`write_file`, `read_file`: the one format, also of the slot files
+llama-server's `/slots` routes save and restore, engine/slots.py). Entries are per model file
+(its path, size and mtime make the key, one folder each); a file that is torn, corrupt or another
+model's is skipped and deleted, never given to llama.cpp. The state holds the cells as computed
+when the entry was saved: a restored prefix gives the logits that prompt gave then (its last
+token is decoded again, in a batch of its own, so within llama.cpp's batch-size rounding of a
+cold read)."""
 
 from __future__ import annotations
 
@@ -49,6 +51,10 @@ class Entry:
     used: float  # last saved or restored (time.time), for LRU
 
 
+class BadFile(ValueError):
+    """A prompt file that fails its checks; the message says how (torn, corrupt, another model's)."""
+
+
 def model_key(path: Path) -> str:
     """A model file's identity: a re-downloaded or edited file gets a new key (and folder)."""
     st = path.stat()
@@ -60,6 +66,77 @@ def common(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     differ = np.flatnonzero(a[:n] != b[:n])
     return int(differ[0]) if differ.size else n
+
+
+def copy_state(ctx: int, seq_id: int) -> bytearray | None:
+    """Sequence `seq_id`'s cells, copied out of llama.cpp (None if it would not give them)."""
+    size = C.llama_state_seq_get_size(ctx, seq_id)
+    state = bytearray(size)
+    got = C.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(state), size, seq_id)
+    return state if got == size else None
+
+
+def put_state(ctx: int, seq_id: int, state: bytearray) -> bool:
+    """Empty sequence `seq_id`, then put the cells of a checked file's state into it. False when
+    llama.cpp refuses them (no room): the sequence is left empty."""
+    mem = C.llama_get_memory(ctx)
+    C.llama_memory_seq_rm(mem, seq_id, -1, -1)
+    ok = C.llama_state_seq_set_data(ctx, (ctypes.c_uint8 * len(state)).from_buffer(state), len(state), seq_id) \
+        == len(state)
+    if not ok:
+        C.llama_memory_seq_rm(mem, seq_id, -1, -1)
+    return ok
+
+
+# -- the file ------------------------------------------------------------------------------
+
+def write_file(path: Path, key: str, tokens: np.ndarray, state: bytes | bytearray) -> int:
+    """Write a prompt file (through a temporary file of its own beside it, renamed over `path`:
+    a reader never sees half of one); the bytes written."""
+    header = {"model": key, "tokens": len(tokens), "bytes": len(state), "crc32": zlib.crc32(state)}
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(MAGIC)
+            f.write(json.dumps(header).encode() + b"\n")
+            f.write(np.asarray(tokens, dtype=np.int32).tobytes())
+            f.write(state)
+            written = f.tell()
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return written
+
+
+def read_file(path: Path, key: str, *, state: bool = True) -> tuple[np.ndarray, bytearray | None]:
+    """A prompt file's tokens and (with `state`) its state, checked: its magic and header, the
+    model's key, its length against the header, the state's CRC-32. Raises BadFile saying what
+    is wrong (OSError when it cannot be read); without `state` the state is not read (None)."""
+    with open(path, "rb") as f:
+        if f.read(len(MAGIC)) != MAGIC:
+            raise BadFile("it is not a localchat prompt file")
+        try:
+            header = json.loads(f.readline(4096))
+        except ValueError:
+            header = None
+        if not (isinstance(header, dict)
+                and all(isinstance(header.get(k), int) and header[k] >= 0 for k in ("tokens", "bytes", "crc32"))):
+            raise BadFile("its header is unreadable (corrupt)")
+        if header.get("model") != key:
+            raise BadFile("it was saved with another model file (or another version of this one)")
+        raw = f.read(4 * header["tokens"])
+        if len(raw) != 4 * header["tokens"] or os.fstat(f.fileno()).st_size - f.tell() != header["bytes"]:
+            raise BadFile("it is torn: shorter or longer than its header says")
+        tokens = np.frombuffer(raw, dtype=np.int32).copy()
+        if not state:
+            return tokens, None
+        data = bytearray(header["bytes"])
+        if f.readinto(data) != header["bytes"] or f.read(1):
+            raise BadFile("it is torn: shorter or longer than its header says")
+    if zlib.crc32(data) != header["crc32"]:
+        raise BadFile("it is corrupt: its checksum fails")
+    return tokens, data
 
 
 class PromptStore:
@@ -100,13 +177,9 @@ class PromptStore:
     def restore(self, entry: Entry, ctx: int, seq_id: int) -> list[int] | None:
         """Put the entry's cells into sequence `seq_id` (emptied first); its tokens, or None when
         the file is gone or fails its checks (then it is deleted and the sequence left empty)."""
-        mem = C.llama_get_memory(ctx)
-        C.llama_memory_seq_rm(mem, seq_id, -1, -1)
         state = self._read_state(entry)
-        ok = state is not None and C.llama_state_seq_set_data(
-            ctx, (ctypes.c_uint8 * len(state)).from_buffer(state), len(state), seq_id) == len(state)
-        if not ok:
-            C.llama_memory_seq_rm(mem, seq_id, -1, -1)
+        if state is None or not put_state(ctx, seq_id, state):
+            C.llama_memory_seq_rm(C.llama_get_memory(ctx), seq_id, -1, -1)
             _log.warning("prompt cache: could not restore %s; removed it", entry.path.name)
             self._drop(entry)
             return None
@@ -128,10 +201,8 @@ class PromptStore:
         thread writes it. False when the writer is behind (the save is skipped)."""
         if self._queue.full():
             return False
-        size = C.llama_state_seq_get_size(ctx, seq_id)
-        state = bytearray(size)
-        got = C.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(state), size, seq_id)
-        if got != size:
+        state = copy_state(ctx, seq_id)
+        if state is None:
             return False
         try:
             self._queue.put_nowait((np.asarray(tokens, dtype=np.int32), state))
@@ -163,14 +234,7 @@ class PromptStore:
     def _write(self, tokens: np.ndarray, state: bytearray) -> None:
         name = hashlib.sha256(tokens.tobytes()).hexdigest()[:32]
         path = self.folder / f"{name}.kv"
-        header = {"model": self.key, "tokens": len(tokens), "bytes": len(state), "crc32": zlib.crc32(state)}
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(MAGIC)
-            f.write(json.dumps(header).encode() + b"\n")
-            f.write(tokens.tobytes())
-            f.write(state)
-        os.replace(tmp, path)
+        write_file(path, self.key, tokens, state)
         entry = Entry(path, tokens, path.stat().st_size, time.time())
         with self._lock:
             superseded = [e for e in self.entries if e.path == path
@@ -188,46 +252,22 @@ class PromptStore:
             if e.path != path or e in evict:
                 e.path.unlink(missing_ok=True)
 
-    # -- the file --------------------------------------------------------------------------
-
-    def _header(self, f) -> dict | None:
-        if f.read(len(MAGIC)) != MAGIC:
-            return None
-        try:
-            header = json.loads(f.readline(4096))
-        except ValueError:
-            return None
-        ok = (isinstance(header, dict) and header.get("model") == self.key
-              and all(isinstance(header.get(k), int) and header[k] >= 0 for k in ("tokens", "bytes", "crc32")))
-        return header if ok else None
+    # -- the file (read_file checks it) ---------------------------------------------------
 
     def _read_index(self, path: Path) -> Entry | None:
         try:
-            with open(path, "rb") as f:
-                header = self._header(f)
-                if header is None:
-                    return None
-                raw = f.read(4 * header["tokens"])
-                rest = path.stat().st_size - f.tell()
-        except OSError:
+            tokens, _ = read_file(path, self.key, state=False)
+            st = path.stat()
+        except (OSError, BadFile):
             return None
-        if len(raw) != 4 * header["tokens"] or rest != header["bytes"] or not header["tokens"]:
-            return None
-        return Entry(path, np.frombuffer(raw, dtype=np.int32).copy(), path.stat().st_size, path.stat().st_mtime)
+        return Entry(path, tokens, st.st_size, st.st_mtime) if len(tokens) else None
 
     def _read_state(self, entry: Entry) -> bytearray | None:
         try:
-            with open(entry.path, "rb") as f:
-                header = self._header(f)
-                if header is None or header["tokens"] != len(entry.tokens):
-                    return None
-                f.seek(4 * header["tokens"], os.SEEK_CUR)
-                state = bytearray(header["bytes"])
-                if f.readinto(state) != header["bytes"] or f.read(1):
-                    return None
-        except OSError:
+            tokens, state = read_file(entry.path, self.key)
+        except (OSError, BadFile):
             return None
-        return state if zlib.crc32(state) == header["crc32"] else None
+        return state if len(tokens) == len(entry.tokens) else None
 
     def _drop(self, entry: Entry) -> None:
         with self._lock:

@@ -7,7 +7,9 @@ takes the free slot whose cache shares the longest prefix with its prompt, if th
 more than half of the prompt or of the slot's cache (else an empty or the least recently used
 slot). With n > 1 the prompt is decoded once and its cells are shared with the other n - 1 slots.
 Requests with other LoRA adapters decode in a batch of their own in the same step (_step); a
-prompt's images and audio decode in decodes of their own as the prompt reaches them (media_feed)."""
+prompt's images and audio decode in decodes of their own as the prompt reaches them (media_feed).
+Other threads reach the context only through `between_steps` (llama-server's slot actions: slot_state,
+slot_restore, slot_erase), which the loop runs between two steps."""
 
 from __future__ import annotations
 
@@ -17,16 +19,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import llama_cpp as C
 import numpy as np
 
-from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable, QueueFull
+from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable, QueueFull, SlotBusy
 from .job import Adapters, Emit, Job, apply_adapters, common_prefix, make_sequence, read_prompt_logprobs, reuse, vacancy
 from .media_feed import MediaFeed
 from .model import Model
-from .params import N_BATCH, SWA_FULL, Generate, PromptLogprobs, Started
-from .prompt_store import RESTORE_MIN, SAVE_MIN, PromptStore
+from .params import N_BATCH, SWA_FULL, Generate, PromptLogprobs, SlotInfo, Started
+from .prompt_store import RESTORE_MIN, SAVE_MIN, PromptStore, copy_state, put_state
 from .slot import Sequence, Slot
 from .vision import Projector
 
@@ -34,7 +38,7 @@ _log = logging.getLogger("localchat.engine")
 # Prompt tokens a step while a request wants their log-probabilities: each is a row of logits in
 # llama.cpp's output buffer (32 × a 262k vocabulary: 34 MB), which keeps its largest size.
 PROMPT_LOGPROBS_CHUNK = 32
-
+T = TypeVar("T")
 
 
 class Scheduler:
@@ -79,6 +83,8 @@ class Scheduler:
         self._woken = False  # a media chunk was encoded since the loop last looked
         self.media = MediaFeed(projector, n_ctx, self._wake) if projector else None
         self.after_step: Callable[[], None] | None = None  # called after every turn of the loop (a worker flushes)
+        self._commands: deque[tuple[Callable[[], Any], Future]] = deque()  # for the loop to run between steps
+        self._tasks = 0  # requests admitted so far: each slot's `task` is the number of its last one
         self._thread = threading.Thread(target=self._loop, name="localchat-scheduler", daemon=True)
         self._thread.start()
 
@@ -123,6 +129,21 @@ class Scheduler:
         with self._cond:
             self._cond.notify()
 
+    def between_steps(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the scheduler's thread between two steps (never beside a decode), and return
+        what it returns or raise what it raises; the calling thread waits until then (a step at most)."""
+        future: Future = Future()
+        with self._cond:
+            if self._stopping:
+                raise ModelUnavailable("the model is being unloaded", param="model")
+            self._commands.append((fn, future))
+            self._cond.notify()
+        return future.result()
+
+    def slots_info(self) -> list[SlotInfo]:
+        """Each slot's state now (read from any thread: a snapshot, not a lock)."""
+        return [SlotInfo(s.seq_id, s.busy, len(s.cached), s.task) for s in self.slots]
+
     def stats(self) -> dict[str, int]:
         return {"slots": self.parallel, "busy": sum(s.busy for s in self.slots),
                 "queued": len(self.queue) + self._preparing}
@@ -132,6 +153,8 @@ class Scheduler:
             self._stopping = True
             self._cond.notify()
         self._thread.join()
+        while self._commands:  # asked for while the loop was stopping: never run
+            self._commands.popleft()[1].set_exception(ModelUnavailable("the model was unloaded", param="model"))
         if self.media is not None:
             self.media.close()
         for job in [*self.running, *self.queue]:
@@ -154,10 +177,17 @@ class Scheduler:
             if self.after_step is not None:
                 self.after_step()  # what the drop emitted goes out before the loop sleeps (a worker's batch)
             with self._cond:
-                if not self._stopping and not self.running and not self.queue:
+                if not self._stopping and not self.running and not self.queue and not self._commands:
                     self._cond.wait()  # then one turn, if only to flush (a request refused while preparing)
                 if self._stopping:
                     return
+                commands = [self._commands.popleft() for _ in range(len(self._commands))]
+            for fn, future in commands:  # before admitting: a slot found free by a command is still free
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # noqa: BLE001 - the caller raises it
+                    future.set_exception(exc)
+            with self._cond:
                 admitted = self._admit()
             for job in admitted:
                 self._start(job)
@@ -187,8 +217,9 @@ class Scheduler:
             self.queue.popleft()
             lead = max(free, key=lambda s: (reuse(s, job), vacancy(s)))
             others = sorted((s for s in free if s is not lead), key=vacancy, reverse=True)[: job.request.n - 1]
+            self._tasks += 1
             for s in (lead, *others):
-                s.busy = True
+                s.busy, s.task = True, self._tasks
             job.slots = [lead, *others]
             admitted.append(job)
         return admitted
@@ -240,6 +271,52 @@ class Scheduler:
         if (self.store is not None and job.request.cache_prompt and not slot.adapters and not slot.media
                 and len(slot.cached) - self.store.saved_prefix(slot.cached) >= SAVE_MIN):
             self.store.save(self.ctx, slot.seq_id, slot.cached)
+
+    # -- llama-server's slot actions (run by between_steps, on this thread) -------------------
+
+    def _idle_slot(self, slot_id: int) -> Slot:
+        if not 0 <= slot_id < len(self.slots):
+            raise InvalidRequest(f"id_slot: no slot {slot_id}; this model has {len(self.slots)} "
+                                 f"(0 to {len(self.slots) - 1})", param="id_slot")
+        slot = self.slots[slot_id]
+        if slot.busy:
+            raise SlotBusy(f"id_slot: slot {slot_id} is processing a request; try again once it is done",
+                           param="id_slot")
+        return slot
+
+    def slot_state(self, slot_id: int) -> tuple[list[int], bytearray]:
+        """An idle slot's cached tokens and its cells, copied out (a memory copy)."""
+        slot = self._idle_slot(slot_id)
+        if slot.media or slot.adapters:
+            what = "images or audio" if slot.media else "cells computed with LoRA adapters"
+            raise InvalidRequest(f"id_slot: slot {slot_id} holds {what}; such a cache cannot be saved",
+                                 param="id_slot")
+        state = copy_state(self.ctx, slot.seq_id)
+        if state is None:
+            raise EngineError(f"llama.cpp would not copy slot {slot_id}'s cells out")
+        return list(slot.cached), state
+
+    def slot_restore(self, slot_id: int, tokens: list[int], state: bytearray) -> None:
+        """Replace an idle slot's cache by a checked file's tokens and cells."""
+        slot = self._idle_slot(slot_id)
+        if len(tokens) > self.n_ctx:
+            raise InvalidRequest(f"filename: its {len(tokens)} tokens do not fit in a slot of {self.n_ctx}",
+                                 param="filename")
+        C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+        slot.keep(0)
+        slot.adapters, slot.used_at = (), time.monotonic()
+        if tokens and not put_state(self.ctx, slot.seq_id, state):
+            raise InvalidRequest(f"filename: llama.cpp could not put its {len(tokens)} tokens' cells into slot "
+                                 f"{slot_id} (no room in the cache); the slot is empty now", param="filename")
+        slot.cached = list(tokens)
+
+    def slot_erase(self, slot_id: int) -> int:
+        """Empty an idle slot's cache; the tokens it held."""
+        slot = self._idle_slot(slot_id)
+        n = len(slot.cached)
+        C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+        slot.keep(0)
+        return n
 
     def _drop_cancelled(self) -> None:
         for job in [j for j in self.running if j.cancelled]:

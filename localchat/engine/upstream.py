@@ -21,8 +21,8 @@ import httpx
 
 from ..errors import LocalchatError, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from . import wire
-from .base import Emit, Stream, check_adapters, check_fits
-from .params import Generate
+from .base import Emit, Stream, check_adapters, check_fits, no_slot_actions
+from .params import Generate, SlotDone, SlotInfo
 
 PREFIX = "/internal/engine"
 LOAD_TIMEOUT = 600.0  # seconds the peer may take to load the model (a large one, from a slow disk)
@@ -171,6 +171,12 @@ class Link:
                 asyncio.run_coroutine_threadsafe(self._async.aclose(), loop)
             except RuntimeError:  # the loop has stopped
                 pass
+
+    async def slots(self) -> list[SlotInfo]:
+        raise no_slot_actions(self.name, f"runs upstream, at {self.peer.url}")
+
+    async def slot_action(self, action: str, slot_id: int, path: str | None = None) -> SlotDone:
+        raise no_slot_actions(self.name, f"runs upstream, at {self.peer.url}")
 
     def _ok(self) -> None:
         self.state, self.error = "ok", None

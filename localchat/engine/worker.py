@@ -35,7 +35,7 @@ from ..errors import EngineCrashed, ModelUnavailable, QueueFull
 from ..logs import escape_request_text
 from . import rpc as rpc_link
 from .base import Emit, Stream, check_adapters
-from .params import Generate, Started
+from .params import Generate, SlotDone, SlotInfo, Started
 
 log = logging.getLogger("localchat.worker")
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # this many deaths within this many seconds: the model is failed
@@ -104,8 +104,15 @@ class WorkerEngine:
     async def rerank(self, inputs: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]:
         return await self._call("rerank", inputs, judge)
 
+    async def slots(self) -> list[SlotInfo]:
+        return await self._call("slots")
+
+    async def slot_action(self, action: str, slot_id: int, path: str | None = None) -> SlotDone:
+        return await self._call("slot_action", action, slot_id, path)
+
     async def _call(self, kind: str, *args: Any) -> Any:
-        """A blocking call in the worker (embed, rerank), answered by an `embedded` message."""
+        """A blocking call in the worker (embed, rerank, the slots' state and actions), answered by
+        an `embedded` message."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._lock:
@@ -265,8 +272,8 @@ class WorkerEngine:
                                                "it is being restarted: send the request again", code="engine_crashed"))
                         job.emit(None)
                 for job_id in list(self._embeds):
-                    self._embedded(job_id, EngineCrashed(f"the model {self.name} crashed ({how}) while embedding; "
-                                                         "send the request again", code="engine_crashed"))
+                    self._embedded(job_id, EngineCrashed(f"the model {self.name} crashed ({how}) while it embedded, "
+                                                         "reranked or ran a slot action; send the request again", code="engine_crashed"))
                 if len(self._crashes) >= CRASH_LIMIT:
                     return self._fail(how)
         while True:
@@ -384,9 +391,12 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
                 jobs.pop(job_id, None)
         return emit
 
+    calls = {"embed": engine.embed_blocking, "rerank": engine.rerank_blocking, "slots": engine.slots_blocking,
+             "slot_action": engine.slot_action_blocking}
+
     def call(kind: str, job_id: int, *args: Any) -> None:
         try:
-            result: Any = (engine.embed_blocking if kind == "embed" else engine.rerank_blocking)(*args)
+            result: Any = calls[kind](*args)
         except Exception as exc:  # noqa: BLE001 - the server raises it for that request
             result = exc
         with send_lock:
@@ -410,7 +420,7 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
                 flush()
         elif message[0] == "cancel" and message[1] in jobs:
             scheduler.cancel(jobs.pop(message[1]))
-        elif message[0] in ("embed", "rerank"):
+        elif message[0] in calls:
             threading.Thread(target=call, args=message, daemon=True).start()
         elif message[0] == "stop":
             break

@@ -1,6 +1,7 @@
 """The models as the protocols see them (`Chat.models`): what is registered, what each is and can
 do, which are loaded; loading and unloading one, pulling and deleting one (Ollama's routes), its
-LoRA adapters' default scales. The only way the API reaches the host (models/host.py).
+LoRA adapters' default scales, its slots (llama-server's /slots: listed, saved, restored, erased).
+The only way the API reaches the host (models/host.py).
 
 Every read that may open a model's file (its GGUF header, its projector) runs off the event loop;
 `hold` is the lease the use-cases that run on a model take (embed.py, rerank.py, tokens.py)."""
@@ -13,7 +14,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InvalidRequest
+from ..engine.params import SlotDone, SlotInfo
+from ..errors import InvalidRequest, NotSupported
+from ..logs import current_request
 from ..models import ModelSpec, user
 from ..models.describe import Description
 from ..models.fit import Sizing
@@ -22,6 +25,22 @@ from ..models.host import Lease, LoadedModel, ModelHost
 from ..models.pull import Progress, pull
 from ..neutral import LoraChoice
 from .adapters import resolve_adapters
+
+
+_FORBIDDEN = set('/\\:*?"<>|') | {chr(c) for c in range(32)} | {"\x7f", "\ufeff", "\u2028", "\u2029"}
+
+
+def slot_file(folder: Path, filename: str) -> Path:
+    """The file a slot action names, in the slot save folder: a plain file name, checked as
+    llama-server checks it (no path separator, no `..`, no control character, no leading or
+    trailing space, no trailing dot, at most 255 bytes), else a 400 naming `filename`."""
+    bad = (not filename or len(filename.encode("utf-8", "surrogatepass")) > 255 or any(c in _FORBIDDEN for c in filename)
+           or ".." in filename or filename == "." or filename[0] == " " or filename[-1] in " .")
+    if bad:
+        raise InvalidRequest(f"filename: {filename!r} is not a file name the slot save folder takes: a plain name, "
+                             "without a path separator, '..', control characters, or a leading or trailing space "
+                             "or a trailing dot", param="filename")
+    return Path(folder).expanduser().resolve() / filename
 
 
 @dataclass(frozen=True)
@@ -164,3 +183,30 @@ class Models:
         async with self.hold(name) as loaded:
             chosen = dict(resolve_adapters(loaded, choice, param=param))
             loaded.lora_scales = [chosen.get(i, 0.0) for i in range(len(loaded.spec.loras))]
+
+    # -- llama-server's slots ----------------------------------------------------------------------
+
+    async def slots(self, name: str | None) -> tuple[int, list[SlotInfo]]:
+        """The slots of the model (by default the default one) and their context, if it is loaded
+        (none if not: nothing is loaded to list them)."""
+        spec = self.resolve(name)
+        if (record := current_request()) is not None:
+            record.model = spec.name
+        loaded = self._host.loaded.get(spec.name)
+        if loaded is None:
+            return 0, []
+        return loaded.engine.n_ctx, await loaded.engine.slots()
+
+    async def slot_action(self, name: str | None, action: str, slot_id: int, filename: str | None) -> SlotDone:
+        """Save a slot's prompt cache to `filename` in the slot save folder (`slot_save_path`), restore it
+        from there, or erase the slot (loading the model if need be). Without a slot save folder a 501,
+        as llama-server answers without --slot-save-path."""
+        folder = self._host.registry.settings.slot_save_path
+        if folder is None:
+            raise NotSupported("This server does not support slots action. Start it with `--slot-save-path` "
+                               "(or set slot_save_path in models.toml)")
+        path = None if action == "erase" else str(slot_file(folder, filename or ""))
+        async with self.hold(name) as loaded:
+            if (record := current_request()) is not None:
+                record.model = loaded.spec.name
+            return await loaded.engine.slot_action(action, slot_id, path)

@@ -100,6 +100,9 @@ class Settings(BaseModel):
     # Prompts' K/V cells kept on disk (under the cache folder's prompts/) so that a long prompt is read once,
     # across restarts and unloads too: the folder's size limit in bytes, least recently used out first; 0: off.
     prompt_cache_bytes: int = Field(4 * 1024**3, ge=0)
+    # llama-server's --slot-save-path: the folder where POST /slots/{id}?action=save writes a slot's prompt cache
+    # and action=restore reads it (made if missing); None: the slot actions answer 501.
+    slot_save_path: Path | None = None
     # Serve this server's models to other localchats (`serve --peer`): the token-mode routes under /internal/engine
     # that their `upstream` entries call (api/peer.py). Guarded like every route (loopback, the API key).
     peer: bool = False
