@@ -125,8 +125,9 @@ class DraftContext:
         """Make the sequence hold `tokens`' cells, the last one decoded now (its logits are the
         next token's): what it holds in common with them stays, the rest goes, the missing are decoded."""
         cached = self.cached[seq_id]
-        n = min(len(os.path.commonprefix([cached, tokens])), len(tokens) - 1)
-        self.cut(seq_id, n)
+        # most often it holds a prefix (the tokens up to the last draft's kept ones): no token-by-token walk
+        same = len(cached) if tokens[:len(cached)] == cached else len(os.path.commonprefix([cached, tokens]))
+        self.cut(seq_id, min(same, len(tokens) - 1))
         n = len(cached)
         while n < len(tokens):
             if not self._decode(seq_id, tokens[n:n + N_BATCH], n):
