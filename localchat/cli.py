@@ -24,6 +24,9 @@ def serve(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to load and use by default: a name from "
                                         "the registry, or a GGUF file's path (served without a registry entry)."),
     alias: Optional[str] = typer.Option(None, "--alias", help="Another name for that model, this run only."),
+    draft_model: Optional[str] = typer.Option(None, "--draft-model", "-md", help="A smaller model of the registry "
+                                              "with the same vocabulary that drafts for that model (speculative "
+                                              "decoding; its `draft` in models.toml), this run only."),
     ctx_size: Optional[int] = typer.Option(None, "--ctx-size", "-c", min=64,
                                            help="Tokens of context per slot for models without their own "
                                            "context_length (default: fitted to free memory)."),
@@ -78,6 +81,8 @@ def serve(
     try:
         registry.settings = registry.settings.model_validate({**registry.settings.model_dump(), **overrides})
         model = _served_model(registry, model, alias)
+        if draft_model:
+            registry.set_draft(model, draft_model)
     except (ValueError, LocalchatError) as exc:
         raise fail(str(exc)) from None
     try:

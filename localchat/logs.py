@@ -112,7 +112,7 @@ class RequestRecord:
             parts.append(f"prompt={self.prompt_tokens} cached={self.cached_tokens or 0} generated={self.generated}")
             finish = "error" if self.error else self.finish or "cancelled"
             parts.append(f"finish={finish}" + (f" reason={self.why}" if self.why else ""))
-            if self.drafted:  # drafts from the text: kept of drafted
+            if self.drafted:  # drafts (from the text or a draft model): kept of drafted
                 parts.append(f"drafts={self.kept}/{self.drafted}")
         if self.first_token is not None:
             parts.append(f"ttft={self.first_token - self.started:.2f}s")

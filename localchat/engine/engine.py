@@ -14,7 +14,7 @@ from .embed import Embedder
 from .rerank import Ranker
 from .model import Model
 from .prompt_store import PromptStore, model_key
-from .params import N_BATCH, Event, Generate, SlotDone, SlotInfo
+from .params import N_BATCH, Draft, Event, Generate, SlotDone, SlotInfo
 from .scheduler import Scheduler
 from .vision import Projector
 
@@ -29,21 +29,30 @@ class LocalEngine:
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = N_BATCH,
                  visible: Iterable[str] = (), pooling: int | None = None, rope: tuple[str, float] | None = None,
                  loras: Iterable[str] = (), mmproj: str | None = None, prompt_cache: str | None = None,
-                 prompt_cache_bytes: int = 0, tensor_split: Iterable[float] | None = None) -> None:
+                 prompt_cache_bytes: int = 0, tensor_split: Iterable[float] | None = None,
+                 draft: Draft | None = None) -> None:
         self.model = Model(path, n_gpu_layers=n_gpu_layers, tensor_split=tensor_split)
         self.projector: Projector | None = None
+        self.draft_model: Model | None = None  # speculative decoding's draft model (draft_model.py)
         try:
             self.model.load_adapters(loras)
+            if draft is not None:
+                from .draft_model import check_compatible
+
+                self.draft_model = Model(Path(draft.path), n_gpu_layers=draft.gpu_layers)
+                check_compatible(self.model, self.draft_model)
             if mmproj:
                 self.projector = Projector(self.model, Path(mmproj), n_threads=n_threads, use_gpu=n_gpu_layers != 0)
             # prompts kept on disk under `prompt_cache` (a folder), up to prompt_cache_bytes (0: none)
             store = PromptStore(Path(prompt_cache), path, prompt_cache_bytes) if prompt_cache and prompt_cache_bytes else None
             self.scheduler = Scheduler(self.model, n_ctx=n_ctx, parallel=parallel, max_queue=max_queue,
                                        n_threads=n_threads, n_batch=n_batch, rope=rope, projector=self.projector,
-                                       store=store)
+                                       store=store, draft=(self.draft_model, draft) if draft is not None else None)
         except BaseException:
             if self.projector is not None:
                 self.projector.close()
+            if self.draft_model is not None:
+                self.draft_model.close()
             self.model.close()
             raise
         self.model.show_tokens(visible)
@@ -116,4 +125,6 @@ class LocalEngine:
             ranker.close()
         if self.projector is not None:
             self.projector.close()
+        if self.draft_model is not None:
+            self.draft_model.close()
         self.model.close()

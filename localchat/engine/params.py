@@ -96,6 +96,17 @@ class Generate:
 
 
 @dataclass(frozen=True)
+class Draft:
+    """A draft model for an engine (draft_model.py): its GGUF file and llama-server's --draft-* settings."""
+
+    path: str
+    gpu_layers: int = 0
+    max: int = 16  # tokens drafted a step at most (--draft-max)
+    min: int = 0  # a shorter draft is not used (--draft-min)
+    p_min: float = 0.75  # drafting stops at a token the draft model is less sure of (--draft-p-min)
+
+
+@dataclass(frozen=True)
 class TopLogprob:
     token: str
     logprob: float
@@ -136,7 +147,7 @@ class Done:
     index: int = 0
     stop: str | None = None  # the stop string that ended the text, if one did
     why: str | None = None  # "repetition": a "length" end before the budget, the output having looped
-    drafted: int = 0  # tokens drafted from the text (engine/drafts.py) and verified
+    drafted: int = 0  # tokens drafted (from the text, drafts.py, or by a draft model, draft_model.py) and verified
     kept: int = 0  # of those, the ones the model wrote
 
 

@@ -26,10 +26,11 @@ import llama_cpp as C
 import numpy as np
 
 from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable, QueueFull, SlotBusy
+from .draft_model import DraftContext
 from .job import Adapters, Emit, Job, apply_adapters, common_prefix, make_sequence, read_prompt_logprobs, reuse, vacancy
 from .media_feed import MediaFeed
 from .model import Model
-from .params import N_BATCH, SWA_FULL, Generate, PromptLogprobs, SlotInfo, Started
+from .params import N_BATCH, SWA_FULL, Draft, Generate, PromptLogprobs, SlotInfo, Started
 from .prompt_store import RESTORE_MIN, SAVE_MIN, PromptStore, copy_state, put_state
 from .slot import Sequence, Slot
 from .vision import Projector
@@ -44,7 +45,8 @@ T = TypeVar("T")
 class Scheduler:
     def __init__(self, model: Model, *, n_ctx: int, parallel: int, max_queue: int,
                  n_threads: int | None = None, n_batch: int = N_BATCH, rope: tuple[str, float] | None = None,
-                 projector: Projector | None = None, store: PromptStore | None = None) -> None:
+                 projector: Projector | None = None, store: PromptStore | None = None,
+                 draft: tuple[Model, Draft] | None = None) -> None:
         self.model, self.n_ctx, self.parallel, self.max_queue = model, n_ctx, parallel, max_queue
         self.store = store  # slots' prompts on disk (prompt_store.py): saved when big, restored when they serve
         self.n_batch = max(n_batch, parallel + 1)
@@ -67,6 +69,13 @@ class Scheduler:
         if not self.ctx:
             raise ModelUnavailable(f"llama.cpp could not create {parallel} slots of {n_ctx} tokens for {model.path}")
         self.mem = C.llama_get_memory(self.ctx)
+        # a draft model's context (draft_model.py): one sequence per slot, as this one
+        try:
+            self.draft = DraftContext(draft[0], model, draft[1], n_ctx=n_ctx, parallel=parallel,
+                                      n_threads=n_threads) if draft is not None else None
+        except BaseException:
+            C.llama_free(self.ctx)
+            raise
         self.batch = C.llama_batch_init(self.n_batch, 0, 1)
         self._token = np.ctypeslib.as_array(self.batch.token, shape=(self.n_batch,))
         self._pos = np.ctypeslib.as_array(self.batch.pos, shape=(self.n_batch,))
@@ -166,6 +175,8 @@ class Scheduler:
         C.llama_batch_free(self.batch)
         C.llama_free(self.ctx)
         self.ctx = None
+        if self.draft is not None:
+            self.draft.close()
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -231,6 +242,7 @@ class Scheduler:
         try:
             for i, slot in enumerate(slots):
                 job.seqs.append(make_sequence(job, i, slot, self.model, self.n_ctx))
+                job.seqs[-1].draft_model = self.draft
         except Exception as exc:  # noqa: BLE001 - reported to its own request only
             for seq in job.seqs:
                 seq.sampler.close()
@@ -464,6 +476,8 @@ class Scheduler:
             for slot in job.slots:
                 C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
                 slot.keep(0)
+                if self.draft is not None:
+                    self.draft.forget(slot.seq_id)
         job.emit(None)
         self._release(job)
 
@@ -479,6 +493,8 @@ class Scheduler:
             seq.cancel()
             C.llama_memory_seq_rm(self.mem, seq.slot.seq_id, -1, -1)
             seq.slot.keep(0)
+            if self.draft is not None:
+                self.draft.forget(seq.slot.seq_id)
         job.emit(exc if isinstance(exc, LocalchatError) else EngineError(f"llama.cpp failed: {exc}"))
         job.cancelled = True  # no Done events after an error
         self._finish(job)

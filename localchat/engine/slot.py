@@ -15,6 +15,7 @@ import llama_cpp as C
 import numpy as np
 
 from ..errors import GrammarDeadEnd
+from .draft_model import DraftContext, ModelDrafter
 from .drafts import NgramDrafter
 from .model import Model
 from .params import Done, Event, TokenLogprob, TopLogprob, Text
@@ -67,16 +68,22 @@ class Sequence:
         self.finish: str | None = None
         self.why: str | None = None  # "repetition": ended early as "length" because it looped
         self._pending_logprobs: list[TokenLogprob] = []
-        self.drafter: NgramDrafter | None = None  # made at the first step that may draft (scheduler)
+        self.drafter: NgramDrafter | ModelDrafter | None = None  # made at the first step that may draft (scheduler)
+        self.draft_model: DraftContext | None = None  # the model's draft model, if it has one (scheduler)
 
     def draft(self, room: int) -> list[int]:
         """Tokens to decode after next_token this step, to be verified (none when drafts are off,
-        nothing matches, or there is no room: the batch's, the budget's)."""
+        nothing matches, or there is no room: the batch's, the budget's). A model with a draft
+        model drafts with it instead of the n-gram lookup (draft_model.py), except in a slot that
+        holds images or audio (the draft model cannot read their cells); `ngram_draft = 0` turns
+        either off."""
         limit = self.sampler.params.ngram_draft
         if not limit or self.next_token is None:
             return []
         if self.drafter is None:
-            self.drafter = NgramDrafter([*self.slot.cached, self.next_token], limit)
+            history = [*self.slot.cached, self.next_token]
+            self.drafter = self.draft_model.drafter(self.slot.seq_id, history) \
+                if self.draft_model is not None and not self.slot.media else NgramDrafter(history, limit)
         return self.drafter.propose(min(room, self.budget - self.generated - 1))
 
     def sample(self, ctx, idx: int) -> None:

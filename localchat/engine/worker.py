@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from ..errors import EngineCrashed, ModelUnavailable, QueueFull
 from ..logs import escape_request_text
 from . import rpc as rpc_link
 from .base import Emit, Stream, check_adapters
-from .params import Generate, SlotDone, SlotInfo, Started
+from .params import Draft, Generate, SlotDone, SlotInfo, Started
 
 log = logging.getLogger("localchat.worker")
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # this many deaths within this many seconds: the model is failed
@@ -57,7 +57,7 @@ class WorkerEngine:
                  visible: Iterable[str] = (), name: str = "", pooling: int | None = None,
                  rope: tuple[str, float] | None = None, loras: Iterable[str] = (), mmproj: str | None = None,
                  prompt_cache: str | None = None, prompt_cache_bytes: int = 0, rpc: Iterable[str] = (),
-                 tensor_split: Iterable[float] | None = None) -> None:
+                 tensor_split: Iterable[float] | None = None, draft: Draft | None = None) -> None:
         from .model import Model  # the vocabulary, in this process: llama.cpp loads here, not on import
 
         self.name = name or path.stem
@@ -69,7 +69,8 @@ class WorkerEngine:
                         "rope": list(rope) if rope else None,
                         "loras": [str(p) for p in loras], "mmproj": str(mmproj) if mmproj else None,
                         "prompt_cache": prompt_cache, "prompt_cache_bytes": prompt_cache_bytes,
-                        "rpc": list(rpc), "tensor_split": list(tensor_split) if tensor_split else None}
+                        "rpc": list(rpc), "tensor_split": list(tensor_split) if tensor_split else None,
+                        "draft": asdict(draft) if draft is not None else None}
         self.rpc: dict[str, str | None] = dict.fromkeys(self._config["rpc"])  # endpoint -> why it is down (None: up)
         self.n_adapters = len(self._config["loras"])
         self._embeds: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
@@ -367,7 +368,8 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
                         visible=config["visible"], pooling=config["pooling"],
                         rope=tuple(config["rope"]) if config["rope"] else None, loras=config["loras"],
                         mmproj=config["mmproj"], prompt_cache=config["prompt_cache"],
-                        prompt_cache_bytes=config["prompt_cache_bytes"], tensor_split=config["tensor_split"])
+                        prompt_cache_bytes=config["prompt_cache_bytes"], tensor_split=config["tensor_split"],
+                        draft=Draft(**config["draft"]) if config.get("draft") else None)
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it there
         conn.send(("failed", str(exc)))
         return

@@ -148,6 +148,14 @@ class ModelSpec(BaseModel):
     rope_scaling: Literal["linear", "yarn"] = "yarn"
     rope_scale: float | None = Field(None, ge=1, le=64)
     rerank: bool = False  # serve /v1/rerank by asking the model yes or no, if the GGUF has no rank pooling
+    # Speculative decoding with a draft model (llama-server's --model-draft; engine/draft_model.py): another
+    # registered model with the same vocabulary, smaller (Qwen2.5-Coder 0.5B for the 1.5B), loaded beside this
+    # one; it replaces the n-gram lookup. draft_max, draft_min, draft_p_min: llama-server's --draft-max,
+    # --draft-min, --draft-p-min. Faster where decoding is bound by memory bandwidth (a GPU), slower on a small CPU.
+    draft: str | None = None
+    draft_max: int = Field(16, ge=1, le=64)
+    draft_min: int = Field(0, ge=0, le=64)
+    draft_p_min: float = Field(0.75, ge=0, le=1)
     loras: list[LoraSpec] = []
     # Served by another engine (docs/models.md "Upstream models"): its URL (http://host:port or …/v1). In token
     # mode it is another localchat run with `serve --peer`: this server renders and builds grammars, the peer
@@ -281,7 +289,7 @@ class ModelSpec(BaseModel):
 # An upstream entry's model is the peer's: what the peer's own models.toml sets about it.
 _PEERS = frozenset({"mmproj", "family", "template", "context_length", "gpu_layers", "threads", "parallel",
                     "embedding", "rope_scaling", "rope_scale", "rerank", "loras", "sha256", "source", "on_demand",
-                    "rpc", "tensor_split"})
+                    "rpc", "tensor_split", "draft", "draft_max", "draft_min", "draft_p_min"})
 _LINK = frozenset({"upstream_mode", "upstream_model", "api_key", "upstream_timeout", "upstream_connect_timeout"})
 
 
@@ -295,6 +303,7 @@ class Registry:
         self.sources: tuple[Path | None, Path | None] = (None, None)  # the files it was read from (load)
         self._session: dict[str, ModelSpec] = {}  # served this run only (serve -m PATH)
         self._aliases: list[tuple[str, str]] = []  # (model, alias) given this run only (serve --alias)
+        self._drafts: dict[str, str] = {}  # model -> its draft model, given this run only (serve --draft-model)
         self._names = {n: spec for spec in models.values() for n in (spec.name, *spec.aliases)}
         if default not in self._names:
             raise ValueError(f"the default model {default!r} is not in the registry")
@@ -323,6 +332,9 @@ class Registry:
         for name, alias in self._aliases:
             if name in self._names and alias not in self._names:
                 self.add_alias(name, alias)
+        for name, draft in self._drafts.items():
+            if name in self.models:
+                self.models[name].draft = draft
         if self.default not in self._names:
             self.default = fresh.default
 
@@ -345,6 +357,14 @@ class Registry:
         self._names[alias] = spec
         if (spec.name, alias) not in self._aliases:
             self._aliases.append((spec.name, alias))
+
+    def set_draft(self, name: str | None, draft: str) -> None:
+        """Give a model a draft model, this run only (`localchat serve --draft-model NAME`)."""
+        spec, drafter = self.resolve(name), self.resolve(draft)
+        if spec.kind != "file" or drafter.kind != "file":
+            raise ValueError(f"{spec.name if spec.kind != 'file' else drafter.name} is served by an upstream: "
+                             "a draft model and the model it drafts for are GGUF files here")
+        spec.draft = self._drafts[spec.name] = drafter.name
 
     def resolve(self, name: str | None) -> ModelSpec:
         """A model by name or alias; an empty or missing name means the default model."""

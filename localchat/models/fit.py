@@ -113,8 +113,14 @@ class Need:
         return self.weights + self.kv + self.compute + self.overhead
 
 
-def need(shape: MemoryShape, context: int, slots: int) -> Need:
-    return Need(shape.weights, shape.kv_bytes(context, slots), shape.compute_bytes(context, slots))
+def need(shape: MemoryShape, context: int, slots: int, draft: MemoryShape | None = None) -> Need:
+    """With `draft`, a draft model's too (engine/draft_model.py): its weights, and its own context of as many
+    slots of as many tokens, with its compute buffers."""
+    own = Need(shape.weights, shape.kv_bytes(context, slots), shape.compute_bytes(context, slots))
+    if draft is None:
+        return own
+    return Need(own.weights + draft.weights, own.kv + draft.kv_bytes(context, slots),
+                own.compute + draft.compute_bytes(context, slots))
 
 
 @dataclass(frozen=True)
@@ -193,29 +199,32 @@ class Sizing:
                 "reason": self.reason}
 
 
-def choose(shape: MemoryShape, memory: Memory, *, context: int | None = None, slots: int | None = None) -> Sizing:
-    """The context and slots a model gets. Values given (models.toml, the command line) are kept,
-    even past the free memory (the reason says so); the others are the largest that fit, tried in
-    the order of `_candidates`. Raises ModelTooLarge when even the smallest does not fit."""
+def choose(shape: MemoryShape, memory: Memory, *, context: int | None = None, slots: int | None = None,
+           draft: MemoryShape | None = None) -> Sizing:
+    """The context and slots a model gets (beside its draft model's, if it has one). Values given
+    (models.toml, the command line) are kept, even past the free memory (the reason says so); the
+    others are the largest that fit, tried in the order of `_candidates`. Raises ModelTooLarge when
+    even the smallest does not fit."""
     free = f"{human(memory.budget)} of {memory.where} free to use"
     if context and slots:
-        total = need(shape, context, slots).total
+        total = need(shape, context, slots, draft).total
         over = f"; over the {free}: it may swap or fail" if total > memory.budget else ""
-        return Sizing(context, slots, need(shape, context, slots), memory, f"as set; needs {human(total)}{over}")
+        return Sizing(context, slots, need(shape, context, slots, draft), memory, f"as set; needs {human(total)}{over}")
     candidates = _candidates(shape.trained, context, slots)
     first = candidates[0]
     for ctx, n in candidates:
-        n_need = need(shape, ctx, n)
+        n_need = need(shape, ctx, n, draft)
         if n_need.total <= memory.budget:
             if (ctx, n) == first:
                 default = f"the default (trained on {shape.trained or '?'} tokens; at most {CACHE_CAP} tokens of cache)"
                 why = f"context as set, up to {SLOTS} slots" if context else \
                     f"slots as set, context {default}" if slots else default
             else:
-                why = f"{_slots(first[1])} × {first[0]} tokens would need {human(need(shape, *first).total)}"
+                why = f"{_slots(first[1])} × {first[0]} tokens would need {human(need(shape, *first, draft).total)}"
             return Sizing(ctx, n, n_need, memory, f"{why}; needs {human(n_need.total)} of {free}")
     ctx, n = candidates[-1]
-    raise ModelTooLarge(f"the model needs {human(need(shape, ctx, n).total)} of memory with {_slots(n)} of {ctx} "
+    raise ModelTooLarge(f"the model{' and its draft model' if draft else ''} need"
+                        f"{'' if draft else 's'} {human(need(shape, ctx, n, draft).total)} of memory with {_slots(n)} of {ctx} "
                         f"tokens, but {free} ({human(memory.free)} free, 10% kept for the rest of the machine); "
                         "free some memory, or set a smaller context_length or parallel in models.toml", param="model")
 

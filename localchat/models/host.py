@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import Engine
-from ..errors import LocalchatError, ModelTooLarge
+from ..errors import LocalchatError, ModelNotFound, ModelTooLarge, ModelUnavailable
 from ..families import Family
 from ..families import choose as choose_family
 from .catalog import ModelSpec, Registry, Settings
@@ -73,17 +73,18 @@ class LoadedModel:
 
 
 def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = None,
-               memory: Memory | None = None) -> Sizing:
+               memory: Memory | None = None, draft: ModelInfo | None = None) -> Sizing:
     """The context and slots the model gets on this machine now (fit.py): models.toml's values,
     else the server's (`--ctx-size`, `--parallel`), else the largest that fit in free memory
-    (`memory`, else this machine's: an RPC model's is its workers')."""
+    (`memory`, else this machine's: an RPC model's is its workers'), beside its draft model if it has one."""
     settings = settings or Settings()
     shape = MemoryShape.of(info)
     if spec.rope_scale and shape.trained:  # stretched positions: the model takes that much more context
         shape = replace(shape, trained=int(shape.trained * spec.rope_scale))
     try:
         return choose(shape, memory or free_memory(spec.gpu_layers),
-                      context=spec.context_length or settings.context_length, slots=spec.parallel or settings.parallel)
+                      context=spec.context_length or settings.context_length, slots=spec.parallel or settings.parallel,
+                      draft=MemoryShape.of(draft) if draft is not None else None)
     except ModelTooLarge as exc:
         raise ModelTooLarge(f"{spec.name} does not fit in memory: {exc.message}", param="model") from None
 
@@ -105,10 +106,11 @@ EngineFactory = Callable[..., Engine]  # make_engine's signature: (path, *, work
 
 
 def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Settings | None = None,
-               engine: EngineFactory = make_engine) -> LoadedModel:
+               engine: EngineFactory = make_engine, draft: ModelSpec | None = None) -> LoadedModel:
     """Blocking. The engine is chosen by the entry's kind: a file's reads the GGUF header (unless
     given), sizes the context and slots to the free memory, picks the family and template, and
-    starts `engine` for it; an upstream's is opened on the peer, which says all that (upstream.py)."""
+    starts `engine` for it (with `draft`, the entry's draft model, resolved: draft_spec); an
+    upstream's is opened on the peer, which says all that (upstream.py)."""
     settings = settings or Settings()
     if spec.kind == "upstream":
         return _load_upstream(spec, settings)
@@ -116,7 +118,15 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
     info = info or inspect(path)
     remote, memory = _rpc_options(spec)  # each RPC worker probed: a clear 503 when one is down
     layers = remote.pop("n_gpu_layers", spec.gpu_layers)
-    sizing = size_model(spec, info, settings, memory)  # ModelTooLarge (a 503) before llama.cpp tries
+    drafting: dict[str, Any] = {}
+    draft_info = None
+    if draft is not None:
+        from ..engine.params import Draft
+
+        draft_path = draft.file()
+        draft_info = inspect(draft_path)
+        drafting["draft"] = Draft(str(draft_path), draft.gpu_layers, spec.draft_max, spec.draft_min, spec.draft_p_min)
+    sizing = size_model(spec, info, settings, memory, draft_info)  # ModelTooLarge (a 503) before llama.cpp tries
     chosen = choose_family(spec.family, info, spec.template)
     family, template = chosen.family, chosen.template
     projector = inspect_projector(spec.mmproj) if spec.mmproj else None
@@ -129,11 +139,26 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
                      **remote,
                      mmproj=str(spec.mmproj) if spec.mmproj else None,
                      rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None,
-                     prompt_cache=str(prompt_cache_dir()), prompt_cache_bytes=settings.prompt_cache_bytes)
+                     prompt_cache=str(prompt_cache_dir()), prompt_cache_bytes=settings.prompt_cache_bytes, **drafting)
     stop_ids = frozenset(i for t in family.stop_tokens if (i := started.tokenizer.token_id(t)) is not None)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(spec, info, family, template, started, stop_ids, keep_alive=keep if keep >= 0 else None,
                        sizing=sizing, lora_scales=[lora.scale for lora in spec.loras], projector=projector)
+
+
+def draft_spec(registry: Registry, spec: ModelSpec) -> ModelSpec | None:
+    """The registry's entry for a model's draft model (`draft`), or None when it has none."""
+    if not spec.draft or spec.kind != "file":
+        return None
+    try:
+        draft = registry.resolve(spec.draft)
+    except ModelNotFound:
+        raise ModelUnavailable(f"{spec.name}: its draft model {spec.draft!r} is not a model of the registry",
+                               param="model") from None
+    if draft.kind != "file":
+        raise ModelUnavailable(f"{spec.name}: its draft model {draft.name} is served by an upstream; a draft model "
+                               "is a GGUF file here", param="model")
+    return draft
 
 
 def _rpc_options(spec: ModelSpec) -> tuple[dict[str, Any], Memory | None]:
@@ -219,11 +244,13 @@ class ModelHost:
             self._loading[spec.name] = local
         try:
             try:
-                model = await asyncio.to_thread(load_model, spec, info, self.settings, self.engine_factory)
+                draft = draft_spec(self.registry, spec)
+                model = await asyncio.to_thread(load_model, spec, info, self.settings, self.engine_factory, draft)
             except ModelTooLarge:
                 if not await self._unload_idle():
                     raise
-                model = await asyncio.to_thread(load_model, spec, info, self.settings, self.engine_factory)  # sized to what was freed
+                model = await asyncio.to_thread(load_model, spec, info, self.settings, self.engine_factory,
+                                                draft)  # sized to what was freed
         finally:
             async with cond:
                 self._loading.pop(spec.name, None)
@@ -322,7 +349,10 @@ class ModelHost:
         if spec.rpc:  # sized to its workers' memory when it loads (they are not asked for a description)
             return None
         try:
-            return size_model(spec, self.describer.header(where), self.settings) if where else None
+            draft = draft_spec(self.registry, spec)
+            draft_at = draft.location() if draft is not None else None
+            draft_info = self.describer.header(draft_at) if draft_at and draft_at.is_file() else None
+            return size_model(spec, self.describer.header(where), self.settings, draft=draft_info) if where else None
         except LocalchatError:
             return None
 
@@ -363,7 +393,8 @@ class ModelHost:
     def preload(self, name: str | None) -> LoadedModel:
         """Blocking load before the event loop runs (server start-up)."""
         spec = self.registry.resolve(name)
-        model = self.loaded[spec.name] = load_model(spec, settings=self.settings, engine=self.engine_factory)
+        model = self.loaded[spec.name] = load_model(spec, settings=self.settings, engine=self.engine_factory,
+                                                    draft=draft_spec(self.registry, spec))
         self.loads += 1
         self._loaded(model)
         return model
