@@ -724,7 +724,7 @@ def batch_cost(path: Path, ks: tuple[int, ...], threads: int, rounds: int = 8) -
     return best
 
 
-def edit_bench(config: Path, spec: ModelSpec, n: int) -> None:
+def edit_bench(config: Path, spec: ModelSpec, n: int, draft_model: str | None = None) -> None:
     import os
 
     server = Server(config, "--model", spec.name)
@@ -735,6 +735,14 @@ def edit_bench(config: Path, spec: ModelSpec, n: int) -> None:
     finally:
         server.stop()
     same = plain["text"] == drafted["text"]
+    by_model = None
+    if draft_model:  # the same with a draft model (docs/operations.md "Drafts from a smaller model")
+        server = Server(config, "--model", spec.name, "--draft-model", draft_model)
+        try:
+            http_stream(server.url, edit_body(spec.name, 8, None))  # both models read the prompt once
+            by_model = http_stream(server.url, edit_body(spec.name, n, None))
+        finally:
+            server.stop()
     theirs = None
     if os.environ.get("LLAMA_SERVER"):
         their = LlamaServer(spec, "-c", "8192", "-np", "1", "--spec-type", "ngram-mod")
@@ -750,6 +758,11 @@ def edit_bench(config: Path, spec: ModelSpec, n: int) -> None:
     print(f"with drafts    : {drafted['tps']:6.1f} tok/s   {speedup:.2f}x   (goal >= 1.5x)  "
           f"{'PASS' if speedup >= 1.5 else 'FAIL'}")
     print(f"identical text : {'yes' if same else 'NO'}   {'PASS' if same else 'FAIL'}")
+    if by_model is not None:
+        model_same = by_model["text"] == plain["text"]
+        print(f"draft model {draft_model}: {by_model['tps']:6.1f} tok/s   "
+              f"{by_model['tps'] / plain['tps'] if plain['tps'] else 0.0:.2f}x without drafts; identical text: "
+              f"{'yes' if model_same else 'NO'}   {'PASS' if model_same else 'FAIL'}")
     cost = batch_cost(spec.file(), (1, 2, 3, 4), spec.threads or os.cpu_count() or 1)
     ceiling = "; ".join(f"{k - 1} drafted: a step costs {cost[k] / cost[1]:.2f}x one token, at best {k * cost[1] / cost[k]:.2f}x"
                         for k in (2, 3, 4))
@@ -998,6 +1011,7 @@ def main() -> None:
     ap.add_argument("--vision", action="store_true", help="what an image costs: prompt tokens, time to first token")
     ap.add_argument("--edit", action="store_true",
                     help="a file returned with one rename: decode tok/s with and without drafts from the text")
+    ap.add_argument("--draft-model", default=None, help="with --edit: also with this model drafting (same vocabulary)")
     ap.add_argument("--agent", action="store_true",
                     help="an agent's 10k-token prompt: cold, next turn, new session, restart, unload, moved block")
     ap.add_argument("--upstream", action="store_true", help="tok/s and ttft through an upstream localchat against direct")
@@ -1029,7 +1043,7 @@ def main() -> None:
         return fim_bench(config, [registry.resolve(name) for name in names], 10)
     if args.edit:
         spec = registry.resolve(args.model or "qwen2.5-coder-1.5b")
-        return edit_bench(config, spec, args.tokens if args.tokens != 256 else 1200)
+        return edit_bench(config, spec, args.tokens if args.tokens != 256 else 1200, args.draft_model)
     # only to render and tokenize the prompt exactly as the server does (one slot: a small context)
     loaded = load_model(spec, settings=Settings(parallel=1, worker=False))
     prompt = render_prompt(loaded.template, PROMPT, bos_token=loaded.bos_token, eos_token=loaded.eos_token)
