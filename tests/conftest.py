@@ -100,6 +100,41 @@ def registry_file(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPat
     return path
 
 
+def same_greedy_tokens(cold: dict, warm: dict) -> None:
+    """Two greedy chat completions (with `logprobs`, `top_logprobs` >= 2) wrote the same tokens,
+    each log-probability within 0.01, up to the first token where they part — which must be a
+    near-tie in the first one (another CPU's kernels, or another batch shape, may break it the
+    other way)."""
+    a, b = (c["choices"][0]["logprobs"]["content"] for c in (cold, warm))
+    for x, y in zip(a, b):
+        assert abs(x["logprob"] - y["logprob"]) < 0.01
+        if x["token"] != y["token"]:
+            top = x["top_logprobs"]
+            assert top[0]["logprob"] - top[1]["logprob"] < 0.02, (x, y)
+            return
+
+
+def serve_in_thread(app) -> Iterator[str]:
+    """An ASGI app on a loopback port, uvicorn in a thread of this process: its URL while it runs."""
+    import threading
+
+    import uvicorn
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           access_log=False, lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.started, "the loopback server did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

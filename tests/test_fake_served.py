@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,9 +24,8 @@ import httpx
 import ollama
 import openai
 import pytest
-import uvicorn
 
-from conftest import TINY_CTX, free_port
+from conftest import TINY_CTX, serve_in_thread
 from localchat.api import create_app, sse
 from localchat.engine.fake import Crash, FakeEngine, Step, Wait, prompt_text
 from localchat.errors import EngineError
@@ -89,18 +87,8 @@ def served(tiny_models: dict[str, Path]) -> Iterator[Served]:
                           crash_limit=2 if name == "doomed" else None, max_queue=0 if name == "single" else 64)
 
     host = ModelHost(registry, engine=engine)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(Chat(host), webui=False), host="127.0.0.1", port=port,
-                                           log_level="warning", access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started, "the loopback server did not start"
-    yield Served(f"http://127.0.0.1:{port}", host)
-    server.should_exit = True
-    thread.join(10)
+    for url in serve_in_thread(create_app(Chat(host), webui=False)):
+        yield Served(url, host)
     host.close()
 
 
