@@ -66,7 +66,7 @@ class Model:
             split = list(tensor_split)[:C.LLAMA_MAX_DEVICES]
             shares = (ctypes.c_float * C.LLAMA_MAX_DEVICES)(*split)
             mparams.tensor_split = ctypes.cast(shares, ctypes.POINTER(ctypes.c_float))
-        self.path = path
+        self.path, self.n_gpu_layers = path, n_gpu_layers
         self.ptr = C.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.ptr:
             raise ModelUnavailable(f"llama.cpp could not load {path}: is it a complete GGUF file?")

@@ -32,10 +32,10 @@ class SamplingParams:
     # End a generation that loops: its last this-many tokens (and 3 periods) repeat a unit of 1 to 256
     # tokens (engine/repetition.py); it ends as at max_tokens ("length"). 0: never.
     repetition_stop: int = _knob(256, ge=0, le=1 << 20)
-    # Draft up to this many tokens a step from the text written so far (engine/drafts.py: n-gram lookup),
-    # verified in the same batch: the same text, faster where the output repeats the prompt (an edit). 0: off.
-    # 3: the fastest on a 2-core CPU (each drafted token costs a share of a decode there); a GPU wants more.
-    ngram_draft: int = _knob(3, ge=0, le=64)
+    # Draft at most this many tokens a step from the text read and written so far (engine/drafts.py), verified
+    # in the same batch: the same text, faster where the output copies earlier text (an edit, a patch). How
+    # many, up to this, is the cost model's choice (engine/draft_cost.py: what a step costs here). 0: off.
+    ngram_draft: int = _knob(64, ge=0, le=64)
     seed: int | None = _knob(None)
     logit_bias: dict[int, float] = field(default_factory=dict)
     stop: tuple[str, ...] = ()

@@ -103,6 +103,26 @@ class Sampler:
             self.guard.accept(self._piece(token))
         return token
 
+    def allowed(self, tokens: list[int]) -> int:
+        """How many of `tokens`, written next in this order, the grammar allows (all of them while
+        no grammar holds yet): a copy of the grammar's state judges each in turn."""
+        if self.grammar is None or self._forced:
+            return len(tokens)
+        judge = C.llama_sampler_clone(self.grammar)
+        one = np.zeros(1, dtype=_TOKEN_DATA)
+        cur = C.llama_token_data_array(one.ctypes.data_as(C.llama_token_data_p), 1, -1, False)
+        try:
+            for i, token in enumerate(tokens):
+                one[0] = (token, 0.0, 0.0)
+                cur.size, cur.selected = 1, -1
+                C.llama_sampler_apply(judge, ctypes.byref(cur))
+                if not np.isfinite(one[0]["logit"]):
+                    return i
+                C.llama_sampler_accept(judge, token)
+            return len(tokens)
+        finally:
+            C.llama_sampler_free(judge)
+
     def _watch(self, token: int) -> int:
         """Free text: does this token complete a trigger? If it also runs past the trigger's
         end, emit instead the tokens of its text up to that end, so the grammar starts exactly

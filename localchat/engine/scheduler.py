@@ -20,12 +20,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, TypeVar
 
 import llama_cpp as C
 import numpy as np
 
 from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable, QueueFull, SlotBusy
+from . import draft_cost
 from .draft_model import DraftContext
 from .job import Adapters, Emit, Job, apply_adapters, common_prefix, make_sequence, read_prompt_logprobs, reuse, vacancy
 from .media_feed import MediaFeed
@@ -46,7 +48,7 @@ class Scheduler:
     def __init__(self, model: Model, *, n_ctx: int, parallel: int, max_queue: int,
                  n_threads: int | None = None, n_batch: int = N_BATCH, rope: tuple[str, float] | None = None,
                  projector: Projector | None = None, store: PromptStore | None = None,
-                 draft: tuple[Model, Draft] | None = None) -> None:
+                 draft: tuple[Model, Draft] | None = None, step_costs: str | None = None) -> None:
         self.model, self.n_ctx, self.parallel, self.max_queue = model, n_ctx, parallel, max_queue
         self.store = store  # slots' prompts on disk (prompt_store.py): saved when big, restored when they serve
         self.n_batch = max(n_batch, parallel + 1)
@@ -94,6 +96,12 @@ class Scheduler:
         self.after_step: Callable[[], None] | None = None  # called after every turn of the loop (a worker flushes)
         self._commands: deque[tuple[Callable[[], Any], Future]] = deque()  # for the loop to run between steps
         self._tasks = 0  # requests admitted so far: each slot's `task` is the number of its last one
+        # what a step of k rows costs here (draft_cost.py): read from `step_costs`, else measured while idle
+        self._costs_file = Path(step_costs) if step_costs else None
+        self._costs_key = draft_cost.machine_key(model.path, cparams.n_threads, model.n_gpu_layers)
+        self.cost = draft_cost.load(self._costs_file, self._costs_key)
+        self._probe = draft_cost.probe(model.ptr, cparams.n_threads, model.n_vocab) if self.cost is None else None
+        self.cost = self.cost or draft_cost.DEFAULT
         self._thread = threading.Thread(target=self._loop, name="localchat-scheduler", daemon=True)
         self._thread.start()
 
@@ -162,6 +170,8 @@ class Scheduler:
             self._stopping = True
             self._cond.notify()
         self._thread.join()
+        if self._probe is not None:
+            self._probe.close()  # its context is freed
         while self._commands:  # asked for while the loop was stopping: never run
             self._commands.popleft()[1].set_exception(ModelUnavailable("the model was unloaded", param="model"))
         if self.media is not None:
@@ -188,11 +198,15 @@ class Scheduler:
             if self.after_step is not None:
                 self.after_step()  # what the drop emitted goes out before the loop sleeps (a worker's batch)
             with self._cond:
-                if not self._stopping and not self.running and not self.queue and not self._commands:
+                if not self._stopping and self._idle() and self._probe is None:
                     self._cond.wait()  # then one turn, if only to flush (a request refused while preparing)
                 if self._stopping:
                     return
+                probing = self._probe is not None and self._idle()
                 commands = [self._commands.popleft() for _ in range(len(self._commands))]
+            if probing:  # nothing else to do: one decode of the step-cost measurement
+                self._measure()
+                continue
             for fn, future in commands:  # before admitting: a slot found free by a command is still free
                 try:
                     future.set_result(fn())
@@ -211,6 +225,26 @@ class Scheduler:
                     if not self._woken:
                         self._cond.wait(0.05)
                     self._woken = False
+
+    def _idle(self) -> bool:
+        return not self.running and not self.queue and not self._commands
+
+    def _measure(self) -> None:
+        """One step of the measurement of what a step costs (draft_cost.probe); at its end, the
+        figures replace the stand-in ones and are kept for the next load."""
+        try:
+            next(self._probe)
+            return
+        except StopIteration as end:
+            seconds = end.value
+        except Exception as exc:  # noqa: BLE001 - drafts keep the stand-in figures
+            _log.warning("measuring the step costs failed: %s", exc)
+            seconds = None
+        self._probe = None
+        if seconds and 1 in seconds:
+            self.cost = draft_cost.StepCost(seconds, measured=True)
+            draft_cost.save(self._costs_file, self._costs_key, seconds)
+            _log.info("%s: a step of k tokens costs (k: x one token) %s", self.model.path.name, self.cost.describe())
 
     def _admit(self) -> list[Job]:
         """Take queued jobs, first come first served, while enough slots are free."""
@@ -371,11 +405,14 @@ class Scheduler:
                 if seq.next_token is not None:
                     rows.append((seq.slot, [seq.next_token], seq, None, []))
                     room -= 1
-        for row in rows:  # drafts take what room the next tokens left, never a prompt's chunk
-            drafts = row[2].draft(min(room, self.n_ctx - row[0].next_pos - 1))
-            row[1].extend(drafts)
-            row[4].extend(drafts)
-            room -= len(drafts)
+        writers = len(rows)
+        offers = []  # (row, the tokens it could draft, the chances its first ones are kept: None for a draft model's)
+        for row in rows:
+            tokens, p = row[2].draft(min(room, self.n_ctx - row[0].next_pos - 1))
+            if tokens:
+                offers.append((row, tokens, p))
+        reserve = min(room, sum(len(tokens) for _, tokens, _ in offers))
+        room -= reserve  # the drafts' room, which prompt chunks leave them
         for job in jobs:
             text = self.media.text_room(job) if self.media is not None else len(job.pending)
             every = job.request.prompt_logprobs is not None
@@ -385,6 +422,7 @@ class Scheduler:
                 del job.pending[: len(chunk)]
                 rows.append((job.lead.slot, chunk, None if job.pending else job, (job, start) if every else None, []))
                 room -= len(chunk)
+        self._draft(rows, writers, offers, reserve)
         if not rows:
             return busy
         rows.sort(key=lambda row: row[0].seq_id)  # llama.cpp batches ascending slot ids together
@@ -419,6 +457,20 @@ class Scheduler:
                 job = item if isinstance(item, Job) else next(j for j in jobs if item in j.seqs)
                 self._fail(job, exc)
         return True
+
+    def _draft(self, rows: list, writers: int, offers: list, room: int) -> None:
+        """Add the drafts to their rows: a draft model's as it drafted them, drafts from the text as
+        long as the cost model says pays (draft_cost.lengths), within `room` tokens in all."""
+        fixed = [(row, tokens) for row, tokens, p in offers if p is None]
+        text = [(row, tokens, p) for row, tokens, p in offers if p is not None]
+        size = sum(len(row[1]) for row in rows) + sum(len(tokens) for _, tokens in fixed)
+        chosen = draft_cost.lengths(self.cost, [p for _, _, p in text], size, writers - len(text)) if text else []
+        for (row, tokens), d in zip([*fixed, *((row, tokens) for row, tokens, _ in text)],
+                                    [len(tokens) for _, tokens in fixed] + chosen):
+            draft = row[2].allowed(tokens[:min(d, room)])  # a grammar cuts it at the first token it forbids
+            row[1].extend(draft)
+            row[4].extend(draft)
+            room -= len(draft)
 
     def _verify(self, seq: Sequence, idx: int, drafts: list[int]) -> None:
         """The sequence samples at its next token's row, then at each drafted token's row while

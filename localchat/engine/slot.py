@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import GrammarDeadEnd
 from .draft_model import DraftContext, ModelDrafter
-from .drafts import NgramDrafter
+from .drafts import TextDrafter, json_view
 from .model import Model
 from .params import Done, Event, TokenLogprob, TopLogprob, Text
 from .repetition import LoopDetector
@@ -68,23 +68,41 @@ class Sequence:
         self.finish: str | None = None
         self.why: str | None = None  # "repetition": ended early as "length" because it looped
         self._pending_logprobs: list[TokenLogprob] = []
-        self.drafter: NgramDrafter | ModelDrafter | None = None  # made at the first step that may draft (scheduler)
+        self.drafter: TextDrafter | ModelDrafter | None = None  # made at the first step that may draft (scheduler)
         self.draft_model: DraftContext | None = None  # the model's draft model, if it has one (scheduler)
 
-    def draft(self, room: int) -> list[int]:
-        """Tokens to decode after next_token this step, to be verified (none when drafts are off,
-        nothing matches, or there is no room: the batch's, the budget's). A model with a draft
-        model drafts with it instead of the n-gram lookup (draft_model.py), except in a slot that
-        holds images or audio (the draft model cannot read their cells); `ngram_draft = 0` turns
-        either off."""
+    def draft(self, room: int) -> tuple[list[int], list[float] | None]:
+        """Tokens that could be decoded after next_token this step, to be verified, and the chances
+        that its first 1, 2, … tokens are kept (drafts.py), or None for a draft model's draft, which
+        is used as it is;
+        none when drafts are off, nothing matches or there is no room (the batch's, the budget's).
+        A model with a draft model drafts with it instead of the text (draft_model.py), except in a
+        slot that holds images or audio (the draft model cannot read their cells); `ngram_draft = 0`
+        turns either off."""
         limit = self.sampler.params.ngram_draft
         if not limit or self.next_token is None:
-            return []
+            return [], None
         if self.drafter is None:
             history = [*self.slot.cached, self.next_token]
-            self.drafter = self.draft_model.drafter(self.slot.seq_id, history) \
-                if self.draft_model is not None and not self.slot.media else NgramDrafter(history, limit)
-        return self.drafter.propose(min(room, self.budget - self.generated - 1))
+            if self.draft_model is not None and not self.slot.media:
+                self.drafter = self.draft_model.drafter(self.slot.seq_id, history)
+            else:  # under a grammar (a tool call, JSON) the text may copy the prompt as a JSON string
+                views = [json_view(self.slot.cached, self.model.piece, self._plain)] if self.sampler.constraint else []
+                self.drafter = TextDrafter(history, limit, views)
+        room = min(room, self.budget - self.generated - 1)
+        if isinstance(self.drafter, TextDrafter):
+            tokens = self.drafter.available(room)
+            p = self.drafter.survival(len(tokens))
+        else:
+            tokens, p = self.drafter.propose(room), None
+        return tokens, p
+
+    def allowed(self, draft: list[int]) -> list[int]:
+        """The draft up to the first token the grammar forbids (all of it without a grammar)."""
+        return draft[:self.sampler.allowed(draft)] if draft and self.sampler.grammar is not None else draft
+
+    def _plain(self, data: bytes) -> list[int]:
+        return self.model.tokenize_bytes(data, parse_special=False)
 
     def sample(self, ctx, idx: int) -> None:
         """Sample from the logits at batch index `idx`; emit its text; finish or queue the token."""

@@ -20,7 +20,7 @@ from .catalog import ModelSpec, Registry, Settings
 from .describe import Describer, Description, embeds, reranks
 from .fit import Memory, MemoryShape, Sizing, choose, free_memory
 from .gguf import RANK_POOLING, ModelInfo, ProjectorInfo, inspect, inspect_projector
-from .paths import prompt_cache_dir
+from .paths import prompt_cache_dir, step_costs_file
 from .upstream import open_chat_upstream, open_upstream
 
 log = logging.getLogger("localchat.models")
@@ -139,7 +139,8 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
                      **remote,
                      mmproj=str(spec.mmproj) if spec.mmproj else None,
                      rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None,
-                     prompt_cache=str(prompt_cache_dir()), prompt_cache_bytes=settings.prompt_cache_bytes, **drafting)
+                     prompt_cache=str(prompt_cache_dir()), prompt_cache_bytes=settings.prompt_cache_bytes,
+                     step_costs=str(step_costs_file()), **drafting)
     stop_ids = frozenset(i for t in family.stop_tokens if (i := started.tokenizer.token_id(t)) is not None)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(spec, info, family, template, started, stop_ids, keep_alive=keep if keep >= 0 else None,

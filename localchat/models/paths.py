@@ -29,6 +29,11 @@ def prompt_cache_dir() -> Path:
     return Path(os.environ.get("LOCALCHAT_PROMPT_CACHE_DIR") or cache_dir() / "prompts")
 
 
+def step_costs_file() -> Path:
+    """What a decode step costs per model and machine, measured once (engine/draft_cost.py)."""
+    return cache_dir() / "step-costs.json"
+
+
 def cache_dir() -> Path:
     """Model files localchat fetched itself (LOCALCHAT_CACHE_DIR overrides)."""
     return Path(os.environ.get("LOCALCHAT_CACHE_DIR") or platformdirs.user_cache_dir("localchat"))
