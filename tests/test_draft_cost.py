@@ -9,7 +9,7 @@ import json
 import pytest
 
 from localchat.engine import draft_cost
-from localchat.engine.draft_cost import LATE, StepCost, geometric, lengths
+from localchat.engine.draft_cost import LATE, StepCost, geometric, lengths, split_cost
 
 CPU = draft_cost.DEFAULT  # measured on a 2-core CPU (the 1.5B): 64 tokens cost 17.5 steps of one
 GPU = StepCost({1: 0.010, 2: 0.0101, 4: 0.0102, 8: 0.0103, 16: 0.0105, 32: 0.0108, 64: 0.0115})
@@ -27,41 +27,52 @@ def g(p: float, most: int = 64) -> list[float]:
     return geometric(p, most)
 
 
+def alone(cost: StepCost, survival: list[float]) -> int:
+    """The length one sequence drafts when it is the only one generating (slot 0)."""
+    return lengths(cost, [(0, survival)], {0: 1}, writers=1)[0]
+
+
+@pytest.mark.fast
+def test_a_step_is_a_pass_per_ubatch_of_consecutive_slots_with_as_many_tokens_each():
+    assert split_cost(CPU, {0: 4}) == CPU(4)
+    assert split_cost(CPU, {0: 1, 1: 1, 2: 1, 3: 1}) == CPU(4)
+    assert split_cost(CPU, {0: 3, 1: 1, 2: 1, 3: 1}) == CPU(4) + CPU(2)  # slot 0's draft: a pass of its own
+    assert split_cost(CPU, {0: 17, 1: 17}) == CPU(34)  # as long as each other: one pass
+    assert split_cost(CPU, {0: 1, 2: 1}) == 2 * CPU(1)  # slots 0 and 2 are not consecutive
+
+
 @pytest.mark.fast
 def test_a_copy_drafts_long_on_a_cpu_and_longer_on_a_gpu():
-    [cpu] = lengths(CPU, [g(0.97)], rows=1, others=0)
-    [gpu] = lengths(GPU, [g(0.97)], rows=1, others=0)
-    assert cpu >= 15  # a step of 16 costs 7.3 here: long drafts are what pays on a CPU
-    assert gpu == 64  # a step of 65 costs about one
-    assert lengths(GPU, [g(0.9, 5)], rows=1, others=0) == [5]  # never more than the text offers
+    assert alone(CPU, g(0.97)) >= 15  # a step of 16 costs 7.3 here: long drafts are what pays on a CPU
+    assert alone(GPU, g(0.97)) == 64  # a step of 65 costs about one
+    assert alone(GPU, g(0.9, 5)) == 5  # never more than the text offers
     # a draft whose first tokens are the risk and the rest follows (a copy, once it holds): long
-    [sure_after] = lengths(CPU, [[0.8 * 0.999 ** i for i in range(64)]], rows=1, others=0)
-    assert sure_after >= 31
+    assert alone(CPU, [0.8 * 0.999 ** i for i in range(64)]) >= 31
 
 
 @pytest.mark.fast
 def test_drafts_that_do_not_pay_are_not_made():
-    assert lengths(CPU, [g(0.5)], rows=1, others=0) == [0]  # prose-like odds: a step of 2 costs 1.83 here
-    assert lengths(CPU, [g(0.3)], rows=1, others=0) == [0]
-    assert lengths(GPU, [g(0.3)], rows=1, others=0)[0] > 0  # where a step of 65 costs one, even these pay
-    assert lengths(CPU, [[]], rows=1, others=0) == [0]
+    assert alone(CPU, g(0.5)) == 0  # prose-like odds: a step of 2 costs 1.83 here
+    assert alone(CPU, g(0.3)) == 0
+    assert alone(GPU, g(0.3)) > 0  # where a step of 65 costs one, even these pay
+    assert alone(CPU, []) == 0
 
 
 @pytest.mark.fast
 def test_one_slots_draft_never_makes_the_others_wait_more_than_late():
-    def kept(s: list[float], d: int) -> float:
-        return sum(s[:d])
+    four = {0: 1, 1: 1, 2: 1, 3: 1}
     # four streams: two copying, two writing prose (no draft)
-    chosen = lengths(CPU, [g(0.97), g(0.97)], rows=4, others=2)
-    assert CPU(4 + sum(chosen)) <= LATE * CPU(4)
-    # a prompt chunk in the step: it is waiting too, but a draft adds little to a 256-row step
-    [with_prompt] = lengths(CPU, [g(0.97)], rows=257, others=0)
-    assert with_prompt > 0 and CPU(257 + with_prompt) <= LATE * CPU(257)
-    # two copies alone: each gains from its own draft, so neither's time per token may grow past LATE
-    a, b = lengths(CPU, [g(0.97), g(0.6)], rows=2, others=0)
-    assert a > 0
-    for s, d in ((g(0.97), a), (g(0.6), b)):
-        assert CPU(2 + a + b) / (1 + kept(s, d)) <= LATE * CPU(2) + 1e-9
+    a, b = lengths(CPU, [(0, g(0.97)), (1, g(0.97))], four, writers=4)
+    assert split_cost(CPU, {**four, 0: 1 + a, 1: 1 + b}) <= LATE * CPU(4)
+    # all four have drafts, the prose ones guesses (their first token kept 6 times in 10): no excuse
+    chosen = lengths(CPU, [(0, g(0.97)), (1, g(0.97)), (2, g(0.6)), (3, g(0.6))], four, writers=4)
+    assert split_cost(CPU, {slot: 1 + d for slot, d in enumerate(chosen)}) <= LATE * CPU(4)
+    # a prompt chunk in the step (slot 1): it is waiting too
+    [with_prompt] = lengths(CPU, [(0, g(0.97))], {0: 1, 1: 256}, writers=1)
+    assert split_cost(CPU, {0: 1 + with_prompt, 1: 256}) <= LATE * split_cost(CPU, {0: 1, 1: 256})
+    # two copies: drafting as long as each other, one pass; neither waits past LATE per token
+    a, b = lengths(CPU, [(0, g(0.97)), (1, g(0.97))], {0: 1, 1: 1}, writers=2)
+    assert a == b > 15
 
 
 @pytest.mark.fast

@@ -31,7 +31,7 @@ def replay(case: str, cost: StepCost, limit: int = 64) -> tuple[float, int]:
     at, spent = 0, 0.0  # out[at] is the next token, written and not yet decoded
     while at < len(out) - 1:
         offered = drafter.available(len(out) - 1 - at)
-        [d] = lengths(cost, [drafter.survival(len(offered))], rows=1, others=0) if offered else [0]
+        [d] = lengths(cost, [(0, drafter.survival(len(offered)))], {0: 1}, writers=1) if offered else [0]
         spent += cost(1 + d)
         kept = 0
         while kept < d and offered[kept] == out[at + 1 + kept]:

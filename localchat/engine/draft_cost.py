@@ -3,8 +3,9 @@
 A step that decodes k tokens does not cost k steps of one token: on a GPU a step of 64 costs about
 one; on a 2-core CPU (measured: Qwen2.5-Coder 1.5B, 2 threads) 4 tokens cost 2.95 steps of one, 16
 cost 7.3, 64 cost 17.5. So how long a draft should be depends on the machine, and is measured: once
-per model file, machine and thread count (`probe`, run by the scheduler a decode at a time while it
-has nothing else to do; the figures are kept in a JSON file and read at the next load). Until then
+per model file, machine and thread count (`probe`: after a 1k-token prompt, run by the scheduler a
+decode at a time while it has nothing else to do; the figures are kept in a JSON file and read at
+the next load). Until then
 the CPU figures above stand in.
 
 The rule (`lengths`): every generating sequence writes its next token each step, and a sequence
@@ -12,14 +13,17 @@ with a draft (drafts.py) also writes each drafted token the model agrees with, t
 them. With s_i the drafter's estimate that the first i drafted tokens are all kept, a draft of d
 tokens keeps s_1 + s_2 + ... + s_d on average. The
 drafts chosen for a step are those that give the most tokens per second of the whole step: the
-tokens every sequence writes, over what a step of that many rows costs (the prompt chunks in it
-count as rows too). No sequence, one without a draft included, may wait longer per token than LATE
-times what it would without drafts: one slot's long draft does not stall the others. A draft is
+tokens every sequence writes, over what the step costs — as llama.cpp runs it with one KV stream
+per slot: a pass per ubatch of consecutive slots with as many tokens each (`split_cost`), so one
+slot's draft beside others' single tokens costs a pass of its own (the prompt chunks count too). No sequence, one without a draft included, may wait longer per token than LATE
+times what it would without drafts: one slot's long draft does not stall the others (a sequence's
+own draft counts towards its time only where its first token is kept SURE-ly, as a copy's is). A draft is
 made only when it beats no draft by MARGIN, so text where drafts do not pay (free prose) pays for
 almost nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -38,8 +42,10 @@ KS = (1, 2, 4, 8, 16, 32, 64)  # the step sizes measured: a draft of k - 1 token
 CPU = {1: 1.0, 2: 1.83, 4: 2.95, 8: 6.2, 16: 7.3, 32: 11.5, 64: 17.5}
 LATE = 1.5  # no sequence's time per token may grow past this many times its time without drafts
 MARGIN = 1.03  # drafts must promise this many times the tokens per second of none
+SURE = 0.9  # a draft whose first token is kept this surely is a copy: its gain counts against LATE
 ROUNDS = 3  # each step size is timed this many times (the fastest counts)
-PROBE_PROMPT = 128  # tokens in the probe's context before the timed steps
+KEPT = 64  # models' figures kept in the file
+PROBE_PROMPT = 1024  # tokens in the probe's context before the timed steps (attention over them costs too)
 
 
 class StepCost:
@@ -72,24 +78,49 @@ def geometric(p: float, n: int) -> list[float]:
     return [p ** (i + 1) for i in range(n)]
 
 
-def lengths(cost: StepCost, drafts: list[list[float]], rows: int, others: int) -> list[int]:
-    """How many tokens each drafting sequence drafts this step. `drafts` holds, for each, the chances
-    that its first 1, 2, … drafted tokens are all kept (as long as the draft it could make: drafts.py's
-    `survival`); `rows` is the step's rows without drafts (every sequence's next token and the prompt
-    chunks); `others` how many generating sequences besides these drafters write a token this step.
+def split_cost(cost: StepCost, rows: dict[int, int]) -> float:
+    """What a step costs as llama.cpp decodes it with one KV stream per slot: `rows` (slot -> tokens)
+    in ubatches of consecutive slots with as many tokens each (llama_batch_allocr::split_equal), each
+    ubatch a pass over the weights. Slots 0-3 with 1 token each and slot 0 with 2 more: 4 rows, then 2."""
+    left = {slot: n for slot, n in sorted(rows.items()) if n > 0}
+    total = 0.0
+    while left:
+        run: list[int] = []
+        for slot in left:
+            if run and slot != run[-1] + 1:
+                break
+            run.append(slot)
+        n = min(left[slot] for slot in run)
+        total += cost(n * len(run))
+        for slot in run:
+            left[slot] -= n
+            if not left[slot]:
+                del left[slot]
+    return total
+
+
+def lengths(cost: StepCost, drafts: list[tuple[int, list[float]]], rows: dict[int, int], writers: int) -> list[int]:
+    """How many tokens each drafting sequence drafts this step. `drafts` holds, for each, its slot and
+    the chances that its first 1, 2, … drafted tokens are all kept (as long as the draft it could
+    make: drafts.py's `survival`); `rows` is the step's rows without these drafts, by slot (every
+    sequence's next token, the prompt chunks); `writers` how many sequences write a token this step.
     The lengths that give the most tokens per second (module docstring)."""
-    choices = [sorted({k - 1 for k in KS if 1 < k <= len(s) + 1} | {len(s)}) if s else [] for s in drafts]
-    gain = [[0.0, *itertools.accumulate(s)] for s in drafts]  # kept on average from a draft of d
-    base = cost(rows)
-    writers = len(drafts) + others
+    choices = [sorted({k - 1 for k in KS if 1 < k <= len(s) + 1} | {len(s)}) if s else [] for _, s in drafts]
+    gain = [[0.0, *itertools.accumulate(s)] for _, s in drafts]  # kept on average from a draft of d
+    base = split_cost(cost, rows)
+    sure = [bool(s) and s[0] >= SURE for _, s in drafts]
+    waiting = writers > len(drafts) or sum(rows.values()) > writers  # others: sequences, prompt chunks
 
     def rate(ds: list[int]) -> float:
-        step = cost(rows + sum(ds))
+        step = split_cost(cost, {slot: rows[slot] + d for (slot, _), d in zip(drafts, ds)} | {
+            slot: n for slot, n in rows.items() if slot not in {s for s, _ in drafts}})
         gains = [g[d] for g, d in zip(gain, ds)]
-        # the slowest writer (a sequence without a draft, a prompt chunk) may wait at most LATE times longer
-        slowest = 0.0 if others or rows > writers else min(gains, default=0.0)
-        if step > LATE * base * (1.0 + slowest):
-            return -1.0
+        # the slowest writer may wait at most LATE times longer per token: a sequence without a draft, a
+        # prompt chunk, a sequence whose draft is a guess (its gain not counted: prose drafts are often wrong)
+        if writers > 1 or waiting:  # (alone, a sequence waits only for its own draft: the rate is its own)
+            slowest = 0.0 if waiting else min(x if ok else 0.0 for x, ok in zip(gains, sure))
+            if step > LATE * base * (1.0 + slowest):
+                return -1.0
         return (writers + sum(gains)) / step
 
     # every drafter the same length first (a lone draft may break LATE where all drafting together does not),
@@ -97,7 +128,7 @@ def lengths(cost: StepCost, drafts: list[list[float]], rows: int, others: int) -
     plain = rate([0] * len(drafts))
     best, chosen = plain, [0] * len(drafts)
     for d in sorted({d for options in choices for d in options}):
-        trial = [min(d, len(s)) for s in drafts]
+        trial = [min(d, len(s)) for _, s in drafts]
         if (value := rate(trial)) > best:
             best, chosen = value, trial
     while True:
@@ -117,11 +148,16 @@ def lengths(cost: StepCost, drafts: list[list[float]], rows: int, others: int) -
 # -- the measurement --------------------------------------------------------------------------
 
 def machine_key(model_path: Path, n_threads: int, n_gpu_layers: int) -> str:
-    """What the figures depend on: the model file, the machine, the threads, the offload, llama.cpp."""
-    st = model_path.stat()
-    cpu = _cpu_name()
-    return (f"{model_path.resolve()}|{st.st_size}|{st.st_mtime_ns}|threads={n_threads}|gpu_layers={n_gpu_layers}"
-            f"|{cpu}|llama_cpp={getattr(C, '__version__', '?')}")
+    """What the figures depend on: the model (its size and the hash of its first and last MiB: a
+    copy elsewhere is the same model), the machine, the threads, the offload, llama.cpp."""
+    size = model_path.stat().st_size
+    digest = hashlib.sha256()
+    with model_path.open("rb") as f:
+        digest.update(f.read(1 << 20))
+        f.seek(max(size - (1 << 20), 0))
+        digest.update(f.read(1 << 20))
+    return (f"{model_path.name}|{size}|{digest.hexdigest()[:16]}|threads={n_threads}|gpu_layers={n_gpu_layers}"
+            f"|{_cpu_name()}|llama_cpp={getattr(C, '__version__', '?')}|after={PROBE_PROMPT}")
 
 
 def _cpu_name() -> str:
@@ -154,7 +190,9 @@ def save(path: Path | None, key: str, seconds: dict[int, float]) -> None:
             known = known if isinstance(known, dict) else {}
         except (OSError, ValueError):
             known = {}
+        known.pop(key, None)
         known[key] = {str(k): v for k, v in seconds.items()}
+        known = dict(list(known.items())[-KEPT:])  # the latest models measured
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
         tmp.replace(path)

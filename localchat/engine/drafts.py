@@ -6,22 +6,28 @@ its prompt or its answer. The drafter keeps the sequence aligned with earlier te
 tokens written occurred before, what followed them there is the draft, and as long as the tokens
 written keep following that text the alignment moves along with them (nothing is looked up). When
 they part, the next lookup finds the occurrence of the last NGRAM tokens that matches the longest
-run of tokens before them (the longest match wins; among equals, the latest). One index per
-sequence (n-gram -> the positions after its latest occurrences), kept up to date per token: a
-lookup reads a few candidates, never the whole text.
+run of tokens before them (the longest match wins; among equals, the latest) — except that, just
+after a copy parted from its source, an occurrence that meets that source again within MAX_SUB
+tokens wins (an edit goes on where it was). One index per sequence (n-gram -> the positions after
+its latest occurrences), kept up to date per token: a lookup reads a few candidates, never the
+whole text.
 
 Rewrites: when the text parts from its source at X and meets it again just after X, having written
-Y instead (`settings` -> `config`; a newline -> `\\n` in a JSON string), X -> Y is learned, and later
-drafts write Y where the source has X, so a rename or an escape does not end every draft that
-crosses it. A substitution the model refuses (it wrote X after all) is forgotten.
+Y instead (`settings` -> `config`, `_find_longest_prefix_key` -> `_longest_prefix`; Y may be empty:
+a deleted line), X -> Y is learned, and later drafts write Y where the source has X, so a rename
+does not end every draft that crosses it. Where the model keeps X after all, the rewrite is not
+used after that token again; after MAX_REFUSED such tokens, not at all. Under a grammar the prompt
+is also read as a JSON string writes it (json_view), so a tool call's arguments copying a file
+read earlier copy it with its newlines as `\\n`.
 
 How long a draft is, and whether there is one, is not decided here: `survival` says how likely
 the draft's first tokens are to be kept — how often the alignment foresaw the next token lately,
-drafted or not, counted by how long it had matched — and the scheduler's cost model (draft_cost.py) picks
-the length that gives the most tokens per second for what a step costs on this machine. Every
-token is still sampled from the model's own distribution given the tokens before it (and through
-the grammar, if any), so the text is the text without drafts: greedy token for token, sampled from
-the same distribution."""
+drafted or not, counted by how long it had matched — and the scheduler's cost model
+(draft_cost.py) picks the length that gives the most tokens per second for what a step costs on
+this machine. Every token is still sampled from the model's own distribution given the tokens
+before it (and through the grammar, if any), so the text is the text without drafts: greedy token
+for token (up to a near-tie that another batch size breaks the other way), sampled from the same
+distribution."""
 
 from __future__ import annotations
 
@@ -34,9 +40,8 @@ MAX_MATCH = 64  # a match is not compared further back than this
 MAX_SUB = 12  # the longest X and Y of a learned substitution, in tokens
 SETTLED = 8  # an alignment this long is a copy: where it parts is where the next rewrite starts
 BUCKETS = (3, 4, 6, 8, 12, 16, 24, 32, 48)  # the match lengths the foresight is counted by (at least each)
-PRIOR = 2.0  # how many tokens' worth of evidence the prior (from the match's length) weighs
+PRIOR = 2.0  # how many tokens' worth of evidence the prior (survival's) weighs
 DECAY = 0.995  # the weight of a count one foreseen token later
-
 MAX_REFUSED = 3  # a substitution refused after this many different tokens is forgotten
 
 

@@ -1,15 +1,17 @@
 """The loop that decodes: one llama context, N slots, one llama_batch per step.
 
-Each step holds the next token of every generating sequence plus chunks of pending prompts
-(chunked prefill: at most `n_batch` tokens a step, so a long prompt delays running streams by
-one chunk at most). A request waits in a bounded FIFO queue until enough slots are free; it
+Each step holds the next token of every generating sequence, the drafts after them that pay for
+what a step costs here (drafts.py, draft_cost.py: verified in the same batch), plus chunks of
+pending prompts (chunked prefill: at most `n_batch` tokens a step, so a long prompt delays running
+streams by one chunk at most). A request waits in a bounded FIFO queue until enough slots are free; it
 takes the free slot whose cache shares the longest prefix with its prompt, if that prefix is
 more than half of the prompt or of the slot's cache (else an empty or the least recently used
 slot). With n > 1 the prompt is decoded once and its cells are shared with the other n - 1 slots.
 Requests with other LoRA adapters decode in a batch of their own in the same step (_step); a
 prompt's images and audio decode in decodes of their own as the prompt reaches them (media_feed).
 Other threads reach the context only through `between_steps` (llama-server's slot actions: slot_state,
-slot_restore, slot_erase), which the loop runs between two steps."""
+slot_restore, slot_erase), which the loop runs between two steps. While it has nothing else to do,
+the loop measures what a step of k tokens costs (draft_cost.probe), once per model and machine."""
 
 from __future__ import annotations
 
@@ -460,17 +462,23 @@ class Scheduler:
 
     def _draft(self, rows: list, writers: int, offers: list, room: int) -> None:
         """Add the drafts to their rows: a draft model's as it drafted them, drafts from the text as
-        long as the cost model says pays (draft_cost.lengths), within `room` tokens in all."""
-        fixed = [(row, tokens) for row, tokens, p in offers if p is None]
-        text = [(row, tokens, p) for row, tokens, p in offers if p is not None]
-        size = sum(len(row[1]) for row in rows) + sum(len(tokens) for _, tokens in fixed)
-        chosen = draft_cost.lengths(self.cost, [p for _, _, p in text], size, writers - len(text)) if text else []
-        for (row, tokens), d in zip([*fixed, *((row, tokens) for row, tokens, _ in text)],
-                                    [len(tokens) for _, tokens in fixed] + chosen):
-            draft = row[2].allowed(tokens[:min(d, room)])  # a grammar cuts it at the first token it forbids
+        long as the cost model says pays (draft_cost.lengths), within `room` tokens in all; a grammar
+        cuts a draft at the first token it forbids."""
+        def add(row, draft: list[int]) -> int:
+            draft = row[2].allowed(draft)
             row[1].extend(draft)
             row[4].extend(draft)
-            room -= len(draft)
+            return len(draft)
+        text = [(row, tokens, p) for row, tokens, p in offers if p is not None]
+        for row, tokens, p in offers:
+            if p is None:
+                room -= add(row, tokens[:room])
+        if not text:
+            return
+        chosen = draft_cost.lengths(self.cost, [(row[0].seq_id, p) for row, _, p in text],
+                                    {row[0].seq_id: len(row[1]) for row in rows}, writers)
+        for (row, tokens, _), d in zip(text, chosen):
+            room -= add(row, tokens[:min(d, room)])
 
     def _verify(self, seq: Sequence, idx: int, drafts: list[int]) -> None:
         """The sequence samples at its next token's row, then at each drafted token's row while
