@@ -34,10 +34,13 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # What llama.cpp logs when it makes a context as the engine makes it: the KV cache (one line per
 # cache; Gemma 3 has two, global and sliding-window layers) and the compute and output buffers.
+# The step costs are given, as a server that measured them once reads them back: the measurement
+# (draft_cost.probe) makes a small context of its own for a while, which is not the slots' memory.
 MEASURE = r"""
-import ctypes, json, re, sys
+import ctypes, json, re, sys, tempfile
 from pathlib import Path
 import llama_cpp as C
+from localchat.engine import draft_cost
 from localchat.engine.model import Model
 from localchat.engine.scheduler import Scheduler
 lines = []
@@ -46,10 +49,13 @@ def log(level, text, _):
     lines.append(text.decode(errors="replace"))
 C.llama_log_set(log, ctypes.c_void_p(0))
 model = Model(Path(sys.argv[1]))
+costs = Path(tempfile.mkdtemp()) / "step-costs.json"
+draft_cost.save(costs, draft_cost.machine_key(model.path, 1, model.n_gpu_layers), {1: 0.01, 64: 0.1})
 out = []
 for ctx, slots in json.loads(sys.argv[2]):
     lines.clear()
-    s = Scheduler(model, n_ctx=ctx, parallel=slots, max_queue=1, n_threads=1)
+    s = Scheduler(model, n_ctx=ctx, parallel=slots, max_queue=1, n_threads=1, step_costs=costs)
+    assert s.cost.measured, "the step costs given were not read"
     text = "".join(lines)
     mib = lambda what: sum(float(x) for x in re.findall(what + r" buffer size =\s+([\d.]+) MiB", text))
     out.append({"kv": mib("KV"), "compute": mib("compute") + mib("output")})
