@@ -14,7 +14,7 @@ import pytest
 
 from gbnf_sample import Grammar
 from localchat.families import FAMILIES
-from localchat.families.codecs.base import Call, GrammarOptions, Tool
+from localchat.families.codecs.base import Call, GrammarOptions, Tool, ToolSet
 from localchat.grammars import validate
 from localchat.neutral import Delta, Piece, ReasoningDelta, ToolCallArguments, ToolCallStart
 from tool_schemas import ADD, WEATHER
@@ -422,6 +422,33 @@ def test_calls_written_by_the_codec_read_back(family: str, strict: bool):
     assert split(family, text, strict=strict) == ("", "", [(c.name, c.arguments) for c in calls])
 
 
+@pytest.mark.fast
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_tool_named_in_another_case_is_the_declared_tool(family: str):
+    """Lenient reading (no grammar wrote the name): `Write-File` and `WRITEFILE` are `write_file`."""
+    codec = FAMILIES[family].codec
+    for spelled in ("Write-File", "WRITEFILE", "write_File"):
+        text = "".join(t for t, _ in codec.format_calls([Call(spelled, WRITE_ARGS, "call_1")]))
+        assert split(family, text, strict=False) == ("", "", [("write_file", WRITE_ARGS)]), spelled
+
+
+@pytest.mark.fast
+def test_a_name_is_read_back_only_to_one_declared_tool():
+    tools = ToolSet([Tool("Bash"), Tool("read_file"), Tool("ReadFile"), Tool("web-fetch")])
+    assert tools.resolve("Bash") == "Bash" and tools.resolve("bash") == "Bash" and tools.resolve("BASH") == "Bash"
+    assert tools.resolve("web_fetch") == "web-fetch" and tools.resolve("WebFetch") == "web-fetch"
+    # two declared tools spelled alike: each only by its own name
+    assert tools.resolve("read_file") == "read_file" and tools.resolve("ReadFile") == "ReadFile"
+    assert tools.resolve("readfile") is None and tools.resolve("Read-File") is None
+    assert tools.resolve("bash2") is None and tools.resolve("ba sh") is None and tools.resolve("") is None
+    for name, yes, no in [("Bash", ["bash", "BASH", "b_a-sh"], ["bash2", "bsh"]),
+                          ("web-fetch", ["web_fetch", "WebFetch", "webfetch"], ["web fetch", "web.fetch"]),
+                          ("read_file", ["read_file"], ["readfile", "Read_File"])]:
+        pattern = tools.spellings(name)
+        assert all(re.fullmatch(pattern, y) and tools.resolve(y) == name for y in yes), name
+        assert not any(re.fullmatch(pattern, n) for n in no), name
+
+
 # -- what the grammar lets a model write ----------------------------------------------------------
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -527,3 +554,34 @@ def test_a_call_begun_in_another_form_is_forced_valid(opening: str, spacing: str
             assert len(calls) == 1 and calls[0][0] == tool.name, text
             jsonschema.validate(calls[0][1], {"add": ADD, "get_weather": WEATHER}[calls[0][0]])
             assert content.strip() in ("", "Run it:"), (content, text)
+
+
+# The 1.5B through Claude Code (tool `Bash`; issue 32's acceptance run): the call fenced, the name in lower case.
+CLAUDE_TOOLS = [Tool("Bash", SHELL), Tool("Read", {"type": "object", "properties": {"file_path": {"type": "string"}}})]
+BASH_FENCED = ('```json\n{\n  "name": "bash",\n  "arguments": {\n    "command": "echo localchat-acceptance-42"\n  }\n}'
+               '\n```')
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "lenient"])
+def test_a_fenced_call_in_lower_case_calls_the_declared_tool(strict: bool):
+    assert split("chatml", BASH_FENCED, strict=strict, tools=CLAUDE_TOOLS) == ("", "", [("Bash", ECHO)])
+    for seed in range(12):
+        assert split("chatml", BASH_FENCED, strict=strict, tools=CLAUDE_TOOLS, chunks=seed) == ("", "", [("Bash", ECHO)])
+
+
+@pytest.mark.fast
+def test_the_lazy_grammar_starts_at_a_name_in_another_case():
+    """`{"name": "bash"` starts the grammar that forces the rest of a `Bash` call; what it lets the
+    model write reads back as a valid `Bash` call."""
+    loose = FAMILIES["chatml"].codec.loose_triggers(CLAUDE_TOOLS, GrammarOptions(lazy=True))
+    pattern, grammar = loose[0]
+    assert re.search(pattern, '```json\n{"name": "bash"') and re.search(pattern, '{"name":"BASH"')
+    assert not re.search(pattern, '{"name": "bashful"') and not re.search(pattern, '{"name": "Read"')
+    validate(grammar)
+    rng, sentences = random.Random(5), Grammar(grammar)
+    for i in range(10):
+        text = '```json\n{"name": "bash"' + sentences.sample(rng, budget=120)
+        content, _, calls = split("chatml", text, strict=True, tools=CLAUDE_TOOLS, chunks=i)
+        assert len(calls) == 1 and calls[0][0] == "Bash" and not content.strip(), text
+        jsonschema.validate(calls[0][1], SHELL)

@@ -417,3 +417,14 @@ def test_checker_holds_calls_until_the_end():
     assert isinstance(args, ToolCallArguments) and json.loads(args.fragment) == {"city": "Oslo", "days": 3}
     with pytest.raises(UpstreamError, match="required"):
         CallChecker(OutputRules(tools=RULES.tools, tool_choice="required"), "up").finish()
+
+
+def test_a_call_named_in_another_case_is_the_declared_tool():
+    checker = CallChecker(RULES, "up")
+    checker.take(CallDelta(0, "c", "Get-Weather", '{"city": "Oslo", "days": 3}'))
+    start, _ = checker.finish()
+    assert start.name == "get_weather"
+    checker = CallChecker(RULES, "up")
+    checker.take(CallDelta(0, "c", "get_weather_now", "{}"))
+    with pytest.raises(UpstreamError, match="did not declare"):
+        checker.finish()

@@ -21,6 +21,7 @@ from jsonschema.exceptions import best_match
 
 from ..engine.params import CallDelta, Converse, SamplingParams, Thought
 from ..errors import InvalidRequest, UpstreamError
+from ..families.codecs.base import ToolSet
 from ..models import Settings
 from ..models.host import LoadedModel
 from ..neutral import (Audio, ChatMessage, Delta, GenerationRequest, Image, OutputRules, Piece, ReasoningDelta,
@@ -178,8 +179,10 @@ class CallChecker:
             raise UpstreamError(f"{self.where} returned {len(self._calls)} tool calls where the request allowed one "
                                 "(parallel_tool_calls: false); they are not passed on", param="parallel_tool_calls")
         pieces: list[Piece] = []
+        declared = ToolSet(self.rules.tools)
         for k in sorted(self._calls):
             _, name, arguments = self._calls[k]
+            name = declared.resolve(name or "") or name  # `bash` for a declared `Bash`
             checked = check_call(self.rules, name, arguments, self.where)
             pieces += [ToolCallStart(self.calls, new_call_id(), name), ToolCallArguments(self.calls, checked)]
             self.calls += 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...grammars.gbnf import MAX_BYTES
-from .pieces import BlockParser, CallSyntax, Stepped, Tool
+from .pieces import BlockParser, CallSyntax, Stepped, Tool, ToolSet
 from .split import Splitter
 
 Segments = list[tuple[str, bool]]  # (text, is_plain): only plain=False text may hold control tokens
@@ -81,4 +81,4 @@ class Codec(CallSyntax):
         return []
 
 
-__all__ = ["BlockParser", "Call", "CallSyntax", "Codec", "GrammarOptions", "Segments", "Stepped", "Tool", "tidy"]
+__all__ = ["BlockParser", "Call", "CallSyntax", "Codec", "GrammarOptions", "Segments", "Stepped", "Tool", "ToolSet", "tidy"]

@@ -15,7 +15,7 @@ from ...grammars.gbnf import literal
 from ...grammars.members import member_rules
 from ...grammars.text import excluding
 from ...neutral import Piece, ToolCallArguments, ToolCallStart, new_call_id
-from .base import BlockParser, Call, Segments, Tool, tidy
+from .base import BlockParser, Call, Segments, Tool, ToolSet, tidy
 from .pattern import FAIL, PARTIAL, match
 from .reader import CallReader
 from .shape import Shape, ShapeCodec
@@ -182,7 +182,7 @@ class Gemma4Codec(ShapeCodec):
         return members(items, parameters, i, rules, '","')
 
     def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
-        return WholeCallParser(self.shape, {t.name: t for t in tools}, first, strict, marker)
+        return WholeCallParser(self.shape, ToolSet(tools), first, strict, marker)
 
 
 class WholeCallParser(CallReader):
@@ -190,7 +190,7 @@ class WholeCallParser(CallReader):
     brace or parenthesis after the name, to (a dict, where they end); raises _Cut if the text ends
     first, ValueError if they cannot be read). Strict: a call is announced once its name is read."""
 
-    def __init__(self, shape: Shape, tools: dict[str, Tool], first: int, strict: bool, marker: str,
+    def __init__(self, shape: Shape, tools: ToolSet, first: int, strict: bool, marker: str,
                  read: Callable[[str, int, bool], tuple[Any, int]] = read_value) -> None:
         super().__init__(shape, tools, first, strict, marker)
         self.read = read
@@ -224,8 +224,12 @@ class WholeCallParser(CallReader):
         if brace < 0 and not final and len(name) < 256 and not any(c.isspace() for c in name):
             return False
         name = name.strip()
-        if brace < 0 or not name or any(c.isspace() for c in name) or (not self.strict and name not in self.tools):
+        if brace < 0 or not name or any(c.isspace() for c in name):
             return self._fail_call()
+        if not self.strict:  # (strict: the grammar wrote a declared name)
+            name = self.tools.resolve(name)
+            if name is None:
+                return self._fail_call()
         self.name, self.args_at, self.pos, self.state = name, brace, brace, "args"
         self._emit(ToolCallStart(self.index, new_call_id(), name))
         return True

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 
 from ...neutral import Delta, Piece, ReasoningDelta, ToolCallArguments, ToolCallStart, new_call_id
-from .base import Stepped, Tool
+from .base import Stepped, Tool, ToolSet
 from .jsonscan import loads_object
 from .pattern import find_first, held_back
 
@@ -24,7 +24,7 @@ _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 
 class HarmonySplitter(Stepped):
     def __init__(self, tools: Sequence[Tool] | None, strict: bool) -> None:
-        self.tools = {t.name: t for t in tools} if tools is not None else None
+        self.tools = ToolSet(tools) if tools is not None else None
         self.strict = strict
         self.buf, self.state = "", "header"
         self.kind = "content"  # where the current message's text goes: reasoning | content | call
@@ -51,7 +51,9 @@ class HarmonySplitter(Stepped):
         recipient = m.group(1) if (m := _RECIPIENT.search(header)) else ""
         self.state = "body"
         name = recipient.removeprefix("functions.")
-        if recipient.startswith("functions.") and self.tools is not None and (self.strict or name in self.tools):
+        if self.tools is not None and not self.strict:
+            name = self.tools.resolve(name) or ""
+        if recipient.startswith("functions.") and self.tools is not None and name:
             self.kind, self.args = "call", ""
             self.call = ToolCallStart(self.calls, new_call_id(), name)
             return [self.call] if self.strict else []

@@ -8,6 +8,7 @@ base.py (which makes splitters)."""
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,38 @@ class Tool:
         function = {k: v for k, v in (("name", self.name), ("description", self.description),
                                       ("parameters", self.parameters)) if v is not None}
         return {"type": "function", "function": function}
+
+
+def name_key(name: str) -> str:
+    """A tool name as models misspell it: case, `-` and `_` ignored (`bash` for `Bash`,
+    `read-file` and `ReadFile` for `read_file`)."""
+    return name.casefold().replace("-", "").replace("_", "")
+
+
+class ToolSet(dict[str, Tool]):
+    """The declared tools by name; `resolve` also reads a name written in another case or with
+    `-`/`_` changed, when exactly one declared tool is spelled that way."""
+
+    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+        super().__init__((t.name, t) for t in tools)
+        keys: dict[str, list[str]] = {}
+        for name in self:
+            keys.setdefault(name_key(name), []).append(name)
+        self._by_key = {k: names[0] for k, names in keys.items() if len(names) == 1}
+
+    def resolve(self, name: str) -> str | None:
+        """The declared tool's name a call names, or None."""
+        return name if name in self else self._by_key.get(name_key(name))
+
+    def spellings(self, name: str) -> str:
+        """A regular expression for the ways of writing this tool's name that `resolve` reads
+        back to it (only its own spelling where another declared tool shares its key)."""
+        if self._by_key.get(name_key(name)) != name:
+            return re.escape(name)
+        out = []
+        for c in name.replace("-", "").replace("_", ""):
+            out.append(f"[{re.escape(c.lower())}{re.escape(c.upper())}]" if c.lower() != c.upper() else re.escape(c))
+        return "[-_]*".join(out)
 
 
 class BlockParser(ABC):

@@ -13,7 +13,7 @@ from typing import Any
 
 from ...grammars.gbnf import literal
 from ...grammars.members import member_rules
-from .base import BlockParser, Call, Segments, Tool, tidy
+from .base import BlockParser, Call, Segments, Tool, ToolSet, tidy
 from .gemma4 import _BARE, WholeCallParser, _Cut, _skip, members
 from .shape import Shape, ShapeCodec
 from .xmlargs import _PLAIN_KEYWORDS, properties
@@ -151,7 +151,7 @@ class PythonicCodec(ShapeCodec):
         return members(items, parameters, i, rules, '", "')
 
     def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
-        return WholeCallParser(self.shape, {t.name: t for t in tools}, first, strict, marker, read_py)
+        return WholeCallParser(self.shape, ToolSet(tools), first, strict, marker, read_py)
 
 
 # LFM2 / LFM2.5 (Liquid AI)

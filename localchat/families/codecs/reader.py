@@ -11,7 +11,7 @@ import json
 from typing import Any, Protocol
 
 from ...neutral import Delta, Piece, ToolCallArguments, ToolCallStart, new_call_id
-from .base import BlockParser, Tool
+from .base import BlockParser, Tool, ToolSet
 from .jsonscan import JsonScanner, loads_object, repair
 from .pattern import FAIL, PARTIAL, held_back, match
 from .xmlargs import XmlArgs, properties
@@ -50,7 +50,7 @@ class CallReader(BlockParser):
     (a method `_STATE(final) -> GO | WAIT`), the calls read, and the outcomes (a call committed, a
     call failed, no call at all, the end of the block)."""
 
-    def __init__(self, shape: ShapeLike, tools: dict[str, Tool], first: int, strict: bool, marker: str) -> None:
+    def __init__(self, shape: ShapeLike, tools: ToolSet, first: int, strict: bool, marker: str) -> None:
         self.shape, self.tools, self.first, self.strict = shape, tools, first, strict
         self.marker_len = len(marker)
         self.buf, self.pos = "", 0
@@ -105,7 +105,7 @@ class CallReader(BlockParser):
 
 
 class ShapeParser(CallReader):
-    def __init__(self, shape: ShapeLike, tools: dict[str, Tool], first: int, strict: bool, marker: str) -> None:
+    def __init__(self, shape: ShapeLike, tools: ToolSet, first: int, strict: bool, marker: str) -> None:
         super().__init__(shape, tools, first, strict, marker)
         self.scanner: JsonScanner | None = None
         self.xml: XmlArgsReader | None = None
@@ -165,8 +165,12 @@ class ShapeParser(CallReader):
             if min(cut, space) == len(rest) and not final:
                 return WAIT if len(rest) < 256 else self._fail_call()
             name, self.pos = rest[:min(cut, space)].strip(), self.pos + min(cut, space)
-        if not isinstance(name, str) or not name or (not self.strict and name not in self.tools):
+        if not isinstance(name, str) or not name:
             return self._fail_call()
+        if not self.strict:  # (strict: the grammar wrote a declared name)
+            name = self.tools.resolve(name)
+            if name is None:
+                return self._fail_call()
         self.name, self.state = name, "mid"
         self._emit(ToolCallStart(self.index, new_call_id(), name))
         return GO
@@ -217,10 +221,11 @@ class ShapeParser(CallReader):
             return WAIT
         text = self.buf[self.pos:self.pos + end] if end is not None else _repaired(self.buf[self.pos:])
         call = _named_call(text, self.shape, repaired=end is None) if text else None
-        if call is None or call[0] not in self.tools:
+        name = self.tools.resolve(call[0]) if call is not None else None
+        if call is None or name is None:
             return self._fail_call()
         self.pos = self.pos + end if end is not None else len(self.buf)
-        self._emit(ToolCallStart(self.index, new_call_id(), call[0]))
+        self._emit(ToolCallStart(self.index, new_call_id(), name))
         self._emit(ToolCallArguments(self.index, json.dumps(call[1], ensure_ascii=False)))
         self.state = "post"
         return GO

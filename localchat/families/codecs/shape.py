@@ -20,7 +20,7 @@ from typing import Any
 from ...grammars.gbnf import literal
 from ...grammars.schema import assemble, convert
 from ...grammars.text import fixed
-from .base import BlockParser, Call, Codec, GrammarOptions, Segments, Tool, tidy
+from .base import BlockParser, Call, Codec, GrammarOptions, Segments, Tool, ToolSet, tidy
 from .pattern import fill
 from .reader import ShapeParser
 from .xmlargs import XmlArgs, args_rule, is_text, properties
@@ -213,12 +213,13 @@ class ShapeCodec(Codec):
         ws = "[ \\t\\n]{0,20}"
         tail = f" ( {ws} ( {' | '.join(literal(c) for c in self.closers)} ) )?" if self.closers else ""
         keys = " | ".join(literal(json.dumps(k)) for k in dict.fromkeys((self.shape.args_key, "arguments", "parameters")))
-        out = []
+        out, names = [], ToolSet(tools)
         for i, tool in enumerate(tools):
             rules: dict[str, str] = {}
             args = self._args_rule(tool, i, rules, [], options.max_bytes)
             grammar = assemble(f'{ws} "," {ws} ( {keys} ) {ws} ":" {ws} {args} {ws} "}}"{tail}', rules)
-            name = re.escape(json.dumps(tool.name, ensure_ascii=False))
+            quoted = json.dumps(tool.name, ensure_ascii=False)  # (`bash` for `Bash` too: the parser resolves it)
+            name = f'"{names.spellings(tool.name)}"' if quoted == f'"{tool.name}"' else re.escape(quoted)
             out.append((r"\{\s*" + re.escape(json.dumps(self.shape.name_key)) + r"\s*:\s*" + name, grammar))
         return out
 
@@ -226,7 +227,7 @@ class ShapeCodec(Codec):
 
     def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
         shape = next((s for s in (self.shape, *self.alternatives) if s.opener == marker), self.shape)
-        return ShapeParser(shape, {t.name: t for t in tools}, first, strict and shape is self.shape, marker)
+        return ShapeParser(shape, ToolSet(tools), first, strict and shape is self.shape, marker)
 
 
 __all__ = ["Shape", "ShapeCodec", "XmlArgs", "is_text", "properties", "short_id"]
