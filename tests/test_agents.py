@@ -9,6 +9,7 @@ grammar, and every assertion holds whatever the model picks."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import anthropic
@@ -219,6 +220,9 @@ def test_a_client_that_leaves_mid_prompt_finds_it_cached_on_retry(server: Server
                 time.sleep(0.05)
     again = client.chat.completions.create(model="gemma-3-270m", messages=long, max_tokens=2)
     assert again.usage.prompt_tokens_details.cached_tokens > 0
+    said = re.search(r"a request was cancelled while its prompt was read: (\d+) of (\d+) tokens in \(\d+ from the cache\); "
+                     r"a retry of the same prompt goes on from there", server.output())
+    assert said and int(said[1]) < int(said[2]) == again.usage.prompt_tokens, server.output()[-2000:]
 
 
 def _busy(http: httpx.Client, model: str) -> bool:

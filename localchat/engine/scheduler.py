@@ -530,6 +530,12 @@ class Scheduler:
             if not job.cancelled:
                 job.emit(seq.done(job.n_prompt, job.cached))
         if job.pending:  # cancelled mid-prompt: the cells past what was decoded are the slot's cache
+            total = len(job.tokens)
+            read = total - len(job.pending)
+            kept = ("a retry of the same prompt goes on from there" if job.request.cache_prompt
+                    else "nothing is kept (cache_prompt is off)")
+            _log.warning("a request was cancelled while its prompt was read: %d of %d tokens in (%d from the cache); %s",
+                         read, total, job.cached, kept)
             job.pending = []
         self._save(job)
         if not job.request.cache_prompt:  # nothing of it stays: the slots are empty for the next request
