@@ -206,8 +206,10 @@ def test_a_file_saved_with_another_model_is_refused(real: tuple[Server, Path]):
 def test_a_busy_slot_is_refused(real: tuple[Server, Path]):
     server, _ = real
     url = server.url
+    # busy for all of its 1500 tokens: neither drafts (a greedy loop is drafted 64 tokens a step) nor
+    # the loop stop end it early
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 1500, "ignore_eos": True, "stream": True,
-            "temperature": 0}
+            "ngram_draft": 0, "repetition_stop": 0, "temperature": 0}
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=300) as stream:
         lines = stream.iter_lines()
         next(line for line in lines if line.startswith("data:"))  # it generates
