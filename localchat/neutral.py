@@ -165,6 +165,7 @@ class Sampling:
     penalty_last_n: int | None = None
     repetition_stop: int | None = None
     ngram_draft: int | None = None
+    cache_reuse: int | None = None
     seed: int | None = None
     stop: tuple[str, ...] | None = None
     ignore_eos: bool | None = None

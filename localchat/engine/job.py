@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import llama_cpp as C
@@ -34,6 +34,7 @@ class Job:
         self.tokens = request.tokens  # the prompt, with media placeholders once expanded
         self.n_prompt = len(request.tokens)
         self.prompt_logprobs: list = []  # TokenLogprob of prompt tokens 1…, when the request asks for them
+        self.jump: Jump | None = None  # a shifted reuse's cells, kept aside while its new span is read
 
     @property
     def lead(self) -> Sequence:
@@ -83,7 +84,53 @@ def reuse(slot: Slot, job: Job) -> int:
     if slot.adapters != job.request.adapters or not job.request.cache_prompt:
         return 0
     common = common_prefix(slot.cached, tokens)
+    if shifts(slot, job) and (hit := shifted_match(slot.cached, tokens, common)):
+        common += hit[2]  # (the cells after the span serve too)
     return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0
+
+
+SHIFT_SPAN = 512  # tokens that may differ between a cached prompt and a new one (each side) for a shifted reuse
+SHIFT_KEY = 16  # tokens that must match right after the span for it to be found
+SHIFT_MIN = 256  # cached tokens after the span worth moving rather than reading again
+
+
+@dataclass
+class Jump:
+    """A shifted reuse under way: `span` more prompt tokens to read (the new span), then the slot
+    holds `tokens` again: the cells saved in `state` at positions from `at` on."""
+
+    span: int
+    tokens: list[int]
+    state: bytearray
+    at: int
+
+
+def shifts(slot: Slot, job: Job) -> bool:
+    """Whether a shifted reuse may serve this job from this slot: a prompt as long as its
+    `cache_reuse` or longer, text only, every cached position a token, the cache wanted and kept."""
+    req = job.request
+    return (0 < req.params.cache_reuse <= len(job.tokens) and req.cache_prompt and req.prompt_logprobs is None
+            and not req.media and not slot.media and slot.pos_delta == 0)
+
+
+def shifted_match(cached: list[int], tokens: list[int], n: int) -> tuple[int, int, int] | None:
+    """After a common prefix of n tokens, where the cached tokens meet the new ones again: (where
+    in `cached`, the new span's length, how many tokens match from there) for the first meeting
+    within SHIFT_SPAN tokens on each side that serves SHIFT_MIN tokens (never the prompt's last
+    token: it is read for the logits); None if there is none."""
+    if len(cached) - n < SHIFT_MIN or len(tokens) - n <= SHIFT_MIN:
+        return None
+    keys: dict[tuple[int, ...], int] = {}
+    for j in range(n, min(n + SHIFT_SPAN, len(cached) - SHIFT_KEY) + 1):
+        keys.setdefault(tuple(cached[j:j + SHIFT_KEY]), j)
+    for d in range(0, min(SHIFT_SPAN, len(tokens) - n - SHIFT_KEY) + 1):
+        j = keys.get(tuple(tokens[n + d:n + d + SHIFT_KEY]))
+        if j is None or (j == n and d == 0):
+            continue
+        length = min(common_prefix(cached[j:], tokens[n + d:]), len(tokens) - 1 - (n + d))
+        if length >= SHIFT_MIN:
+            return j, d, length
+    return None
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

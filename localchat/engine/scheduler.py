@@ -31,7 +31,9 @@ import numpy as np
 from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable, QueueFull, SlotBusy
 from . import draft_cost
 from .draft_model import DraftContext
-from .job import Adapters, Emit, Job, apply_adapters, common_prefix, make_sequence, read_prompt_logprobs, reuse, vacancy
+from . import kv_state
+from .job import (Adapters, Emit, Job, Jump, apply_adapters, common_prefix, make_sequence, read_prompt_logprobs,
+                  reuse, shifted_match, shifts, vacancy)
 from .media_feed import MediaFeed
 from .model import Model
 from .params import N_BATCH, SWA_FULL, Draft, Generate, PromptLogprobs, SlotInfo, Started
@@ -73,6 +75,11 @@ class Scheduler:
         if not self.ctx:
             raise ModelUnavailable(f"llama.cpp could not create {parallel} slots of {n_ctx} tokens for {model.path}")
         self.mem = C.llama_get_memory(self.ctx)
+        # a shifted reuse (_shift) moves cells: a cache whose cells can be moved, one per sequence
+        # (no sliding window: its save leaves out cells outside the window), positions that are tokens
+        rope = C.llama_model_rope_type(model.ptr)
+        self._shiftable = (bool(C.llama_memory_can_shift(self.mem)) and C.llama_model_n_swa(model.ptr) == 0
+                           and rope >= 0 and not rope & C.LLAMA_ROPE_TYPE_MROPE)
         # a draft model's context (draft_model.py): one sequence per slot, as this one
         try:
             self.draft = DraftContext(draft[0], model, draft[1], n_ctx=n_ctx, parallel=parallel,
@@ -296,12 +303,69 @@ class Scheduler:
             n = self._restore(lead, job.tokens, n)
         if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
             n = span.start
+        if self._shift(job, n):
+            self.running.append(job)
+            job.emit(Started(job.cached))
+            return
         if n < len(lead.cached) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, lead.keep(n), -1):
             C.llama_memory_seq_rm(self.mem, lead.seq_id, -1, -1)
             n = lead.keep(0)
         job.cached, job.pending = n, list(job.tokens[n:])
         self.running.append(job)
         job.emit(Started(n))
+
+    def _shift(self, job: Job, n: int) -> bool:
+        """A shifted reuse (job.shifted_match): the lead slot holds the prompt but for a span after
+        its first n tokens. The cells after the span move to their new positions (llama.cpp shifts
+        their RoPE); the old span's cells and what followed the match go. llama.cpp reads a batch
+        only at a sequence's last position + 1, so the moved cells wait in a save (kv_state.py)
+        while the new span is read, then join it (_land); then what is new is read. False, with
+        the slot as it was, where this does not apply."""
+        lead = job.slots[0]
+        if not self._shiftable or self.draft is not None or lead.adapters != job.request.adapters \
+                or not shifts(lead, job):
+            return False
+        hit = shifted_match(lead.cached, job.tokens, n)
+        if hit is None:
+            return False
+        at, span, length = hit
+        seq, moved = lead.seq_id, list(job.tokens[n + span:n + span + length])
+        if not (C.llama_memory_seq_rm(self.mem, seq, at + length, -1) and C.llama_memory_seq_rm(self.mem, seq, n, at)):
+            return False  # (what is left, the first n and more, the plain path cuts at n)
+        C.llama_memory_seq_add(self.mem, seq, at, at + length, n + span - at)
+        lead.keep(n)
+        job.cached, job.pending = n + length, list(job.tokens[n:n + span]) + list(job.tokens[n + span + length:])
+        if span:
+            state = kv_state.save(self.ctx, seq)
+            C.llama_memory_seq_rm(self.mem, seq, n, -1)
+            if state is None:
+                job.cached, job.pending = n, list(job.tokens[n:])
+                return True
+            job.jump = Jump(span, moved, state, n + span)
+        else:  # only a deletion: the moved cells follow the prefix now
+            lead.cached.extend(moved)
+        _log.info("prompt cache: %d cached tokens moved by %+d past a new span of %d after %d; %d to read",
+                  length, n + span - at, span, n, len(job.pending))
+        return True
+
+    def _land(self, job: Job) -> None:
+        """The new span is in the slot: the moved cells join it (else they are read again)."""
+        jump, slot = job.jump, job.slots[0]
+        assert jump is not None
+        job.jump = None
+        state = kv_state.save(self.ctx, slot.seq_id)
+        merged = kv_state.joined(state, jump.state, jump.at) if state is not None else None
+        if merged is not None and kv_state.load(self.ctx, slot.seq_id, merged):
+            slot.cached.extend(jump.tokens)
+            return
+        if merged is not None:  # llama.cpp emptied the sequence: read it all
+            C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+            slot.keep(0)
+            job.pending = list(job.tokens)
+        else:
+            job.pending = jump.tokens + job.pending
+        job.cached = len(slot.cached)
+        _log.warning("prompt cache: the moved cells could not be put back; %d tokens read instead", len(job.pending))
 
     def _restore(self, slot: Slot, tokens: list[int], n: int) -> int:
         """Put a saved prompt into the slot when it serves RESTORE_MIN tokens more than the slot's
@@ -415,11 +479,18 @@ class Scheduler:
                 offers.append((row, tokens, p))
         reserve = min(room, sum(len(tokens) for _, tokens, _ in offers))
         room -= reserve  # the drafts' room, which prompt chunks leave them
+        landing = []  # jobs whose chunk ends their new span: the moved cells join it after the decode
         for job in jobs:
             text = self.media.text_room(job) if self.media is not None else len(job.pending)
+            if job.jump is not None:
+                text = min(text, job.jump.span)
             every = job.request.prompt_logprobs is not None
             if job.pending and room > 0 and text > 0:
                 chunk = job.pending[: min(room, text, PROMPT_LOGPROBS_CHUNK if every else room)]
+                if job.jump is not None:
+                    job.jump.span -= len(chunk)
+                    if job.jump.span == 0:
+                        landing.append(job)
                 start = len(job.tokens) - len(job.pending)
                 del job.pending[: len(chunk)]
                 rows.append((job.lead.slot, chunk, None if job.pending else job, (job, start) if every else None, []))
@@ -445,6 +516,8 @@ class Scheduler:
             for job in jobs:
                 self._fail(job, EngineError(f"llama_decode returned {rc}"))
             return True
+        for job in landing:
+            self._land(job)
         for job, start, at, count in prompts:
             read_prompt_logprobs(job, self.model, self.ctx, start, at, count)
         for item, idx, drafts in outputs:
@@ -529,6 +602,7 @@ class Scheduler:
             seq.slot.busy, seq.slot.used_at = False, now
             if not job.cancelled:
                 job.emit(seq.done(job.n_prompt, job.cached))
+        job.jump = None  # (ended inside a new span: the slot holds what was read, the moved cells are dropped)
         if job.pending:  # cancelled mid-prompt: the cells past what was decoded are the slot's cache
             total = len(job.tokens)
             read = total - len(job.pending)

@@ -1,0 +1,93 @@
+"""A new folder reads only what changed: a prompt that matches a slot's cache but for a span
+(a path, a date) reuses the cached cells after it, moved to their new positions (job.py's
+shifted_match, scheduler._shift, kv_state.py). Real llama.cpp, a tiny model."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from localchat.engine import Done, Generate, LocalEngine, SamplingParams, Text
+from localchat.engine.job import SHIFT_MIN, SHIFT_SPAN, shifted_match
+from localchat.families import FAMILIES
+from tinymodels import write_tiny_model
+
+
+@pytest.mark.fast
+def test_the_cached_tokens_are_met_again_after_a_span():
+    rng = random.Random(1)
+    head, tail = [rng.randrange(1000) for _ in range(40)], [rng.randrange(1000) for _ in range(400)]
+    old, new = [*head, 7, 7, 7, *tail, 5, 5], [*head, 8, 8, 8, 8, 8, *tail, 6]
+    at, span, length = shifted_match(old, new, len(head))
+    assert (at, span) == (len(head) + 3, 5) and length == len(tail)  # (the new prompt's last token is read)
+    deleted = [*head, *tail, 9]
+    assert shifted_match(old, deleted, len(head)) == (len(head) + 3, 0, len(tail))
+    assert shifted_match(old, [*head, 8, *tail[:SHIFT_MIN - 10], 1, 2], len(head)) is None  # too little kept
+    far = [*head, *([8] * (SHIFT_SPAN + 1)), *tail, 6]
+    assert shifted_match(old, far, len(head)) is None  # the span is longer than SHIFT_SPAN
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory) -> LocalEngine:
+    path = write_tiny_model(tmp_path_factory.mktemp("reuse") / "m.gguf", FAMILIES["chatml"], n_ctx=2048)
+    engine = LocalEngine(path, n_ctx=2048, parallel=1, step_costs=str(tmp_path_factory.mktemp("costs") / "c.json"))
+    yield engine
+    engine.close()
+
+
+def run(engine: LocalEngine, tokens: list[int], reuse: int = 64) -> tuple[list[int], list[float], list[float], Done]:
+    params = SamplingParams(max_tokens=24, temperature=0, ngram_draft=0, repetition_stop=0, ignore_eos=True,
+                            cache_reuse=reuse)
+
+    async def go():
+        ids, logprobs, margins, done = [], [], [], None
+        async for event in engine.generate(Generate(tokens, params, frozenset(), logprobs=2)):
+            if isinstance(event, Text):
+                ids += [t.id for t in event.logprobs]
+                logprobs += [t.logprob for t in event.logprobs]
+                margins += [t.top[0].logprob - t.top[1].logprob for t in event.logprobs]
+            elif isinstance(event, Done):
+                done = event
+        return ids, logprobs, margins, done
+    return asyncio.run(go())
+
+
+def prompts() -> tuple[list[int], list[int], int, int]:
+    rng = random.Random(2)
+    head, tail = [rng.randrange(3, 200) for _ in range(50)], [rng.randrange(3, 200) for _ in range(700)]
+    folder_a, folder_b = [rng.randrange(3, 200) for _ in range(9)], [rng.randrange(3, 200) for _ in range(4)]
+    return [*head, *folder_a, *tail], [*head, *folder_b, *tail], len(head), len(tail)
+
+
+def test_a_new_span_is_read_and_the_cells_after_it_are_moved(engine: LocalEngine):
+    """There and back: B read cold, then A (B's cells after the span moved), then B again (the
+    same cells moved back): B's second answer is its first, each log-probability within 1e-3,
+    up to a near-tie; with cache_reuse 0 nothing after the span is reused."""
+    a, b, n_head, n_tail = prompts()
+    cold = run(engine, b)
+    there = run(engine, a)
+    back = run(engine, b)
+    assert cold[3].cached_tokens < n_head + 5  # (another prompt's, or none)
+    assert there[3].cached_tokens == back[3].cached_tokens == n_head + n_tail - 1
+    for i, (x, y) in enumerate(zip(cold[0], back[0])):
+        assert abs(cold[1][i] - back[1][i]) < 1e-3 * max(1.0, abs(cold[1][i])), i
+        if x != y:
+            assert cold[2][i] < 2e-3, (i, cold[2][i])
+            break
+    off = run(engine, a, reuse=0)
+    assert off[3].cached_tokens == n_head
+
+
+def test_a_request_cancelled_inside_its_new_span_leaves_the_slot_usable(engine: LocalEngine):
+    a, b, n_head, _ = prompts()
+    run(engine, a)
+
+    async def leave():
+        params = SamplingParams(max_tokens=4, temperature=0, ngram_draft=0, cache_reuse=64)
+        async for _ in engine.generate(Generate(b, params, frozenset())):
+            break  # the Started event: the span is not read yet
+    asyncio.run(leave())
+    again = run(engine, b)
+    assert again[3].completion_tokens == 24 and again[3].cached_tokens >= n_head
