@@ -1,6 +1,6 @@
 """A new folder reads only what changed: a prompt that matches a slot's cache but for a span
 (a path, a date) reuses the cached cells after it, moved to their new positions (job.py's
-shifted_match, scheduler._shift, kv_state.py). Real llama.cpp, a tiny model."""
+shifted_matches, scheduler._shift, kv_state.py). Real llama.cpp, a tiny model."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import random
 import pytest
 
 from localchat.engine import Done, Generate, LocalEngine, SamplingParams, Text
-from localchat.engine.job import SHIFT_MIN, SHIFT_SPAN, shifted_match
+from localchat.engine.job import SHIFT_MIN, SHIFT_SPAN, shifted_match, shifted_matches
 from localchat.families import FAMILIES
 from tinymodels import write_tiny_model
 
@@ -20,13 +20,18 @@ def test_the_cached_tokens_are_met_again_after_a_span():
     rng = random.Random(1)
     head, tail = [rng.randrange(1000) for _ in range(40)], [rng.randrange(1000) for _ in range(400)]
     old, new = [*head, 7, 7, 7, *tail, 5, 5], [*head, 8, 8, 8, 8, 8, *tail, 6]
-    at, span, length = shifted_match(old, new, len(head))
+    at, span, length = shifted_match(old, new, len(head), len(head))
     assert (at, span) == (len(head) + 3, 5) and length == len(tail)  # (the new prompt's last token is read)
     deleted = [*head, *tail, 9]
-    assert shifted_match(old, deleted, len(head)) == (len(head) + 3, 0, len(tail))
-    assert shifted_match(old, [*head, 8, *tail[:SHIFT_MIN - 10], 1, 2], len(head)) is None  # too little kept
+    assert shifted_match(old, deleted, len(head), len(head)) == (len(head) + 3, 0, len(tail))
+    assert shifted_matches(old, [*head, 8, *tail[:SHIFT_MIN - 10], 1, 2], len(head)) == []  # too little kept
     far = [*head, *([8] * (SHIFT_SPAN + 1)), *tail, 6]
-    assert shifted_match(old, far, len(head)) is None  # the span is longer than SHIFT_SPAN
+    assert shifted_matches(old, far, len(head)) == []  # the span is longer than SHIFT_SPAN
+    # two spans (a path, then a date further on): two stretches moved
+    mid = [rng.randrange(1000) for _ in range(300)]
+    old2, new2 = [*head, 1, *mid, 2, 2, *tail, 5], [*head, 3, 3, 3, *mid, 4, *tail, 6]
+    assert shifted_matches(old2, new2, len(head)) == [(len(head) + 1, 3, len(mid)),
+                                                      (len(head) + 1 + len(mid) + 2, 1, len(tail))]
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +60,18 @@ def run(engine: LocalEngine, tokens: list[int], reuse: int = 64) -> tuple[list[i
 
 
 def prompts() -> tuple[list[int], list[int], int, int]:
+    """Two prompts alike but for a folder (9 tokens, then 4) and, 300 tokens on, a date (2, then 3)."""
     rng = random.Random(2)
-    head, tail = [rng.randrange(3, 200) for _ in range(50)], [rng.randrange(3, 200) for _ in range(700)]
-    folder_a, folder_b = [rng.randrange(3, 200) for _ in range(9)], [rng.randrange(3, 200) for _ in range(4)]
-    return [*head, *folder_a, *tail], [*head, *folder_b, *tail], len(head), len(tail)
+    words = lambda k: [rng.randrange(3, 200) for _ in range(k)]  # noqa: E731
+    head, mid, tail = words(50), words(300), words(400)
+    folder_a, folder_b, date_a, date_b = words(9), words(4), words(2), words(3)
+    return ([*head, *folder_a, *mid, *date_a, *tail], [*head, *folder_b, *mid, *date_b, *tail], len(head),
+            len(mid) + len(tail))
 
 
 def test_a_new_span_is_read_and_the_cells_after_it_are_moved(engine: LocalEngine):
-    """There and back: B read cold, then A (B's cells after the span moved), then B again (the
-    same cells moved back): B's second answer is its first, each log-probability within 1e-3,
+    """There and back: B read cold, then A (B's cells between and after the spans moved), then B
+    again (the same cells moved back): B's second answer is its first, each log-probability within 1e-3,
     up to a near-tie; with cache_reuse 0 nothing after the span is reused."""
     a, b, n_head, n_tail = prompts()
     cold = run(engine, b)

@@ -34,7 +34,9 @@ class Job:
         self.tokens = request.tokens  # the prompt, with media placeholders once expanded
         self.n_prompt = len(request.tokens)
         self.prompt_logprobs: list = []  # TokenLogprob of prompt tokens 1…, when the request asks for them
-        self.jump: Jump | None = None  # a shifted reuse's cells, kept aside while its new span is read
+        # A shifted reuse under way: the stretches still to come back, and the save that holds them
+        self.jumps: list[Jump] = []
+        self.moved: bytearray | None = None
 
     @property
     def lead(self) -> Sequence:
@@ -84,8 +86,8 @@ def reuse(slot: Slot, job: Job) -> int:
     if slot.adapters != job.request.adapters or not job.request.cache_prompt:
         return 0
     common = common_prefix(slot.cached, tokens)
-    if shifts(slot, job) and (hit := shifted_match(slot.cached, tokens, common)):
-        common += hit[2]  # (the cells after the span serve too)
+    if shifts(slot, job):
+        common += sum(length for _, _, length in shifted_matches(slot.cached, tokens, common))  # (they serve too)
     return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0
 
 
@@ -96,13 +98,13 @@ SHIFT_MIN = 256  # cached tokens after the span worth moving rather than reading
 
 @dataclass
 class Jump:
-    """A shifted reuse under way: `span` more prompt tokens to read (the new span), then the slot
-    holds `tokens` again: the cells saved in `state` at positions from `at` on."""
+    """One stretch of a shifted reuse: `span` more prompt tokens to read (a new span), then the
+    slot holds `tokens` again: the saved cells at positions start…end - 1."""
 
     span: int
     tokens: list[int]
-    state: bytearray
-    at: int
+    start: int
+    end: int
 
 
 def shifts(slot: Slot, job: Job) -> bool:
@@ -113,24 +115,35 @@ def shifts(slot: Slot, job: Job) -> bool:
             and not req.media and not slot.media and slot.pos_delta == 0)
 
 
-def shifted_match(cached: list[int], tokens: list[int], n: int) -> tuple[int, int, int] | None:
-    """After a common prefix of n tokens, where the cached tokens meet the new ones again: (where
-    in `cached`, the new span's length, how many tokens match from there) for the first meeting
-    within SHIFT_SPAN tokens on each side that serves SHIFT_MIN tokens (never the prompt's last
-    token: it is read for the logits); None if there is none."""
-    if len(cached) - n < SHIFT_MIN or len(tokens) - n <= SHIFT_MIN:
+def shifted_match(cached: list[int], tokens: list[int], c: int, t: int) -> tuple[int, int, int] | None:
+    """Where the cached tokens from c on meet the new ones from t on again: (where in `cached`,
+    the new span's length, how many tokens match from there) for the first meeting within
+    SHIFT_SPAN tokens on each side that serves SHIFT_MIN tokens (never the prompt's last token:
+    it is read for the logits); None if there is none."""
+    if len(cached) - c < SHIFT_MIN or len(tokens) - t <= SHIFT_MIN:
         return None
     keys: dict[tuple[int, ...], int] = {}
-    for j in range(n, min(n + SHIFT_SPAN, len(cached) - SHIFT_KEY) + 1):
+    for j in range(c, min(c + SHIFT_SPAN, len(cached) - SHIFT_KEY) + 1):
         keys.setdefault(tuple(cached[j:j + SHIFT_KEY]), j)
-    for d in range(0, min(SHIFT_SPAN, len(tokens) - n - SHIFT_KEY) + 1):
-        j = keys.get(tuple(tokens[n + d:n + d + SHIFT_KEY]))
-        if j is None or (j == n and d == 0):
+    for d in range(0, min(SHIFT_SPAN, len(tokens) - t - SHIFT_KEY) + 1):
+        j = keys.get(tuple(tokens[t + d:t + d + SHIFT_KEY]))
+        if j is None or (j == c and d == 0):
             continue
-        length = min(common_prefix(cached[j:], tokens[n + d:]), len(tokens) - 1 - (n + d))
+        length = min(common_prefix(cached[j:], tokens[t + d:]), len(tokens) - 1 - (t + d))
         if length >= SHIFT_MIN:
             return j, d, length
     return None
+
+
+def shifted_matches(cached: list[int], tokens: list[int], n: int) -> list[tuple[int, int, int]]:
+    """After a common prefix of n tokens, every stretch of the cached tokens the new ones meet
+    again, in order (shifted_match, from the end of the one before): a path and a date that
+    differ at two places in a prompt are two spans."""
+    hits, c, t = [], n, n
+    while hit := shifted_match(cached, tokens, c, t):
+        hits.append(hit)
+        c, t = hit[0] + hit[2], t + hit[1] + hit[2]
+    return hits
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -1,6 +1,6 @@
 """One sequence's K/V cells as llama.cpp saves them (`llama_state_seq_get_data`), and the one
-edit a shifted reuse needs (job.py's shifted_match): the cells of one save followed by the cells
-of another from a position on.
+edit a shifted reuse needs (job.py's shifted_matches): the cells of one save followed by the cells
+of another in a range of positions.
 
 Why: llama.cpp reads a batch only at the sequence's last position + 1, so a new span cannot be
 read in front of cells kept at later positions. The scheduler keeps the cells after the span
@@ -114,9 +114,10 @@ def _runs(indexes: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def joined(first: bytes | bytearray, second: bytes | bytearray, from_pos: int) -> bytes | None:
-    """A save holding the cells of `first`, then those of `second` at positions from `from_pos`
-    on; None when either does not parse or they do not match (another stream, another layout)."""
+def joined(first: bytes | bytearray, second: bytes | bytearray, start: int, end: int) -> bytes | None:
+    """A save holding the cells of `first`, then those of `second` at positions start…end - 1
+    (all past `first`'s); None when either does not parse or they do not match (another stream,
+    another layout)."""
     try:
         a, b = _parse(first), _parse(second)
     except (ValueError, struct.error):
@@ -125,8 +126,8 @@ def joined(first: bytes | bytearray, second: bytes | bytearray, from_pos: int) -
         return None
     n_stream, strm = a[0], a[1]
     (pa, ma, ba), (pb, mb, bb) = a[2], b[2]
-    keep = [i for i, p in enumerate(pb) if p >= from_pos]
-    if not keep or max(pa) >= from_pos or len(ba) != len(bb):
+    keep = [i for i, p in enumerate(pb) if start <= p < end]
+    if not keep or max(pa) >= start or len(ba) != len(bb):
         return None
     runs = _runs(keep)
     out: list[bytes | memoryview] = [bytes(first[:8]), struct.pack("<I", n_stream)]

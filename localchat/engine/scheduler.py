@@ -33,7 +33,7 @@ from . import draft_cost
 from .draft_model import DraftContext
 from . import kv_state
 from .job import (Adapters, Emit, Job, Jump, apply_adapters, common_prefix, make_sequence, read_prompt_logprobs,
-                  reuse, shifted_match, shifts, vacancy)
+                  reuse, shifted_matches, shifts, vacancy)
 from .media_feed import MediaFeed
 from .model import Model
 from .params import N_BATCH, SWA_FULL, Draft, Generate, PromptLogprobs, SlotInfo, Started
@@ -315,57 +315,68 @@ class Scheduler:
         job.emit(Started(n))
 
     def _shift(self, job: Job, n: int) -> bool:
-        """A shifted reuse (job.shifted_match): the lead slot holds the prompt but for a span after
-        its first n tokens. The cells after the span move to their new positions (llama.cpp shifts
-        their RoPE); the old span's cells and what followed the match go. llama.cpp reads a batch
-        only at a sequence's last position + 1, so the moved cells wait in a save (kv_state.py)
-        while the new span is read, then join it (_land); then what is new is read. False, with
-        the slot as it was, where this does not apply."""
+        """A shifted reuse (job.shifted_matches): the lead slot holds the prompt but for spans after
+        its first n tokens. The cached stretches between them move to their new positions (llama.cpp
+        shifts their RoPE); the rest of the cells go. llama.cpp reads a batch only at a sequence's
+        last position + 1, so the moved cells wait in a save (kv_state.py) while each new span is
+        read, then join it (_land); then what is new is read. False, with the slot as it was,
+        where this does not apply."""
         lead = job.slots[0]
         if not self._shiftable or self.draft is not None or lead.adapters != job.request.adapters \
                 or not shifts(lead, job):
             return False
-        hit = shifted_match(lead.cached, job.tokens, n)
-        if hit is None:
+        hits = shifted_matches(lead.cached, job.tokens, n)
+        if not hits:
             return False
-        at, span, length = hit
-        seq, moved = lead.seq_id, list(job.tokens[n + span:n + span + length])
-        if not (C.llama_memory_seq_rm(self.mem, seq, at + length, -1) and C.llama_memory_seq_rm(self.mem, seq, n, at)):
-            return False  # (what is left, the first n and more, the plain path cuts at n)
-        C.llama_memory_seq_add(self.mem, seq, at, at + length, n + span - at)
+        seq, mem, far = lead.seq_id, self.mem, 1 << 24
+        edges = [n] + [x for at, _, length in hits for x in (at, at + length)] + [-1]
+        for start, end in zip(edges[::2], edges[1::2]):  # the cells between the stretches go
+            if end != start and not C.llama_memory_seq_rm(mem, seq, start, end):
+                C.llama_memory_seq_rm(mem, seq, n, -1)
+                lead.keep(n)
+                return False
+        for at, _, length in hits:  # out of the way first, so no stretch lands on another one
+            C.llama_memory_seq_add(mem, seq, at, at + length, far)
+        t, pending = n, []
+        for at, span, length in hits:
+            C.llama_memory_seq_add(mem, seq, far + at, far + at + length, t + span - at - far)
+            job.jumps.append(Jump(span, list(job.tokens[t + span:t + span + length]), t + span, t + span + length))
+            pending += job.tokens[t:t + span]
+            t += span + length
         lead.keep(n)
-        job.cached, job.pending = n + length, list(job.tokens[n:n + span]) + list(job.tokens[n + span + length:])
-        if span:
-            state = kv_state.save(self.ctx, seq)
-            C.llama_memory_seq_rm(self.mem, seq, n, -1)
-            if state is None:
-                job.cached, job.pending = n, list(job.tokens[n:])
-                return True
-            job.jump = Jump(span, moved, state, n + span)
-        else:  # only a deletion: the moved cells follow the prefix now
-            lead.cached.extend(moved)
-        _log.info("prompt cache: %d cached tokens moved by %+d past a new span of %d after %d; %d to read",
-                  length, n + span - at, span, n, len(job.pending))
+        job.pending = pending + list(job.tokens[t:])
+        job.cached = n + sum(length for _, _, length in hits)
+        job.moved = kv_state.save(self.ctx, seq)
+        C.llama_memory_seq_rm(mem, seq, n, -1)
+        if job.moved is None:  # (the plain path: read all from n)
+            job.jumps, job.pending, job.cached = [], list(job.tokens[n:]), n
+            return True
+        self._land(job)  # a stretch right after the prefix (a deletion) joins it now
+        _log.info("prompt cache: %d cached tokens moved past %d new span(s) after %d; %d to read",
+                  job.cached - n, len(hits), n, len(job.pending))
         return True
 
     def _land(self, job: Job) -> None:
-        """The new span is in the slot: the moved cells join it (else they are read again)."""
-        jump, slot = job.jump, job.slots[0]
-        assert jump is not None
-        job.jump = None
-        state = kv_state.save(self.ctx, slot.seq_id)
-        merged = kv_state.joined(state, jump.state, jump.at) if state is not None else None
-        if merged is not None and kv_state.load(self.ctx, slot.seq_id, merged):
-            slot.cached.extend(jump.tokens)
-            return
-        if merged is not None:  # llama.cpp emptied the sequence: read it all
-            C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
-            slot.keep(0)
-            job.pending = list(job.tokens)
-        else:
-            job.pending = jump.tokens + job.pending
-        job.cached = len(slot.cached)
-        _log.warning("prompt cache: the moved cells could not be put back; %d tokens read instead", len(job.pending))
+        """The stretches whose new span is read join the slot (else they are read again)."""
+        slot = job.slots[0]
+        while job.jumps and job.jumps[0].span == 0:
+            jump = job.jumps.pop(0)
+            state = kv_state.save(self.ctx, slot.seq_id)
+            merged = (kv_state.joined(state, job.moved, jump.start, jump.end)
+                      if state is not None and job.moved is not None else None)
+            if merged is not None and kv_state.load(self.ctx, slot.seq_id, merged):
+                slot.cached.extend(jump.tokens)
+                continue
+            if merged is not None:  # llama.cpp emptied the sequence: read it all
+                C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+                slot.keep(0)
+                job.pending = list(job.tokens)
+            else:
+                job.pending = list(job.tokens[len(slot.cached):])
+            job.jumps, job.moved, job.cached = [], None, len(slot.cached)
+            _log.warning("prompt cache: the moved cells could not be put back; %d tokens read instead", len(job.pending))
+        if not job.jumps:
+            job.moved = None
 
     def _restore(self, slot: Slot, tokens: list[int], n: int) -> int:
         """Put a saved prompt into the slot when it serves RESTORE_MIN tokens more than the slot's
@@ -482,14 +493,14 @@ class Scheduler:
         landing = []  # jobs whose chunk ends their new span: the moved cells join it after the decode
         for job in jobs:
             text = self.media.text_room(job) if self.media is not None else len(job.pending)
-            if job.jump is not None:
-                text = min(text, job.jump.span)
+            if job.jumps:
+                text = min(text, job.jumps[0].span)
             every = job.request.prompt_logprobs is not None
             if job.pending and room > 0 and text > 0:
                 chunk = job.pending[: min(room, text, PROMPT_LOGPROBS_CHUNK if every else room)]
-                if job.jump is not None:
-                    job.jump.span -= len(chunk)
-                    if job.jump.span == 0:
+                if job.jumps:
+                    job.jumps[0].span -= len(chunk)
+                    if job.jumps[0].span == 0:
                         landing.append(job)
                 start = len(job.tokens) - len(job.pending)
                 del job.pending[: len(chunk)]
@@ -602,7 +613,7 @@ class Scheduler:
             seq.slot.busy, seq.slot.used_at = False, now
             if not job.cancelled:
                 job.emit(seq.done(job.n_prompt, job.cached))
-        job.jump = None  # (ended inside a new span: the slot holds what was read, the moved cells are dropped)
+        job.jumps, job.moved = [], None  # (ended inside a new span: the slot holds what was read; the moved cells go)
         if job.pending:  # cancelled mid-prompt: the cells past what was decoded are the slot's cache
             total = len(job.tokens)
             read = total - len(job.pending)
