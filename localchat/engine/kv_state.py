@@ -1,4 +1,4 @@
-"""One sequence's K/V cells as llama.cpp saves them (`llama_state_seq_get_data`), and the one
+"""One sequence's K/V cells as llama.cpp saves them (prompt_store.copy_state), and the one
 edit a shifted reuse needs (job.py's shifted_matches): the cells of one save followed by the cells
 of another in a range of positions.
 
@@ -14,23 +14,7 @@ per V row the cells' elements). A save that does not parse to its last byte is n
 
 from __future__ import annotations
 
-import ctypes
 import struct
-
-import llama_cpp as C
-
-
-def save(ctx, seq_id: int) -> bytearray | None:
-    size = C.llama_state_seq_get_size(ctx, seq_id)
-    state = bytearray(size)
-    got = C.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(state), size, seq_id) if size else 0
-    return state if got == size and size else None
-
-
-def load(ctx, seq_id: int, state: bytes | bytearray) -> bool:
-    """Put a save into a sequence (its cells replace the sequence's)."""
-    buf = bytearray(state)
-    return C.llama_state_seq_set_data(ctx, (ctypes.c_uint8 * len(buf)).from_buffer(buf), len(buf), seq_id) == len(buf)
 
 
 class _Reader:
@@ -114,7 +98,7 @@ def _runs(indexes: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def joined(first: bytes | bytearray, second: bytes | bytearray, start: int, end: int) -> bytes | None:
+def joined(first: bytes | bytearray, second: bytes | bytearray, start: int, end: int) -> bytearray | None:
     """A save holding the cells of `first`, then those of `second` at positions start…end - 1
     (all past `first`'s); None when either does not parse or they do not match (another stream,
     another layout)."""
@@ -144,4 +128,4 @@ def joined(first: bytes | bytearray, second: bytes | bytearray, start: int, end:
             out.append(xa)
             if size_a:
                 out += [xb[start * size_b:end * size_b] for start, end in runs]
-    return b"".join(out)
+    return bytearray(b"".join(out))

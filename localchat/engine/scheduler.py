@@ -297,13 +297,14 @@ class Scheduler:
             return
         lead = slots[0]
         n = min(common_prefix(lead.cached, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
-        if lead.adapters != req.adapters or not req.cache_prompt or req.prompt_logprobs is not None:
+        cache = lead.adapters == req.adapters and req.cache_prompt and req.prompt_logprobs is None
+        if not cache:
             n, lead.adapters = 0, req.adapters  # other adapters' cache, none wanted, or every token's logits wanted
         elif self.store is not None and job.prompt is None and not req.adapters:
             n = self._restore(lead, job.tokens, n)
         if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
             n = span.start
-        if self._shift(job, n):
+        if cache and self._shift(job, n):
             self.running.append(job)
             job.emit(Started(job.cached))
             return
@@ -322,8 +323,7 @@ class Scheduler:
         read, then join it (_land); then what is new is read. False, with the slot as it was,
         where this does not apply."""
         lead = job.slots[0]
-        if not self._shiftable or self.draft is not None or lead.adapters != job.request.adapters \
-                or not shifts(lead, job):
+        if not self._shiftable or self.draft is not None or not shifts(lead, job):
             return False
         hits = shifted_matches(lead.cached, job.tokens, n)
         if not hits:
@@ -346,7 +346,7 @@ class Scheduler:
         lead.keep(n)
         job.pending = pending + list(job.tokens[t:])
         job.cached = n + sum(length for _, _, length in hits)
-        job.moved = kv_state.save(self.ctx, seq)
+        job.moved = copy_state(self.ctx, seq)
         C.llama_memory_seq_rm(mem, seq, n, -1)
         if job.moved is None:  # (the plain path: read all from n)
             job.jumps, job.pending, job.cached = [], list(job.tokens[n:]), n
@@ -361,14 +361,13 @@ class Scheduler:
         slot = job.slots[0]
         while job.jumps and job.jumps[0].span == 0:
             jump = job.jumps.pop(0)
-            state = kv_state.save(self.ctx, slot.seq_id)
+            state = copy_state(self.ctx, slot.seq_id)
             merged = (kv_state.joined(state, job.moved, jump.start, jump.end)
                       if state is not None and job.moved is not None else None)
-            if merged is not None and kv_state.load(self.ctx, slot.seq_id, merged):
+            if merged is not None and put_state(self.ctx, slot.seq_id, merged):
                 slot.cached.extend(jump.tokens)
                 continue
-            if merged is not None:  # llama.cpp emptied the sequence: read it all
-                C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+            if merged is not None:  # the sequence is empty now: read it all
                 slot.keep(0)
                 job.pending = list(job.tokens)
             else:
