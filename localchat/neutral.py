@@ -233,7 +233,7 @@ class OutputRules:
     json_object: bool = False  # response_format json_object
     strict: bool = False  # json_schema's strict: a keyword the grammar cannot enforce is a 400, not a header
     grammar: str | None = None  # raw GBNF (extension)
-    max_grammar_bytes: int = MAX_BYTES  # the server's limit, for the raw grammar and for those made from schemas
+    max_grammar_bytes: int = MAX_BYTES  # the server's limit (generation sets it from the settings: prepare.py)
 
     @property
     def calls_tools(self) -> bool:

@@ -31,7 +31,7 @@ HI = [{"role": "user", "content": "Hi"}]
 
 
 def openai_chat(fields: dict[str, Any]) -> GenerationRequest:
-    return ChatCompletionRequest.model_validate({"messages": HI, **fields}).to_request(Settings())
+    return ChatCompletionRequest.model_validate({"messages": HI, **fields}).to_request()
 
 
 def responses(fields: dict[str, Any]) -> GenerationRequest:

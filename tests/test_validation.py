@@ -220,6 +220,22 @@ def test_the_limits_come_from_models_toml(limited: Server):
     assert r.status_code == 200, r.text
 
 
+def test_every_protocol_holds_a_made_grammar_to_max_grammar_bytes(limited: Server):
+    """The limit is read in generation, once, for every protocol (Ollama's /api/chat once ignored it)."""
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "integer", "minimum": i * 137, "maximum": i * 9999 + 12345}
+                                             for i in range(12)}}
+    r = httpx.post(limited.url + "/api/chat", json={"model": TINY, "messages": HELLO, "format": wide, "stream": False},
+                   timeout=60)
+    assert r.status_code == 400 and "max_grammar_bytes" in r.json()["error"], r.text
+    r = httpx.post(limited.url + "/v1/messages", json={"model": TINY, "max_tokens": 8, "messages": HELLO,
+                                                       "tools": [{"name": "t", "input_schema": wide}],
+                                                       "tool_choice": {"type": "any"}}, timeout=60)
+    assert r.status_code == 400 and "max_grammar_bytes" in r.json()["error"]["message"], r.text
+    r = httpx.post(limited.url + "/v1/responses", json={"model": TINY, "input": "hello", "text": {
+        "format": {"type": "json_schema", "name": "out", "schema": wide}}}, timeout=60)
+    assert r.status_code == 400 and "max_grammar_bytes" in r.json()["error"]["message"], r.text
+
+
 @pytest.mark.parametrize("extra", [{}, {"max_tokens": 10**30}, {"max_completion_tokens": LIMITS["max_tokens_cap"] + 1}])
 def test_max_tokens_is_a_ceiling_lowered_to_the_cap(limited: Server, extra: dict):
     """Without max_tokens, or past the cap, a choice stops at the cap (`length`): a ceiling, as
@@ -241,9 +257,9 @@ def test_a_models_max_tokens_bounds_its_answers():
     sampling = registry.models[GEMMA].sampling
     assert sampling.max_tokens == 256 and sampling.repeat_penalty > 1 and sampling.penalty_last_n > 0
     assert registry.models[DEFAULT].sampling.max_tokens is None and registry.default == DEFAULT
-    assert ChatCompletionRequest.model_validate({"messages": HELLO}).to_request(Settings()).sampling.max_tokens is None
+    assert ChatCompletionRequest.model_validate({"messages": HELLO}).to_request().sampling.max_tokens is None
     asked = ChatCompletionRequest.model_validate({"messages": HELLO, "max_tokens": 1000})
-    assert asked.to_request(Settings()).sampling.max_tokens == 1000
+    assert asked.to_request().sampling.max_tokens == 1000
 
 
 def test_body_over_the_limit_is_413_with_or_without_a_length(limited: Server):

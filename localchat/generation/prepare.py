@@ -34,7 +34,9 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     the other limits: limits.check, before the model is leased; the prompt's length: the
     engine's check_fits, as it takes the request)."""
     settings = settings or Settings()
-    rules, family, tokenizer = request.output, loaded.family, loaded.engine.tokenizer
+    # the server's grammar limit, read here for every protocol (the raw grammar and those made from schemas)
+    rules = replace(request.output, max_grammar_bytes=settings.max_grammar_bytes)
+    family, tokenizer = loaded.family, loaded.engine.tokenizer
     media: tuple[Media, ...] = ()
     if request.prompt is not None:
         tokens, thinking = _raw_tokens(request, loaded), False

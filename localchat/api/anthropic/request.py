@@ -138,8 +138,7 @@ def output_rules(req: CountRequest, settings: Settings, loaded: set[str] = froze
         choice = "required" if kind == "any" else "none"
     fmt = req.output_config.format if req.output_config else None
     return OutputRules(tools=tuple(tools), tool_choice=choice, json_schema=fmt.schema_ if fmt else None,
-                       parallel_tool_calls=not (req.tool_choice and req.tool_choice.disable_parallel_tool_use),
-                       max_grammar_bytes=settings.max_grammar_bytes)
+                       parallel_tool_calls=not (req.tool_choice and req.tool_choice.disable_parallel_tool_use))
 
 
 def _tools(req: CountRequest, settings: Settings, loaded: set[str], dropped: list[str]) -> list[ToolSpec]:

@@ -17,6 +17,6 @@ from ..openai.schemas import read_chat_request
 def routes(chat: Chat) -> list[Route]:
     async def apply_template(request: Request) -> Response:
         req = await read_chat_request(request, chat.settings)
-        return JSONResponse({"prompt": await chat.render(req.to_request(chat.settings))})
+        return JSONResponse({"prompt": await chat.render(req.to_request())})
 
     return [Route("/apply-template", apply_template, methods=["POST"])]

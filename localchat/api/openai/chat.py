@@ -39,7 +39,7 @@ def routes(chat: Chat) -> list[Route]:
     async def completions(request: Request) -> Response:
         req = await read_chat_request(request, chat.settings)
         with schema_named(req.schema_source()[1]):
-            turn = await chat.start(req.to_request(chat.settings))
+            turn = await chat.start(req.to_request())
         meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
         form = _Form(req.logprobs, req.return_tokens_as_token_ids, echoed(req),
                      bool(req.stream_options and req.stream_options.include_usage))

@@ -19,7 +19,6 @@ from starlette.routing import Route
 
 from ...errors import InvalidRequest
 from ...generation import Chat, Delta, Finish, GenerationRequest, Logprobs, OutputRules, PromptLogprobs, Turn, total_usage
-from ...models import Settings
 from ..body import KeepAlive, parse, read_json
 from ..fields import SamplingFields
 from .schemas import StreamOptions
@@ -51,7 +50,7 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     json_schema: dict[str, Any] | bool | None = None  # extension (llama.cpp's): the text is JSON for this schema
     grammar: str | None = None  # extension (llama.cpp's): raw GBNF
 
-    def requests(self, limits: Settings) -> list[GenerationRequest]:
+    def requests(self) -> list[GenerationRequest]:
         knobs = self.model_dump()
         prompts = [self.prompt] if isinstance(self.prompt, str) else self.prompt
         overrides = sampling(knobs, stop=self.stop, logit_bias=self.logit_bias, ignore_eos=self.ignore_eos)
@@ -59,8 +58,7 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             raise InvalidRequest("prompt_logprobs: not available when streaming (as in vLLM)", param="prompt_logprobs")
         if self.json_schema is not None and self.grammar is not None:
             raise InvalidRequest("json_schema: cannot be combined with grammar", param="json_schema")
-        output = OutputRules(json_schema=self.json_schema, grammar=self.grammar,
-                             max_grammar_bytes=limits.max_grammar_bytes)
+        output = OutputRules(json_schema=self.json_schema, grammar=self.grammar)
         return [GenerationRequest(model=self.model, prompt=p, suffix=self.suffix, sampling=overrides, n=self.n,
                                   logprobs=self.logprobs, keep_alive=self.keep_alive,  # type: ignore[arg-type]
                                   cache_prompt=self.cache_prompt, output=output, prompt_logprobs=self.prompt_logprobs)
@@ -71,7 +69,7 @@ def routes(chat: Chat) -> list[Route]:
     async def completions(request: Request) -> Response:
         settings = chat.settings
         req = parse(CompletionRequest, await read_json(request, settings.max_body_bytes))
-        asks = req.requests(settings)
+        asks = req.requests()
         if req.suffix is not None and req.echo:
             raise InvalidRequest("echo cannot be used with suffix", param="echo")
         turns: list[Turn] = []

@@ -20,7 +20,6 @@ from .messages import Message, said
 
 __all__ = ["ChatCompletionRequest", "StreamOptions", "read_chat_request"]
 
-_DEFAULT_LIMITS = Settings()
 
 
 class StreamOptions(_Lenient):
@@ -91,11 +90,10 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     cache_prompt: bool = True  # extension (llama.cpp's): false: the slot's prompt cache is neither read nor kept
     prompt_logprobs: int | None = Field(None, ge=0, le=20)  # extension (vLLM's): the prompt tokens' log-probabilities
 
-    def to_request(self, limits: Settings | None = None) -> GenerationRequest:
+    def to_request(self) -> GenerationRequest:
         """The neutral request. Without max_tokens a choice gets the model's default
         (models.toml) if it has one, else it runs until the model ends its turn, never past the
         server's cap or the context (generation applies both, and every other limit)."""
-        limits = limits or _DEFAULT_LIMITS
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
         if self.prompt_logprobs is not None and self.stream:
@@ -107,7 +105,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             messages=tuple(said(i, m) for i, m in enumerate(self.messages)),
             model=self.model,
             sampling=sampling(knobs, stop=self.stop, logit_bias=self.logit_bias, ignore_eos=self.ignore_eos),
-            output=self._output_rules(limits),
+            output=self._output_rules(),
             reasoning=self._reasoning(kwargs.pop("enable_thinking", None)),
             n=self.n,
             logprobs=(self.top_logprobs or 0) if self.logprobs else None,
@@ -148,7 +146,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
                                  param="chat_template_kwargs.enable_thinking")
         return effort or Reasoning(enable_thinking)
 
-    def _output_rules(self, limits: Settings) -> OutputRules:
+    def _output_rules(self) -> OutputRules:
         fmt = self.response_format
         if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is None:
             raise InvalidRequest("response_format.json_schema is required when type is 'json_schema'",
@@ -163,7 +161,6 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             json_object=bool(fmt and fmt.type == "json_object") and schema is None,
             strict=bool(fmt and fmt.type == "json_schema" and fmt.json_schema and fmt.json_schema.strict),
             grammar=self.grammar,
-            max_grammar_bytes=limits.max_grammar_bytes,
         )
 
     def schema_source(self) -> tuple[dict[str, Any] | bool | None, str | None]:

@@ -191,8 +191,7 @@ def _rules(req: ResponsesRequest, settings: Settings, dropped: list[str]) -> Out
                        tool_choice=choice.name if isinstance(choice, NamedChoice) else choice,
                        parallel_tool_calls=req.parallel_tool_calls,
                        json_schema=fmt.schema_ if fmt is not None and fmt.type == "json_schema" else None,
-                       json_object=fmt is not None and fmt.type == "json_object", strict=bool(fmt and fmt.strict),
-                       max_grammar_bytes=settings.max_grammar_bytes)
+                       json_object=fmt is not None and fmt.type == "json_object", strict=bool(fmt and fmt.strict))
 
 
 def _tools(tools: list[Tool], settings: Settings, dropped: list[str], namespace: str = "",
