@@ -141,3 +141,27 @@ def test_lone_surrogates_in_text_are_not_a_crash(http: httpx.Client):
 def test_overlong_stop_string_is_400(http: httpx.Client):
     err = _error(http.post("/v1/chat/completions", json={"messages": HELLO, "stop": "x" * 1001}), 400)
     assert err["param"] == "stop"
+
+
+def test_n_above_the_slots_is_a_400_from_the_engine_too(tmp_path):
+    """Generation refuses it first; a request that reaches the engine another way gets the same
+    400 (field `n`), not a 500."""
+    import asyncio
+
+    from localchat.engine import Generate, LocalEngine, SamplingParams
+    from localchat.errors import InvalidRequest
+    from localchat.families import FAMILIES
+    from tinymodels import write_tiny_model
+
+    engine = LocalEngine(write_tiny_model(tmp_path / "m.gguf", FAMILIES["chatml"], n_ctx=256), n_ctx=256, parallel=2)
+
+    async def first_event():
+        async for event in engine.generate(Generate([1, 2, 3], SamplingParams(max_tokens=1), n=3)):
+            return event
+
+    try:
+        with pytest.raises(InvalidRequest) as refused:
+            asyncio.run(first_event())
+        assert refused.value.field == "n" and refused.value.status == 400 and "parallel" in refused.value.message
+    finally:
+        engine.close()

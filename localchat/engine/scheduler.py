@@ -117,8 +117,9 @@ class Scheduler:
     # -- called from other threads ---------------------------------------------------------
 
     def submit(self, request: Generate, emit: Emit) -> Job:
-        if request.n > self.parallel:
-            raise EngineError(f"n={request.n} is more than this model's {self.parallel} slots")
+        if request.n > self.parallel:  # generation says so first (limits.check_n): the same 400 from either
+            raise InvalidRequest(f"at most {self.parallel} completions per request for this model (its `parallel` "
+                                 "setting)", field="n")
         if request.media and self.media is None:
             raise InvalidRequest(f"{request.media[0].param}: this model takes no images or audio (it has no "
                                  "projector: `mmproj` in models.toml)", param=request.media[0].param)
