@@ -11,6 +11,7 @@ import uvicorn
 from . import logs
 from .api import create_app
 from .api.guard import Origins
+from .errors import UpstreamError
 from .generation import Chat, ModelHost
 from .models import Registry
 
@@ -80,12 +81,21 @@ def serve(registry: Registry, *, host: str, port: int, model: str | None, api_ke
     check_port(host, port)
     chat = Chat(ModelHost(registry, report=lambda line: print(f"localchat: {line}", file=sys.stderr, flush=True)))
     print(f"localchat: loading {registry.default} …", file=sys.stderr, flush=True)
-    loaded = chat.host.preload(registry.default)
+    try:
+        loaded = chat.host.preload(registry.default)
+    except UpstreamError as exc:
+        if registry.resolve(registry.default).upstream is None:
+            raise
+        # a peer that is off (the GPU box asleep) must not keep the other models from being served
+        print(f"localchat: {exc.message}\nlocalchat: serving the other models; {registry.default} answers 503 until "
+              "its upstream does, and then loads", file=sys.stderr, flush=True)
+        loaded = None
     app = create_app(chat, api_key=api_key, loopback_only=is_loopback(host), origins=origins, webui=webui)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/v1"
-    print(f"localchat: serving {loaded.spec.name} ({loaded.family.name} family, {loaded.engine.parallel} slots of "
-          f"{loaded.engine.n_ctx} tokens; up to {s.max_loaded_models} models loaded, {s.queue_limit} queued) at {url}",
+    what = (f"{loaded.spec.name} ({loaded.family.name} family, {loaded.engine.parallel} slots of {loaded.engine.n_ctx} "
+            "tokens; " if loaded is not None else f"(default {registry.default}, not loaded yet; ")
+    print(f"localchat: serving {what}up to {s.max_loaded_models} models loaded, {s.queue_limit} queued) at {url}",
           file=sys.stderr)
     print(f"  try: curl {url}/chat/completions -H 'Content-Type: application/json' "
           f"-d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'", file=sys.stderr, flush=True)

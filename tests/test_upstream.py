@@ -281,6 +281,36 @@ def test_a_peer_that_dies_mid_stream(model_file: Path, tmp_path_factory: pytest.
         peer.stop()
 
 
+def test_a_default_upstream_down_at_start_up_then_up(model_file: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                    monkeypatch: pytest.MonkeyPatch):
+    """A laptop whose GPU box is off still starts: it serves its other models, answers 503 for the
+    upstream's, and serves that one too once the peer is up."""
+    import conftest
+
+    folder = tmp_path_factory.mktemp("late")
+    port = conftest.free_port()
+    (folder / "front.toml").write_text(
+        f'default = "remote"\n[models.remote]\nupstream = "http://127.0.0.1:{port}/v1"\nupstream_model = "tiny-remote"\n'
+        f'api_key = "{KEY}"\n[models.local]\npath = "{model_file}"\ncontext_length = 2048\n')
+    front = Server(folder / "front.toml")
+    peer = None
+    try:
+        assert "cannot be reached" in front.output() and "not loaded yet" in front.output()
+        with pytest.raises(openai.APIStatusError) as refused:
+            sdk(front).chat.completions.create(model="remote", messages=ASK, max_tokens=2)
+        assert refused.value.status_code == 503 and refused.value.body["code"] == "upstream_unavailable"
+        assert sdk(front).chat.completions.create(model="local", messages=ASK, max_tokens=2).choices
+        monkeypatch.setattr(conftest, "free_port", lambda: port)  # the peer comes up where the front looks
+        peer = Server(_tomls(folder, model_file), "--peer", "--api-key", KEY)
+        answer = sdk(front).chat.completions.create(model="remote", messages=ASK, max_tokens=2)
+        assert answer.model == "remote" and answer.choices[0].finish_reason in ("length", "stop")
+        assert front.proc.poll() is None
+    finally:
+        front.stop()
+        if peer is not None:
+            peer.stop()
+
+
 # -- the wire and the link's errors, without a server ---------------------------------------------
 
 @pytest.mark.fast
