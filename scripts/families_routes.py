@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 from families_checks import ARGS, ASK, CALL, TOOLS, Prepared, Row, Server, _openai, _render, _valid
-from localchat.families.codecs.base import Delta, ReasoningDelta, Tool, ToolCallArguments, ToolCallStart
+from localchat.families.codecs.base import Tool
+from localchat.neutral import Delta, ReasoningDelta, ToolCallArguments, ToolCallStart
 
 
 def _split(p: Prepared, text: str, thinking: bool = False) -> tuple[str, str, list[tuple[str, Any]]]:
