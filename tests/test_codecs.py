@@ -499,7 +499,16 @@ WRITTEN = [
     ('<tool_call>\n{"name": "shell", "arguments": {"command": "ls"}}', ("", "", [("shell", {"command": "ls"})])),
     ('I will run it.\n{\n  "name": "shell",\n  "arguments": {\n    "command": "ls"\n  }\n}',
      ("I will run it.", "", [("shell", {"command": "ls"})])),
+    # pi's `bash` call as the 1.5B wrote it: OpenAI's own call item in <tools>, cut where the grammar that a
+    # `{"name": "TOOL"` inside it triggered ended the output (recorded: scripts/acceptance, pi, tool)
+    ('<tools>\n  {"type": "function", "function": {"name": "shell", "arguments": {"command": "echo localchat-acceptance-42"}}',
+     ("", "", [("shell", ECHO)])),
+    ('<tools>\n{"type": "function", "function": {"name": "shell", "arguments": {"command": "ls"}}}\n</tools>',
+     ("", "", [("shell", {"command": "ls"})])),
+    ('```json\n{"type": "function", "function": {"name": "shell", "arguments": "{\\"command\\": \\"ls\\"}"}}\n```',
+     ("", "", [("shell", {"command": "ls"})])),
     ('Code: function f() { return {a: 1}; }', ('Code: function f() { return {a: 1}; }', "", [])),
+
     # not calls: JSON naming no declared tool, or with no object of arguments, stays text
     ('```json\n{"name": "Bob", "age": 3}\n```', ('```json\n{"name": "Bob", "age": 3}\n```', "", [])),
     ('{"name": "shell"}', ('{"name": "shell"}', "", [])),

@@ -296,6 +296,9 @@ def _named_call(text: str, shape: ShapeLike, repaired: bool = False) -> tuple[st
     obj = loads_object(text)
     if obj is None:
         return None
+    inner = obj.get("function")  # OpenAI's own call item, {"type": "function", "function": {"name": N, "arguments": A}}
+    if isinstance(inner, dict) and isinstance(inner.get("name"), str) and "arguments" in inner:
+        obj = inner
     name = next((obj[k] for k in (shape.name_key, "name", "tool_name", "function") if isinstance(obj.get(k), str)), None)
     keys = [k for k in (shape.args_key, "arguments", "parameters", "args", "input") if k in obj]
     if not keys:  # a JSON object with a tool's name in it, but no arguments: not a call
