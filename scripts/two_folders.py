@@ -21,60 +21,16 @@ import json
 import re
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import httpx
-import uvicorn
-from starlette.applications import Starlette
-from starlette.background import BackgroundTask
-from starlette.requests import Request
-from starlette.responses import StreamingResponse
-from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import acceptance as A  # noqa: E402
-from conftest import Server, free_port  # noqa: E402  (acceptance put tests/ on the path)
+from conftest import Server  # noqa: E402  (acceptance put tests/ on the path)
 
 from localchat.models import shipped_config  # noqa: E402
-
-HOP = {"host", "content-length", "transfer-encoding", "connection"}
-
-
-class Recorder:
-    """A loopback proxy in front of the server that keeps each POST body, in order."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream, self.bodies = upstream, []
-        self.client = httpx.AsyncClient(timeout=None)
-
-        async def forward(request: Request) -> StreamingResponse:
-            body = await request.body()
-            if request.method == "POST":
-                self.bodies.append((request.url.path, body))
-            url = self.upstream + request.url.path + (f"?{request.url.query}" if request.url.query else "")
-            sent = self.client.build_request(request.method, url, content=body,
-                                             headers={k: v for k, v in request.headers.items() if k.lower() not in HOP})
-            response = await self.client.send(sent, stream=True)
-            return StreamingResponse(response.aiter_raw(), status_code=response.status_code,
-                                     headers={k: v for k, v in response.headers.items() if k.lower() not in HOP},
-                                     background=BackgroundTask(response.aclose))
-
-        app = Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST", "HEAD", "DELETE", "PUT"])])
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-        threading.Thread(target=self.server.run, daemon=True).start()
-        while not self.server.started:
-            time.sleep(0.05)
-
-    def main_body(self, since: int) -> tuple[str, dict]:
-        """The largest generation request after `since` bodies: the agent's turn (not a title or a probe)."""
-        path, body = max(((p, b) for p, b in self.bodies[since:] if p.endswith(("/chat/completions", "/messages"))),
-                         key=lambda pb: len(pb[1]))
-        return path, json.loads(body)
-
 
 LINE = re.compile(r"prompt=(\d+) cached=(\d+).* ttft=([\d.]+)s")
 
@@ -121,7 +77,7 @@ def main() -> int:
     bins = A.install()
     for client in args.only.split(","):
         server = A.Serve(None)
-        recorder = Recorder(server.url)
+        recorder = A.Recorder(server.url)
         context = A.context_length(server.url, args.model)
         marks, bodies = [], []
         try:
