@@ -214,7 +214,8 @@ class Run:
         return TASKS[self.case]
 
     def env(self, **extra: str) -> dict[str, str]:
-        return {**os.environ, **OFFLINE, "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.home / ".config"),
+        return {**os.environ, **OFFLINE, "PWD": str(self.work),  # (opencode takes its folder from $PWD)
+                "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.home / ".config"),
                 "XDG_DATA_HOME": str(self.home / ".local" / "share"), "XDG_CACHE_HOME": str(self.home / ".cache"),
                 **extra}
 
