@@ -507,7 +507,15 @@ WRITTEN = [
      ("", "", [("shell", {"command": "ls"})])),
     ('```json\n{"type": "function", "function": {"name": "shell", "arguments": "{\\"command\\": \\"ls\\"}"}}\n```',
      ("", "", [("shell", {"command": "ls"})])),
+    # Cline's `ask_question` as the 1.5B wrote it: the call item bare, after text of its own (the text and the
+    # call as recorded through scripts/acceptance; the arguments here are shortened)
+    ('<user_input mode="act">\nI will say "hi" to the user.\n</user_input>\n{\n  "function": {"name": "Agent", '
+     '"arguments": {"prompt": "hi"}}}', ('<user_input mode="act">\nI will say "hi" to the user.\n</user_input>', "",
+                                         [("Agent", {"prompt": "hi"})])),
+    ('{"type": "function", "function": {"name": "shell", "arguments": {"command": "ls"}}}',
+     ("", "", [("shell", {"command": "ls"})])),
     ('Code: function f() { return {a: 1}; }', ('Code: function f() { return {a: 1}; }', "", [])),
+    ('A schema: {"type": "object"} and {"function": "f"}', ('A schema: {"type": "object"} and {"function": "f"}', "", [])),
 
     # not calls: JSON naming no declared tool, or with no object of arguments, stays text
     ('```json\n{"name": "Bob", "age": 3}\n```', ('```json\n{"name": "Bob", "age": 3}\n```', "", [])),

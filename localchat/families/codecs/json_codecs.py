@@ -17,6 +17,9 @@ _HERMES_WRITTEN = (
     Shape(name_key="name", separator="\n"),
     *(Shape(call_open=f"<{tag}>\n", call_close=f"\n</{tag}>", separator="\n", name_key="name")
       for tag in ("tools", "tool", "function_call", "json")),
+    # OpenAI's own call item, bare (Cline's and pi's prompts through the 1.5B): {"function": {"name": …}}
+    *(Shape(call_open=opening, call_close="}", separator="\n", name_key="name", marker=opening.rstrip())
+      for opening in ('{ "type": "function", "function": ', '{ "function": ')),
 )
 
 # Hermes 2 Pro / Qwen 2.5 / Qwen 3 / QwQ / SmolLM3 / Granite 4: JSON in <tool_call> tags.
