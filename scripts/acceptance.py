@@ -309,7 +309,9 @@ def text_of(content: object) -> str:
 def claude(run: Run, timeout: float) -> None:
     """docs/clients.md's lines for Claude Code."""
     env = run.env(ANTHROPIC_BASE_URL=run.url, ANTHROPIC_AUTH_TOKEN="unused", ANTHROPIC_MODEL=run.model,
-                  ANTHROPIC_SMALL_FAST_MODEL=run.model, CLAUDE_CODE_MAX_CONTEXT_TOKENS=str(run.context),
+                  ANTHROPIC_SMALL_FAST_MODEL=run.model, CLAUDE_CODE_SUBAGENT_MODEL=run.model,
+                  ANTHROPIC_DEFAULT_OPUS_MODEL=run.model, ANTHROPIC_DEFAULT_SONNET_MODEL=run.model,
+                  ANTHROPIC_DEFAULT_HAIKU_MODEL=run.model, CLAUDE_CODE_MAX_CONTEXT_TOKENS=str(run.context),
                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="4096", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
                   API_TIMEOUT_MS="1800000")
     events = run.exec([str(run.bins[0] / ".bin" / "claude"), "-p", run.task, "--output-format", "stream-json",
