@@ -291,6 +291,8 @@ def classify(run: Run, log: str, declared: ToolSet) -> str:
         return "model: no answer" + (f" (calls {run.calls[:6]})" if run.calls else "")
     if run.case != "plain" and not run.calls:
         return "model: no call"
+    if run.case == "tool" and run.ran_mark and not run.answer.strip():
+        return "model: no answer after the result"
     if run.refused:
         return f"model: a call the client refused or that failed ({' '.join(run.refused[0].split())[:80]})"
     return "model: " + ("a wrong edit" if run.case == "edit" else "another choice") + f" (calls {run.calls[:6]})"
@@ -366,8 +368,8 @@ def codex(run: Run, timeout: float) -> None:
             run.ran_mark |= MARK in str(item.get("aggregated_output", ""))
         elif item.get("type") == "file_change":
             run.calls.append("apply_patch")
-        elif item.get("type") == "error":
-            run.refused.append(str(item.get("message", "")))
+        elif item.get("type") == "error" and "Model metadata" not in str(item.get("message", "")):
+            run.refused.append(str(item.get("message", "")))  # (not its warning about a model it has no card for)
 
 
 # -- opencode -------------------------------------------------------------------------------------
