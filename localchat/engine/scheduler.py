@@ -347,7 +347,7 @@ class Scheduler:
         lead.keep(n)
         job.pending = pending + list(job.tokens[t:])
         job.cached = n + sum(length for _, _, length in hits)
-        job.moved = copy_state(self.ctx, seq)
+        job.moved = copy_state(self.ctx, seq) if self._apply_moves(seq, t) else None
         C.llama_memory_seq_rm(mem, seq, n, -1)
         if job.moved is None:  # (the plain path: read all from n)
             job.jumps, job.pending, job.cached = [], list(job.tokens[n:]), n
@@ -356,6 +356,17 @@ class Scheduler:
         _log.info("prompt cache: %d cached tokens moved past %d new span(s) after %d; %d to read",
                   job.cached - n, len(hits), n, len(job.pending))
         return True
+
+    def _apply_moves(self, seq: int, pos: int) -> bool:
+        """llama.cpp turns moved cells' K (their RoPE) to the new positions only at the next
+        llama_decode, and a save copies the cells as they are (saved unturned, they came back
+        with their old RoPE at the new positions): decode one token after the moved cells (no
+        logits), then drop it, so a save holds them turned. False if llama.cpp would not."""
+        self._token[0], self._pos[0], self._seq[0][0], self._logits[0] = 0, pos, seq, False
+        self.batch.n_tokens = 1
+        ok = C.llama_decode(self.ctx, self.batch) == 0
+        C.llama_memory_seq_rm(self.mem, seq, pos, -1)
+        return ok
 
     def _land(self, job: Job) -> None:
         """The stretches whose new span is read join the slot (else they are read again)."""
