@@ -51,6 +51,8 @@ def serve(
     in_process: bool = typer.Option(False, "--in-process", help="Run llama.cpp inside the server process instead of "
                                     "a supervised worker process per model (a crash in it then stops the server)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No access log (one line per request otherwise)."),
+    metrics: bool = typer.Option(False, "--metrics", help="Serve Prometheus metrics at GET /metrics (tokens, "
+                                 "requests, slots, K/V cells, times to first token, per model)."),
     hosted_tools: Optional[str] = typer.Option(None, "--hosted-tools", help="Tools only a hosted API can run "
                                                "(web search, code execution): 'drop' (default: left out and reported) "
                                                "or 'refuse' (a 400)."),
@@ -73,6 +75,7 @@ def serve(
                                    ("max_loaded_models", max_loaded_models), ("keep_alive", keep_alive),
                                    ("worker", False if in_process else None), ("hosted_tools", hosted_tools),
                                    ("log_requests", False if quiet else None),
+                                   ("metrics", True if metrics else None),
                                    ("fetch_images", True if fetch_images else None),
                                    ("media_folder", str(media_folder) if media_folder else None),
                                    ("slot_save_path", str(slot_save_path.expanduser().resolve()) if slot_save_path

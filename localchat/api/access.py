@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..logs import start_request
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 log = logging.getLogger("localchat.access")
 _KEEP = 8192  # bytes of an error response read for its message
@@ -20,10 +23,12 @@ _KEEP = 8192  # bytes of an error response read for its message
 
 class AccessLog:
     """`enabled`: write the log line; `recent`: where the requests that generated are kept, newest
-    first (GET /health shows them), whether or not the line is written."""
+    first (GET /health shows them), whether or not the line is written; `metrics`: what counts
+    each request (GET /metrics), if they are on."""
 
-    def __init__(self, app: ASGIApp, enabled: bool = True, recent: deque[dict[str, Any]] | None = None) -> None:
-        self.app, self.enabled, self.recent = app, enabled, recent
+    def __init__(self, app: ASGIApp, enabled: bool = True, recent: deque[dict[str, Any]] | None = None,
+                 metrics: Metrics | None = None) -> None:
+        self.app, self.enabled, self.recent, self.metrics = app, enabled, recent, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -53,6 +58,8 @@ class AccessLog:
                 log.info("%s", record.line())
             if self.recent is not None and record.model:
                 self.recent.appendleft(record.answered())
+            if self.metrics is not None:
+                self.metrics.observe(record, scope)
 
 
 def _message(body: bytes) -> str | None:

@@ -24,6 +24,7 @@ from . import webui as page
 from .access import AccessLog
 from .guard import LocalOnly, Origins
 from .health import health as health_body
+from .metrics import Metrics, routes as metrics_routes
 from .protocols import PROTOCOLS
 
 
@@ -35,6 +36,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
     """webui: serve the chat page at `/` (and its files under /ui/)."""
     origins = origins or Origins()  # one list of allowed browser origins: CORS headers and the 403 check
     recent: deque[dict[str, Any]] = deque(maxlen=20)  # the last requests answered, newest first (GET /health)
+    metrics = Metrics() if chat.settings.metrics else None  # GET /metrics (metrics.py), off by default
 
     async def health(request: Request) -> Response:
         return JSONResponse(await health_body(chat, recent))
@@ -45,11 +47,12 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         Route("/health", health, methods=["GET"]),
         *(route for protocol in PROTOCOLS for route in protocol.routes(chat)),
         *peer.routes(chat),  # other localchats' upstream entries (serve --peer; none otherwise)
+        *(metrics_routes(chat, metrics) if metrics else []),
         *(page.routes() if webui else []),
     ]
     public = (page.PUBLIC_PATHS, page.PUBLIC_PREFIXES) if webui else ((), ())
     middleware = [
-        Middleware(AccessLog, enabled=chat.settings.log_requests, recent=recent),
+        Middleware(AccessLog, enabled=chat.settings.log_requests, recent=recent, metrics=metrics),
         Middleware(LocalOnly, api_key=api_key, loopback_only=loopback_only, origins=origins,
                    public_paths=public[0], public_prefixes=public[1]),
         Middleware(CORSMiddleware, **origins.cors_options()),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.params import SlotDone, SlotInfo
-from ..errors import InvalidRequest, NotSupported
+from ..errors import InvalidRequest, LocalchatError, NotSupported
 from ..logs import current_request
 from ..models import ModelSpec, user
 from ..models.describe import Description
@@ -41,6 +41,23 @@ def slot_file(folder: Path, filename: str) -> Path:
                              "without a path separator, '..', control characters, or a leading or trailing space "
                              "or a trailing dot", param="filename")
     return Path(folder).expanduser().resolve() / filename
+
+
+@dataclass(frozen=True)
+class Load:
+    """What a loaded model is doing now (GET /metrics): its slots and how many are busy, requests
+    running (held: decoding or waiting in it) and queued in its engine, its K/V cells (every
+    slot's) and how many hold tokens (None where they are not ours: an upstream), its worker's
+    restarts since it loaded."""
+
+    name: str
+    slots: int
+    busy: int
+    requests: int
+    queued: int
+    cells: int
+    cells_used: int | None
+    restarts: int
 
 
 @dataclass(frozen=True)
@@ -115,6 +132,19 @@ class Models:
     def current(self) -> LoadedModel | None:
         """The most recently used loaded model."""
         return self._host.current
+
+    async def load_now(self) -> list[Load]:
+        """Each loaded model's slots, requests and cells now."""
+        out = []
+        for m in list(self._host.loaded.values()):
+            stats = m.engine.stats()
+            try:
+                used: int | None = sum(slot.cached for slot in await asyncio.wait_for(m.engine.slots(), 5))
+            except (LocalchatError, TimeoutError):  # not ours to list (an upstream), a worker restarting
+                used = None
+            out.append(Load(m.spec.name, stats["slots"], stats["busy"], m.active, stats["queued"],
+                            stats["n_ctx"] * stats["slots"], used, (stats["worker"] or {}).get("crashes", 0)))
+        return out
 
     @property
     def loads(self) -> int:

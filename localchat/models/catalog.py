@@ -97,6 +97,7 @@ class Settings(BaseModel):
     # of what the model sees and names it in the x-localchat-dropped-tools header; "refuse" makes it a 400.
     hosted_tools: Literal["drop", "refuse"] = "drop"
     log_requests: bool = True  # one access-log line per request
+    metrics: bool = False  # GET /metrics: Prometheus metrics per model (api/metrics.py), as llama-server's --metrics
     # Prompts' K/V cells kept on disk (under the cache folder's prompts/) so that a long prompt is read once,
     # across restarts and unloads too: the folder's size limit in bytes, least recently used out first; 0: off.
     prompt_cache_bytes: int = Field(4 * 1024**3, ge=0)
