@@ -514,6 +514,13 @@ WRITTEN = [
                                          [("Agent", {"prompt": "hi"})])),
     ('{"type": "function", "function": {"name": "shell", "arguments": {"command": "ls"}}}',
      ("", "", [("shell", {"command": "ls"})])),
+    # pi's `bash` call as the 1.5B wrote it: an XML element whose `arguments` attribute is the JSON object, in
+    # single quotes that the command's own quotes break (recorded: scripts/acceptance, pi, plain)
+    ('<tools>\n  <function name="shell" arguments=\'{"command": "echo \'Hello, world!\'"}\'/>\n</tools>',
+     ("", "", [("shell", {"command": "echo 'Hello, world!'"})])),
+    ('<function name="shell" arguments=\'{"command": "ls"}\'/>', ("", "", [("shell", {"command": "ls"})])),
+    ('<function name="nope" arguments=\'{"command": "ls"}\'/>',
+     ('<function name="nope" arguments=\'{"command": "ls"}\'/>', "", [])),
     ('Code: function f() { return {a: 1}; }', ('Code: function f() { return {a: 1}; }', "", [])),
     ('A schema: {"type": "object"} and {"function": "f"}', ('A schema: {"type": "object"} and {"function": "f"}', "", [])),
 

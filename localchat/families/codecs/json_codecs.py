@@ -20,6 +20,11 @@ _HERMES_WRITTEN = (
     # OpenAI's own call item, bare (Cline's and pi's prompts through the 1.5B): {"function": {"name": …}}
     *(Shape(call_open=opening, call_close="}", separator="\n", name_key="name", marker=opening.rstrip())
       for opening in ('{ "type": "function", "function": ', '{ "function": ')),
+    # the call as an XML element, its arguments a JSON attribute (pi's prompt through the 1.5B):
+    # <tools>\n  <function name="bash" arguments='{"command": "echo 'hi'"}'/>\n</tools>
+    *(Shape(open=open_, close=close, call_open='<function name="', name_end="\" arguments='", call_close="'/>",
+            separator="\n", marker=marker) for open_, close, marker in (("<tools>\n", "\n</tools>", '<tools> <function'),
+                                                                        ("", "", ""))),
 )
 
 # Hermes 2 Pro / Qwen 2.5 / Qwen 3 / QwQ / SmolLM3 / Granite 4: JSON in <tool_call> tags.

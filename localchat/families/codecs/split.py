@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ...neutral import Delta, Piece, ReasoningDelta
 from .pieces import BlockParser, CallSyntax, Stepped, Tool
-from .pattern import find_first, held_back
+from .pattern import PARTIAL, find_first, held_back, match
 
 
 class Splitter(Stepped):
@@ -76,8 +76,9 @@ class Splitter(Stepped):
             if self.think_close.startswith(stripped) and not final:
                 return []
         at, marker = find_first(self.buf, self.markers)
-        if at >= 0 and not final and any(len(m) > len(marker) and m.startswith(self.buf[at:]) for m in self.markers):
-            return []  # a longer marker may still be written here (``` then ```json)
+        if at >= 0 and not final and any(len(m) > len(marker) and match(m, self.buf, at) == PARTIAL
+                                         for m in self.markers):
+            return []  # a longer marker may still be written here (``` then ```json; <tools> then <tools> <function)
         if at >= 0:
             text, self._pending = self.buf[:at].rstrip(), self.buf[at:]  # (space before calls: not shown)
             self._space = self.buf[len(text):at]
