@@ -4,7 +4,8 @@ reused cells change the answer.
     scripts/two-folders [--only opencode,claude] [--model NAME] [--tokens N]
 
 For each client (opencode and Claude Code by default; any of scripts/acceptance's), runs "Say hi."
-in one new folder, then in another (new HOME and folder each, as scripts/acceptance does), through
+in one new folder, then in another (new HOME and folder each, as scripts/acceptance does), on a
+server without a prompt store (the first folder is read cold, as a user's first session is), through
 a loopback proxy that keeps every request body. Prints the access-log lines of each folder's first
 request (prompt, cached, time to first token) and the ratio of the second's to the first's.
 
@@ -75,8 +76,10 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=48, help="tokens of each greedy answer (default 48)")
     args = parser.parse_args()
     bins = A.install()
+    quiet = Path(tempfile.mkdtemp()) / "models.toml"  # no prompt store: the first folder is read cold
+    quiet.write_text("prompt_cache_bytes = 0\n" + shipped_config().read_text())
     for client in args.only.split(","):
-        server = A.Serve(None)
+        server = A.Serve(quiet)
         recorder = A.Recorder(server.url)
         context = A.context_length(server.url, args.model)
         marks, bodies = [], []
@@ -97,8 +100,6 @@ def main() -> int:
                   f"({marks[1][1]} of {marks[1][0]} tokens from the cache)", flush=True)
         finally:
             server.stop()
-        quiet = Path(tempfile.mkdtemp()) / "models.toml"  # no prompt store: a new server reads cold
-        quiet.write_text("prompt_cache_bytes = 0\n" + shipped_config().read_text())
         (path, first), (_, second) = bodies
         answers = []
         for after_first in (True, False):
