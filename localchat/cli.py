@@ -51,6 +51,10 @@ def serve(
     in_process: bool = typer.Option(False, "--in-process", help="Run llama.cpp inside the server process instead of "
                                     "a supervised worker process per model (a crash in it then stops the server)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No access log (one line per request otherwise)."),
+    cache_type_k: Optional[str] = typer.Option(None, "--cache-type-k", "-ctk", help="The K cache's type for models "
+                                               "without their own: f16 (default), q8_0 (half the memory) or q4_0."),
+    cache_type_v: Optional[str] = typer.Option(None, "--cache-type-v", "-ctv", help="The V cache's type: f16 "
+                                               "(default), q8_0 or q4_0 (quantized: with flash attention)."),
     metrics: bool = typer.Option(False, "--metrics", help="Serve Prometheus metrics at GET /metrics (tokens, "
                                  "requests, slots, K/V cells, times to first token, per model)."),
     hosted_tools: Optional[str] = typer.Option(None, "--hosted-tools", help="Tools only a hosted API can run "
@@ -76,6 +80,7 @@ def serve(
                                    ("worker", False if in_process else None), ("hosted_tools", hosted_tools),
                                    ("log_requests", False if quiet else None),
                                    ("metrics", True if metrics else None),
+                                   ("cache_type_k", cache_type_k), ("cache_type_v", cache_type_v),
                                    ("fetch_images", True if fetch_images else None),
                                    ("media_folder", str(media_folder) if media_folder else None),
                                    ("slot_save_path", str(slot_save_path.expanduser().resolve()) if slot_save_path
@@ -180,14 +185,16 @@ def ps(
         raise fail(f"no localchat server answers at {url} ({exc}); start one with `localchat serve`") from None
     loaded = r.json().get("loaded", [])
     table = Table(box=None, header_style="bold")
-    for column in ("name", "family", "size", "memory", "context", "busy", "queued", "requests", "idle", "unloads in"):
+    for column in ("name", "family", "size", "memory", "context", "K/V cache", "busy", "queued", "requests", "idle",
+                   "unloads in"):
         table.add_column(column, justify="left" if column in ("name", "family") else "right", no_wrap=column == "name")
     for m in loaded:
         keep = m["keep_alive_seconds"]
         until = "never" if keep is None else "now" if keep == 0 else duration(max(keep - m["idle_seconds"], 0))
         sizing = m.get("sizing") or {}
         memory = human_bytes(sizing["memory_needed_bytes"]) if sizing else "?"
-        table.add_row(m["name"], m["family"], human_bytes(m["size_bytes"]), memory, str(m["context_length"]),
+        cache = f"{sizing.get('cache_type_k', 'f16')}/{sizing.get('cache_type_v', 'f16')}" if sizing else "?"
+        table.add_row(m["name"], m["family"], human_bytes(m["size_bytes"]), memory, str(m["context_length"]), cache,
                       f"{m['busy_slots']}/{m['slots']}", str(m["queued"]), str(m["requests"]),
                       duration(m["idle_seconds"]) if not m["requests"] else "busy",
                       until if not m["requests"] else "-")

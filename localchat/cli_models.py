@@ -134,11 +134,13 @@ def _memory_rows(spec: ModelSpec, info: ModelInfo, settings: Settings, ctx_size:
     from .models.host import size_model
 
     shape = fit.MemoryShape.of(info)
-    swa = sum(s for _, s in shape.layers)
+    swa = sum(s for _, _, s in shape.layers)
+    cache = (spec.cache_type_k or settings.cache_type_k, spec.cache_type_v or settings.cache_type_v)
+    types = cache[0] if cache[0] == cache[1] else f"K {cache[0]}, V {cache[1]}"
     layers = f"{len(shape.layers)} layers" + (f", {swa} of them sliding-window ({shape.window} tokens; kept whole)"
                                               if swa else "")
     rows = [("context", f"{info.context_length or '?'} tokens trained"),
-            ("KV cache", f"{shape.kv_per_token() / 1024:,.1f} KB per token ({fit.CACHE_TYPE}, {layers})")]
+            ("KV cache", f"{shape.kv_per_token(cache) / 1024:,.1f} KB per token ({types}, {layers})")]
     try:
         sizing = size_model(spec, info, settings)
         rows.append(("sizes here", sizing.describe()))
@@ -148,7 +150,7 @@ def _memory_rows(spec: ModelSpec, info: ModelInfo, settings: Settings, ctx_size:
     if ctx_size or parallel:
         ctx = ctx_size or (sizing.context if sizing else fit.PREFERRED_CONTEXT)
         slots = parallel or (sizing.slots if sizing else 1)
-        n = fit.need(shape, ctx, slots)
+        n = fit.need(shape, ctx, slots, cache=cache)
         memory = fit.free_memory(spec.gpu_layers)
         verdict = "fits" if n.total <= memory.budget else "does not fit"
         rows.append((f"{slots} × {ctx} tokens", f"{fit.human(n.total)} = weights {fit.human(n.weights)} + KV cache "

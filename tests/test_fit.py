@@ -14,12 +14,12 @@ import httpx
 import openai
 import pytest
 
-from conftest import Server
+from conftest import Server, free_port
 from localchat.families import FAMILIES
 from localchat.models import Registry, inspect, shipped_config
 from localchat.models import fit
 from localchat.errors import ModelTooLarge
-from localchat.models.fit import Memory, MemoryShape, choose, need
+from localchat.models.fit import F16, Memory, MemoryShape, choose, largest_context, need
 from tinymodels import write_tiny_model
 
 MiB = 1 << 20
@@ -52,9 +52,9 @@ model = Model(Path(sys.argv[1]))
 costs = Path(tempfile.mkdtemp()) / "step-costs.json"
 draft_cost.save(costs, draft_cost.machine_key(model.path, 1, model.n_gpu_layers), {1: 0.01, 64: 0.1})
 out = []
-for ctx, slots in json.loads(sys.argv[2]):
+for ctx, slots, cache in json.loads(sys.argv[2]):
     lines.clear()
-    s = Scheduler(model, n_ctx=ctx, parallel=slots, max_queue=1, n_threads=1, step_costs=costs)
+    s = Scheduler(model, n_ctx=ctx, parallel=slots, max_queue=1, n_threads=1, step_costs=costs, cache_types=tuple(cache))
     assert s.cost.measured, "the step costs given were not read"
     text = "".join(lines)
     mib = lambda what: sum(float(x) for x in re.findall(what + r" buffer size =\s+([\d.]+) MiB", text))
@@ -67,21 +67,25 @@ print(json.dumps(out))
 @pytest.mark.parametrize("which", [GEMMA, "tiny"])
 def test_the_estimate_is_what_llama_cpp_allocates(which: str, tiny: Path):
     path = Registry.load(shipped_config()).resolve(GEMMA).file() if which == GEMMA else tiny
-    sizes = [(4096, 1), (8192, 4), (2048, 3)]
+    # f16 cells, then (Gemma: heads of 256 values, which the blocks of 32 divide) quantized ones (models.toml's
+    # cache_type_k / cache_type_v): K and V each in its type
+    sizes = [(4096, 1, F16), (8192, 4, F16), (2048, 3, F16)]
+    if which == GEMMA:
+        sizes += [(4096, 2, ("q8_0", "q8_0")), (2048, 1, ("q4_0", "f16"))]
     r = subprocess.run([sys.executable, "-c", MEASURE, str(path), json.dumps(sizes)], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
     measured = json.loads(r.stdout.strip().splitlines()[-1])
     shape = MemoryShape.of(inspect(path))
-    for (ctx, slots), got in zip(sizes, measured):
-        estimate = need(shape, ctx, slots)
+    for (ctx, slots, cache), got in zip(sizes, measured):
+        estimate = need(shape, ctx, slots, cache=cache)
         assert got["kv"] == pytest.approx(estimate.kv / MiB, abs=0.01), (ctx, slots)  # to the byte, in MiB
         assert got["compute"] <= estimate.compute / MiB  # an upper bound: it never needs more than said
 
 
 def test_sliding_window_layers_are_known_and_kept_whole(monkeypatch: pytest.MonkeyPatch):
     shape = MemoryShape.of(inspect(Registry.load(shipped_config()).resolve(GEMMA).file()))
-    assert sum(swa for _, swa in shape.layers) == 15 and len(shape.layers) == 18 and shape.window == 512
+    assert sum(swa for _, _, swa in shape.layers) == 15 and len(shape.layers) == 18 and shape.window == 512
     assert shape.kv_per_token() == 18 * 1 * (256 + 256) * 2  # every layer whole: the engine's swa_full
     whole = shape.kv_bytes(32768, 1)
     monkeypatch.setattr(fit, "SWA_FULL", False)  # were they windowed, they would hold 1024 cells, not 32768
@@ -176,3 +180,46 @@ def test_serve_takes_llama_server_flags(tiny_models: dict[str, Path], registry_f
         assert models[next(iter(models))]["context_length"]  # the registry's models are still there
     finally:
         s.stop()
+
+
+def test_serve_takes_the_cache_types(tiny_models: dict[str, Path], registry_file: Path):
+    """llama-server's -ctk / -ctv: the model answers from quantized cells, /health says which, and
+    `localchat ps` shows them; a type llama.cpp is not given here is refused at start naming it."""
+    s = Server(shipped_config(), "--model", GEMMA, "-c", "1024", "-np", "1", "-ctk", "q8_0", "--cache-type-v", "q4_0")
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        for _ in range(2):  # the second reads its prompt from the quantized cells
+            answer = client.chat.completions.create(model=GEMMA, max_tokens=4, seed=1,
+                                                    messages=[{"role": "user", "content": "hello there"}])
+            assert answer.choices[0].finish_reason in ("stop", "length")
+        assert answer.usage.prompt_tokens_details.cached_tokens > 0
+        sizing = httpx.get(s.url + "/health").json()["loaded"][0]["sizing"]
+        assert (sizing["cache_type_k"], sizing["cache_type_v"]) == ("q8_0", "q4_0")
+        ps = subprocess.run([sys.executable, "-m", "localchat", "ps", "--url", s.url], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "COLUMNS": "200"})
+        assert "q8_0/q4_0" in ps.stdout, ps.stdout
+    finally:
+        s.stop()
+    bad = subprocess.run([sys.executable, "-m", "localchat", "serve", "--config", str(registry_file), "-ctv", "q5_1"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "cache_type_v" in bad.stderr and "q8_0" in bad.stderr, bad.stderr
+    # the tiny model's heads are 16 values: no block of 32 divides them
+    small = subprocess.run([sys.executable, "-m", "localchat", "serve", "--config", str(registry_file), "--model",
+                            "tiny-chatml", "-ctk", "q8_0", "--port", str(free_port())],
+                           capture_output=True, text=True, timeout=120)
+    assert small.returncode != 0 and 'set cache_type_k and cache_type_v to "f16"' in small.stderr, small.stderr
+
+
+def test_a_quantized_cache_fits_a_longer_context(tiny: Path):
+    """q8_0 cells take 34 bytes per 32 values where f16 take 64: in the memory Gemma 3 270M needs
+    for 32k tokens of f16 cells, about 1.8 times the context; the sizing says which types it counted."""
+    shape = MemoryShape.of(inspect(tiny))
+    assert shape.kv_per_token(("q8_0", "q8_0")) == 512 * 34 // 64 and shape.kv_per_token(("q4_0", "f16")) == 256 + 72
+    gemma = MemoryShape.of(inspect(Registry.load(shipped_config()).resolve(GEMMA).file()))
+    budget = need(gemma, 32768, 1).total
+    f16, q8 = (largest_context(gemma, budget, 1, cache) for cache in (F16, ("q8_0", "q8_0")))
+    # (not the cells' 1.88: the compute buffer's attention mask grows with the context too, 1 KB a token)
+    assert f16 == 32768 and 1.75 * f16 <= q8 <= 1.89 * f16
+    assert gemma.kv_bytes(q8, 1, ("q8_0", "q8_0")) <= budget - need(gemma, q8, 1, cache=("q8_0", "q8_0")).compute
+    sized = choose(shape, Memory(1 << 40, "RAM"), slots=1, cache=("q8_0", "q8_0"))
+    assert sized.as_dict()["cache_type_k"] == sized.as_dict()["cache_type_v"] == "q8_0" and "q8_0/q8_0" in sized.describe()

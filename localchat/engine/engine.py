@@ -30,7 +30,8 @@ class LocalEngine:
                  visible: Iterable[str] = (), pooling: int | None = None, rope: tuple[str, float] | None = None,
                  loras: Iterable[str] = (), mmproj: str | None = None, prompt_cache: str | None = None,
                  prompt_cache_bytes: int = 0, tensor_split: Iterable[float] | None = None,
-                 draft: Draft | None = None, step_costs: str | None = None) -> None:
+                 draft: Draft | None = None, step_costs: str | None = None,
+                 cache_types: tuple[str, str] = ("f16", "f16")) -> None:
         self.model = Model(path, n_gpu_layers=n_gpu_layers, tensor_split=tensor_split)
         self.projector: Projector | None = None
         self.draft_model: Model | None = None  # speculative decoding's draft model (draft_model.py)
@@ -44,11 +45,12 @@ class LocalEngine:
             if mmproj:
                 self.projector = Projector(self.model, Path(mmproj), n_threads=n_threads, use_gpu=n_gpu_layers != 0)
             # prompts kept on disk under `prompt_cache` (a folder), up to prompt_cache_bytes (0: none)
-            store = PromptStore(Path(prompt_cache), path, prompt_cache_bytes) if prompt_cache and prompt_cache_bytes else None
+            store = PromptStore(Path(prompt_cache), path, prompt_cache_bytes, cache_types) \
+                if prompt_cache and prompt_cache_bytes else None
             self.scheduler = Scheduler(self.model, n_ctx=n_ctx, parallel=parallel, max_queue=max_queue,
                                        n_threads=n_threads, n_batch=n_batch, rope=rope, projector=self.projector,
                                        store=store, draft=(self.draft_model, draft) if draft is not None else None,
-                                       step_costs=step_costs)
+                                       step_costs=step_costs, cache_types=cache_types)
         except BaseException:
             if self.projector is not None:
                 self.projector.close()

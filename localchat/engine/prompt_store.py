@@ -140,8 +140,10 @@ def read_file(path: Path, key: str, *, state: bool = True) -> tuple[np.ndarray, 
 
 
 class PromptStore:
-    def __init__(self, folder: Path, model_path: Path, limit_bytes: int) -> None:
-        self.key = model_key(model_path)
+    def __init__(self, folder: Path, model_path: Path, limit_bytes: int,
+                 cache_types: tuple[str, str] = ("f16", "f16")) -> None:
+        # cells of another K/V cache type are another layout: a folder of their own
+        self.key = model_key(model_path) + ("" if cache_types == ("f16", "f16") else "-" + "-".join(cache_types))
         self.folder = folder / self.key
         self.limit = limit_bytes
         self.entries: list[Entry] = []

@@ -48,11 +48,15 @@ PROMPT_LOGPROBS_CHUNK = 32
 T = TypeVar("T")
 
 
+CACHE_TYPES = {"f16": C.GGML_TYPE_F16, "q8_0": C.GGML_TYPE_Q8_0, "q4_0": C.GGML_TYPE_Q4_0}  # models.toml's names
+
+
 class Scheduler:
     def __init__(self, model: Model, *, n_ctx: int, parallel: int, max_queue: int,
                  n_threads: int | None = None, n_batch: int = N_BATCH, rope: tuple[str, float] | None = None,
                  projector: Projector | None = None, store: PromptStore | None = None,
-                 draft: tuple[Model, Draft] | None = None, step_costs: str | None = None) -> None:
+                 draft: tuple[Model, Draft] | None = None, step_costs: str | None = None,
+                 cache_types: tuple[str, str] = ("f16", "f16")) -> None:
         self.model, self.n_ctx, self.parallel, self.max_queue = model, n_ctx, parallel, max_queue
         self.store = store  # slots' prompts on disk (prompt_store.py): saved when big, restored when they serve
         self.n_batch = max(n_batch, parallel + 1)
@@ -71,8 +75,15 @@ class Scheduler:
             cparams.rope_scaling_type = {"linear": C.LLAMA_ROPE_SCALING_TYPE_LINEAR,
                                          "yarn": C.LLAMA_ROPE_SCALING_TYPE_YARN}[rope[0]]
             cparams.rope_freq_scale = 1.0 / rope[1]
+        cparams.type_k, cparams.type_v = (CACHE_TYPES[t] for t in cache_types)  # (a quantized V turns flash attention on)
         self.ctx = C.llama_init_from_model(model.ptr, cparams)
         if not self.ctx:
+            if cache_types != ("f16", "f16"):
+                raise ModelUnavailable(
+                    f"llama.cpp would not keep a {cache_types[0]} K / {cache_types[1]} V cache for {model.path}: a "
+                    "quantized cache needs attention heads whose size its blocks (32 values) divide, and a quantized "
+                    "V needs flash attention on this machine's backend; set cache_type_k and cache_type_v to \"f16\" "
+                    "(models.toml, or serve --cache-type-k/-v)", param="model")
             raise ModelUnavailable(f"llama.cpp could not create {parallel} slots of {n_ctx} tokens for {model.path}")
         self.mem = C.llama_get_memory(self.ctx)
         # a shifted reuse (_shift) moves cells: a cache whose cells can be moved, one per sequence

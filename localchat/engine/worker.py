@@ -58,7 +58,7 @@ class WorkerEngine:
                  rope: tuple[str, float] | None = None, loras: Iterable[str] = (), mmproj: str | None = None,
                  prompt_cache: str | None = None, prompt_cache_bytes: int = 0, rpc: Iterable[str] = (),
                  tensor_split: Iterable[float] | None = None, draft: Draft | None = None,
-                 step_costs: str | None = None) -> None:
+                 step_costs: str | None = None, cache_types: tuple[str, str] = ("f16", "f16")) -> None:
         from .model import Model  # the vocabulary, in this process: llama.cpp loads here, not on import
 
         self.name = name or path.stem
@@ -71,7 +71,8 @@ class WorkerEngine:
                         "loras": [str(p) for p in loras], "mmproj": str(mmproj) if mmproj else None,
                         "prompt_cache": prompt_cache, "prompt_cache_bytes": prompt_cache_bytes,
                         "rpc": list(rpc), "tensor_split": list(tensor_split) if tensor_split else None,
-                        "draft": asdict(draft) if draft is not None else None, "step_costs": step_costs}
+                        "draft": asdict(draft) if draft is not None else None, "step_costs": step_costs,
+                        "cache_types": list(cache_types)}
         self.rpc: dict[str, str | None] = dict.fromkeys(self._config["rpc"])  # endpoint -> why it is down (None: up)
         self.n_adapters = len(self._config["loras"])
         self._embeds: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
@@ -371,7 +372,7 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
                         mmproj=config["mmproj"], prompt_cache=config["prompt_cache"],
                         prompt_cache_bytes=config["prompt_cache_bytes"], tensor_split=config["tensor_split"],
                         draft=Draft(**config["draft"]) if config.get("draft") else None,
-                        step_costs=config.get("step_costs"))
+                        step_costs=config.get("step_costs"), cache_types=tuple(config["cache_types"]))
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it there
         conn.send(("failed", str(exc)))
         return

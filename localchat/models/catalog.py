@@ -65,6 +65,9 @@ def parse_duration(value: object) -> float:
     return -seconds if parts.group(1) else seconds
 
 
+CacheType = Literal["f16", "q8_0", "q4_0"]  # a K/V cache type llama.cpp keeps (fit.CACHE_BYTES: bytes per value)
+
+
 class Settings(BaseModel):
     """Server-wide settings: top-level keys of models.toml; `localchat serve` flags override them."""
 
@@ -97,6 +100,10 @@ class Settings(BaseModel):
     # of what the model sees and names it in the x-localchat-dropped-tools header; "refuse" makes it a 400.
     hosted_tools: Literal["drop", "refuse"] = "drop"
     log_requests: bool = True  # one access-log line per request
+    # The K/V cache's types for models without their own (llama-server's --cache-type-k/-v): q8_0 halves the
+    # cache's memory (the fitted context grows), q4_0 quarters it; a quantized V needs flash attention.
+    cache_type_k: CacheType = "f16"
+    cache_type_v: CacheType = "f16"
     metrics: bool = False  # GET /metrics: Prometheus metrics per model (api/metrics.py), as llama-server's --metrics
     # Prompts' K/V cells kept on disk (under the cache folder's prompts/) so that a long prompt is read once,
     # across restarts and unloads too: the folder's size limit in bytes, least recently used out first; 0: off.
@@ -139,6 +146,8 @@ class ModelSpec(BaseModel):
     family: str | None = None
     template: str | None = None
     context_length: int | None = Field(None, ge=64)
+    cache_type_k: CacheType | None = None  # the K/V cache's types (None: the server's, f16 unless set)
+    cache_type_v: CacheType | None = None
     gpu_layers: int = 0
     threads: int | None = Field(None, ge=1)
     parallel: int | None = Field(None, ge=1, le=64)
@@ -290,7 +299,8 @@ class ModelSpec(BaseModel):
 # An upstream entry's model is the peer's: what the peer's own models.toml sets about it.
 _PEERS = frozenset({"mmproj", "family", "template", "context_length", "gpu_layers", "threads", "parallel",
                     "embedding", "rope_scaling", "rope_scale", "rerank", "loras", "sha256", "source", "on_demand",
-                    "rpc", "tensor_split", "draft", "draft_max", "draft_min", "draft_p_min"})
+                    "rpc", "tensor_split", "draft", "draft_max", "draft_min", "draft_p_min", "cache_type_k",
+                    "cache_type_v"})
 _LINK = frozenset({"upstream_mode", "upstream_model", "api_key", "upstream_timeout", "upstream_connect_timeout"})
 
 

@@ -24,7 +24,9 @@ from .gguf import ModelInfo, size_on_disk
 MiB = 1 << 20
 CACHE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
                "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}  # bytes per element of a KV cache type
-CACHE_TYPE = "f16"  # the engine's (llama.cpp's default)
+CACHE_TYPE = "f16"  # llama.cpp's default
+KvCache = tuple[str, str]  # the K cache's type, the V cache's (models.toml's cache_type_k, cache_type_v)
+F16: KvCache = (CACHE_TYPE, CACHE_TYPE)
 SLOTS = 4  # slots wanted when `parallel` is not set
 CACHE_CAP = 32768  # tokens of KV cache for all slots together when `context_length` is not set: 4 × 8192
 MIN_CONTEXT = 4096  # the least context chosen (llama-server's --fit-ctx); a model trained on less gets its own
@@ -40,7 +42,7 @@ class MemoryShape:
     """What the GGUF header says about memory."""
 
     weights: int  # bytes of every file of the model
-    layers: tuple[tuple[int, bool], ...]  # per layer: K and V values per token, sliding-window or not
+    layers: tuple[tuple[int, int, bool], ...]  # per layer: K values per token, V values, sliding-window or not
     window: int  # the sliding window in tokens (0: none)
     n_vocab: int
     n_embd: int
@@ -62,19 +64,22 @@ class MemoryShape:
             k = int(h.get("attention.key_length") or head_dim)
             v = int(h.get("attention.value_length") or head_dim)
             n_kv = heads[i] if kv_heads[i] is None else kv_heads[i]
-            layers.append((n_kv * (k + v), swa[i]))
+            layers.append((n_kv * k, n_kv * v, swa[i]))
         n_ff = max(_per_layer(h.get("feed_forward_length"), max(n_layer, 1), 0))
         return cls(size_on_disk(info.files), tuple(layers), window, info.n_vocab, n_embd, n_ff, info.context_length)
 
-    def kv_per_token(self, cache: str = CACHE_TYPE) -> int:
-        """Bytes of KV cache per token of context, sliding-window layers counted as the engine keeps them."""
-        return int(sum(e for e, swa in self.layers if SWA_FULL or not swa) * CACHE_BYTES[cache])
+    def _bytes(self, cache: KvCache, windowed: bool) -> float:
+        """Bytes per token of the layers kept whole (or of the sliding-window ones), K and V each in its type."""
+        return sum(k * CACHE_BYTES[cache[0]] + v * CACHE_BYTES[cache[1]] for k, v, swa in self.layers
+                   if (swa and not SWA_FULL) == windowed)
 
-    def kv_bytes(self, context: int, slots: int, cache: str = CACHE_TYPE) -> int:
-        full = sum(e for e, swa in self.layers if SWA_FULL or not swa)
-        windowed = sum(e for e, swa in self.layers if swa and not SWA_FULL)
+    def kv_per_token(self, cache: KvCache = F16) -> int:
+        """Bytes of KV cache per token of context, sliding-window layers counted as the engine keeps them."""
+        return int(self._bytes(cache, False))
+
+    def kv_bytes(self, context: int, slots: int, cache: KvCache = F16) -> int:
         window_cells = min(context, -(-(self.window + N_UBATCH) // 256) * 256)  # llama.cpp's SWA cache size
-        return int((full * context + windowed * window_cells) * slots * CACHE_BYTES[cache])
+        return int((self._bytes(cache, False) * context + self._bytes(cache, True) * window_cells) * slots)
 
     def compute_bytes(self, context: int, slots: int) -> int:
         """llama.cpp's compute buffer, bounded from above: one batch's logits and activations (f32)
@@ -113,10 +118,11 @@ class Need:
         return self.weights + self.kv + self.compute + self.overhead
 
 
-def need(shape: MemoryShape, context: int, slots: int, draft: MemoryShape | None = None) -> Need:
+def need(shape: MemoryShape, context: int, slots: int, draft: MemoryShape | None = None,
+         cache: KvCache = F16) -> Need:
     """With `draft`, a draft model's too (engine/draft_model.py): its weights, and its own context of as many
-    slots of as many tokens, with its compute buffers."""
-    own = Need(shape.weights, shape.kv_bytes(context, slots), shape.compute_bytes(context, slots))
+    slots of as many tokens (its cache f16), with its compute buffers."""
+    own = Need(shape.weights, shape.kv_bytes(context, slots, cache), shape.compute_bytes(context, slots))
     if draft is None:
         return own
     return Need(own.weights + draft.weights, own.kv + draft.kv_bytes(context, slots),
@@ -189,44 +195,58 @@ class Sizing:
     need: Need
     memory: Memory
     reason: str
+    cache: KvCache = F16
 
     def describe(self) -> str:
-        return f"{_slots(self.slots)} × {self.context} tokens: {self.reason}"
+        types = "" if self.cache == F16 else f" (K/V cache {self.cache[0]}/{self.cache[1]})"
+        return f"{_slots(self.slots)} × {self.context} tokens{types}: {self.reason}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"context_length": self.context, "slots": self.slots, "memory_needed_bytes": self.need.total,
+        return {"context_length": self.context, "slots": self.slots, "cache_type_k": self.cache[0],
+                "cache_type_v": self.cache[1], "memory_needed_bytes": self.need.total,
                 "memory_free_bytes": self.memory.free, "memory": self.memory.where, "need": asdict(self.need),
                 "reason": self.reason}
 
 
 def choose(shape: MemoryShape, memory: Memory, *, context: int | None = None, slots: int | None = None,
-           draft: MemoryShape | None = None) -> Sizing:
+           draft: MemoryShape | None = None, cache: KvCache = F16) -> Sizing:
     """The context and slots a model gets (beside its draft model's, if it has one). Values given
     (models.toml, the command line) are kept, even past the free memory (the reason says so); the
     others are the largest that fit, tried in the order of `_candidates`. Raises ModelTooLarge when
     even the smallest does not fit."""
     free = f"{human(memory.budget)} of {memory.where} free to use"
     if context and slots:
-        total = need(shape, context, slots, draft).total
+        total = need(shape, context, slots, draft, cache).total
         over = f"; over the {free}: it may swap or fail" if total > memory.budget else ""
-        return Sizing(context, slots, need(shape, context, slots, draft), memory, f"as set; needs {human(total)}{over}")
+        return Sizing(context, slots, need(shape, context, slots, draft, cache), memory,
+                      f"as set; needs {human(total)}{over}", cache)
     candidates = _candidates(shape.trained, context, slots)
     first = candidates[0]
     for ctx, n in candidates:
-        n_need = need(shape, ctx, n, draft)
+        n_need = need(shape, ctx, n, draft, cache)
         if n_need.total <= memory.budget:
             if (ctx, n) == first:
                 default = f"the default (trained on {shape.trained or '?'} tokens; at most {CACHE_CAP} tokens of cache)"
                 why = f"context as set, up to {SLOTS} slots" if context else \
                     f"slots as set, context {default}" if slots else default
             else:
-                why = f"{_slots(first[1])} × {first[0]} tokens would need {human(need(shape, *first, draft).total)}"
-            return Sizing(ctx, n, n_need, memory, f"{why}; needs {human(n_need.total)} of {free}")
+                why = f"{_slots(first[1])} × {first[0]} tokens would need {human(need(shape, *first, draft, cache).total)}"
+            return Sizing(ctx, n, n_need, memory, f"{why}; needs {human(n_need.total)} of {free}", cache)
     ctx, n = candidates[-1]
     raise ModelTooLarge(f"the model{' and its draft model' if draft else ''} need"
-                        f"{'' if draft else 's'} {human(need(shape, ctx, n, draft).total)} of memory with {_slots(n)} of {ctx} "
+                        f"{'' if draft else 's'} {human(need(shape, ctx, n, draft, cache).total)} of memory with {_slots(n)} of {ctx} "
                         f"tokens, but {free} ({human(memory.free)} free, 10% kept for the rest of the machine); "
                         "free some memory, or set a smaller context_length or parallel in models.toml", param="model")
+
+
+def largest_context(shape: MemoryShape, budget: int, slots: int = 1, cache: KvCache = F16) -> int:
+    """The longest context (a multiple of 256, as llama.cpp pads it) whose memory fits `budget`
+    bytes with `slots` slots and these cache types; 0 if none does."""
+    low, high = 0, 1 << 22
+    while high - low > 256:
+        mid = (low + high) // 2 // 256 * 256
+        low, high = (mid, high) if need(shape, mid, slots, cache=cache).total <= budget else (low, mid)
+    return low
 
 
 def _slots(n: int) -> str:

@@ -84,9 +84,14 @@ def size_model(spec: ModelSpec, info: ModelInfo, settings: Settings | None = Non
     try:
         return choose(shape, memory or free_memory(spec.gpu_layers),
                       context=spec.context_length or settings.context_length, slots=spec.parallel or settings.parallel,
-                      draft=MemoryShape.of(draft) if draft is not None else None)
+                      draft=MemoryShape.of(draft) if draft is not None else None, cache=cache_types(spec, settings))
     except ModelTooLarge as exc:
         raise ModelTooLarge(f"{spec.name} does not fit in memory: {exc.message}", param="model") from None
+
+
+def cache_types(spec: ModelSpec, settings: Settings) -> tuple[str, str]:
+    """The K and V cache types the model gets: its own, else the server's (f16 unless set)."""
+    return spec.cache_type_k or settings.cache_type_k, spec.cache_type_v or settings.cache_type_v
 
 
 def make_engine(path: Path, *, worker: bool, name: str, **options: Any) -> Engine:
@@ -140,7 +145,7 @@ def load_model(spec: ModelSpec, info: ModelInfo | None = None, settings: Setting
                      mmproj=str(spec.mmproj) if spec.mmproj else None,
                      rope=(spec.rope_scaling, spec.rope_scale) if spec.rope_scale and spec.rope_scale != 1 else None,
                      prompt_cache=str(prompt_cache_dir()), prompt_cache_bytes=settings.prompt_cache_bytes,
-                     step_costs=str(step_costs_file()), **drafting)
+                     step_costs=str(step_costs_file()), cache_types=sizing.cache, **drafting)
     stop_ids = frozenset(i for t in family.stop_tokens if (i := started.tokenizer.token_id(t)) is not None)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(spec, info, family, template, started, stop_ids, keep_alive=keep if keep >= 0 else None,

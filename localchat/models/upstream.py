@@ -85,4 +85,5 @@ def info_of(data: dict[str, Any]) -> ModelInfo:
 def sizing_of(data: dict[str, Any], url: str) -> Sizing:
     """The context and slots the peer gave the model, and why (its memory, not this machine's)."""
     return Sizing(int(data["context_length"]), int(data["slots"]), Need(**data["need"]),
-                  Memory(int(data["memory_free_bytes"]), f"{data['memory']} at {url}"), f"{data['reason']} (at {url})")
+                  Memory(int(data["memory_free_bytes"]), f"{data['memory']} at {url}"), f"{data['reason']} (at {url})",
+                  (str(data.get("cache_type_k", "f16")), str(data.get("cache_type_v", "f16"))))
