@@ -1031,6 +1031,8 @@ def kv_bench(config: Path, spec: ModelSpec, n: int) -> None:
     f16 = rows[0]
     print(f"model {spec.name}: K/V cache types; memory budget {fit.human(budget)} (32768 tokens of f16 cells, one "
           f"slot); decode after ~8k tokens, {n} tokens, greedy; log-probabilities over {f16[4]} positions")
+    print(f"the cells alone: q8_0 {shape.kv_per_token() / shape.kv_per_token(('q8_0', 'q8_0')):.2f}x as many per "
+          f"byte, q4_0 {shape.kv_per_token() / shape.kv_per_token(('q4_0', 'q4_0')):.2f}x")
     print(f"{'cache':>6} {'fitted context':>15} {'vs f16':>7} {'decode tok/s':>13} {'vs f16':>7} "
           f"{'mean |Δ top logprob|':>21}")
     for cache, context, decode, diff, _ in rows:

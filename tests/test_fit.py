@@ -212,14 +212,13 @@ def test_serve_takes_the_cache_types(tiny_models: dict[str, Path], registry_file
 
 def test_a_quantized_cache_fits_a_longer_context(tiny: Path):
     """q8_0 cells take 34 bytes per 32 values where f16 take 64: in the memory Gemma 3 270M needs
-    for 32k tokens of f16 cells, about 1.8 times the context; the sizing says which types it counted."""
+    for 32k tokens of f16 cells, at least 1.8 times the context; the sizing says which types it counted."""
     shape = MemoryShape.of(inspect(tiny))
     assert shape.kv_per_token(("q8_0", "q8_0")) == 512 * 34 // 64 and shape.kv_per_token(("q4_0", "f16")) == 256 + 72
     gemma = MemoryShape.of(inspect(Registry.load(shipped_config()).resolve(GEMMA).file()))
     budget = need(gemma, 32768, 1).total
     f16, q8 = (largest_context(gemma, budget, 1, cache) for cache in (F16, ("q8_0", "q8_0")))
-    # (not the cells' 1.88: the compute buffer's attention mask grows with the context too, 1 KB a token)
-    assert f16 == 32768 and 1.75 * f16 <= q8 <= 1.89 * f16
+    assert f16 == 32768 and 1.8 * f16 <= q8 <= 1.89 * f16  # (the compute buffer's peak is the logits' here)
     assert gemma.kv_bytes(q8, 1, ("q8_0", "q8_0")) <= budget - need(gemma, q8, 1, cache=("q8_0", "q8_0")).compute
     sized = choose(shape, Memory(1 << 40, "RAM"), slots=1, cache=("q8_0", "q8_0"))
     assert sized.as_dict()["cache_type_k"] == sized.as_dict()["cache_type_v"] == "q8_0" and "q8_0/q8_0" in sized.describe()

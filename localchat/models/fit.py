@@ -82,11 +82,15 @@ class MemoryShape:
         return int((self._bytes(cache, False) * context + self._bytes(cache, True) * window_cells) * slots)
 
     def compute_bytes(self, context: int, slots: int) -> int:
-        """llama.cpp's compute buffer, bounded from above: one batch's logits and activations (f32)
-        and its attention mask over a slot's context (f16; flash attention, llama.cpp's choice on
-        CPU, CUDA and Metal, needs no more), plus the output buffer (a row of logits per slot)."""
-        return 4 * (N_UBATCH * (self.n_vocab + 4 * self.n_embd + self.n_ff) + slots * self.n_vocab) + \
-            2 * N_UBATCH * context
+        """llama.cpp's compute buffer, bounded from above: one batch's logits (f32) with its
+        activations, or its attention mask over a slot's context (f16; flash attention, llama.cpp's
+        choice on CPU, CUDA and Metal, needs no more) with twice them, whichever is larger: the mask
+        lives in the layers, the logits after them, so the buffer's peak holds one of the two (the
+        0.5B's buffer is 300.8 MiB at 8k and at 32k: its logits; a tiny model's grows with the
+        context: its mask); plus the output buffer (a row of logits per slot)."""
+        activations = 4 * N_UBATCH * (4 * self.n_embd + self.n_ff)
+        return 4 * slots * self.n_vocab + max(4 * N_UBATCH * self.n_vocab + activations,
+                                              2 * N_UBATCH * context + 2 * activations)
 
 
 def _per_layer(value: Any, n_layer: int, default: Any) -> list[Any]:
