@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import fields
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from .embed import Embedder
 from .rerank import Ranker
 from .model import Model
 from .prompt_store import PromptStore, model_key
-from .params import N_BATCH, Draft, Event, Generate, SlotDone, SlotInfo
+from .params import N_BATCH, Draft, EngineConfig, Event, Generate, SlotDone, SlotInfo
 from .scheduler import Scheduler
 from .vision import Projector
 
@@ -65,6 +66,12 @@ class LocalEngine:
         self._embedder: Embedder | None = None
         self._rankers: dict[tuple[int, int] | None, Ranker] = {}
         self._key = model_key(path)  # what a slot file saved with this model file says (slots.py)
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> "LocalEngine":
+        """The engine models/host.py chose (its RPC endpoints, if any, registered by the caller)."""
+        options = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in ("path", "rpc")}
+        return cls(Path(config.path), **options)
 
     def check_fits(self, tokens: list[int]) -> None:
         self.model.check_fits(tokens, self.n_ctx)

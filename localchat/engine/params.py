@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import json
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 N_BATCH = 512  # tokens one llama.cpp batch holds: the prompt chunk of one step (and the compute buffer's size)
@@ -108,6 +109,45 @@ class Draft:
     max: int = 16  # tokens drafted a step at most (--draft-max)
     min: int = 0  # a shorter draft is not used (--draft-min)
     p_min: float = 0.75  # drafting stops at a token the draft model is less sure of (--draft-p-min)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What a model's llama.cpp engine is made with, chosen once (models/host.py): built from in
+    this process (engine.py's LocalEngine.from_config) or sent, as JSON, to a worker (worker.py)."""
+
+    path: str
+    n_ctx: int  # tokens per slot
+    parallel: int = 4  # slots
+    max_queue: int = 64
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    n_batch: int = N_BATCH
+    visible: tuple[str, ...] = ()  # special tokens shown as text (a family's tool-call markers)
+    pooling: int | None = None  # an embedding model's (1: mean)
+    rope: tuple[str, float] | None = None  # ("linear" | "yarn", scale)
+    loras: tuple[str, ...] = ()
+    mmproj: str | None = None
+    prompt_cache: str | None = None  # the prompt store's folder (prompt_store.py), with its size limit
+    prompt_cache_bytes: int = 0
+    rpc: tuple[str, ...] = ()  # llama.cpp RPC endpoints (rpc.py): a worker process always
+    tensor_split: tuple[float, ...] | None = None
+    draft: Draft | None = None
+    step_costs: str | None = None  # the file of measured step costs (draft_cost.py)
+    cache_types: tuple[str, str] = ("f16", "f16")  # the K cache's type, the V cache's
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "EngineConfig":
+        data = json.loads(text)
+        for name in ("visible", "loras", "rpc", "cache_types", "rope", "tensor_split"):
+            if data.get(name) is not None:
+                data[name] = tuple(data[name])
+        if data.get("draft") is not None:
+            data["draft"] = Draft(**data["draft"])
+        return cls(**data)
 
 
 @dataclass(frozen=True)

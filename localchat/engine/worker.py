@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import os
 import signal
@@ -25,8 +24,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ from ..errors import EngineCrashed, ModelUnavailable, QueueFull
 from ..logs import escape_request_text
 from . import rpc as rpc_link
 from .base import Emit, Stream, check_adapters
-from .params import Draft, Generate, SlotDone, SlotInfo, Started
+from .params import EngineConfig, Generate, SlotDone, SlotInfo, Started
 
 log = logging.getLogger("localchat.worker")
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # this many deaths within this many seconds: the model is failed
@@ -52,29 +50,17 @@ class _Job:
 class WorkerEngine:
     confirms = False  # submit refuses at once (base.py)
 
-    def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
-                 n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = 512,
-                 visible: Iterable[str] = (), name: str = "", pooling: int | None = None,
-                 rope: tuple[str, float] | None = None, loras: Iterable[str] = (), mmproj: str | None = None,
-                 prompt_cache: str | None = None, prompt_cache_bytes: int = 0, rpc: Iterable[str] = (),
-                 tensor_split: Iterable[float] | None = None, draft: Draft | None = None,
-                 step_costs: str | None = None, cache_types: tuple[str, str] = ("f16", "f16")) -> None:
+    def __init__(self, config: EngineConfig, name: str = "") -> None:
         from .model import Model  # the vocabulary, in this process: llama.cpp loads here, not on import
 
-        self.name = name or path.stem
-        self.model = Model(path, vocab_only=True)
-        self.model.show_tokens(visible)
-        self.n_ctx, self.parallel, self.max_queue, self.tokenizer = n_ctx, parallel, max_queue, self.model
-        self._config = {"path": str(path), "n_ctx": n_ctx, "parallel": parallel, "n_threads": n_threads,
-                        "n_gpu_layers": n_gpu_layers, "n_batch": n_batch, "visible": list(visible), "pooling": pooling,
-                        "rope": list(rope) if rope else None,
-                        "loras": [str(p) for p in loras], "mmproj": str(mmproj) if mmproj else None,
-                        "prompt_cache": prompt_cache, "prompt_cache_bytes": prompt_cache_bytes,
-                        "rpc": list(rpc), "tensor_split": list(tensor_split) if tensor_split else None,
-                        "draft": asdict(draft) if draft is not None else None, "step_costs": step_costs,
-                        "cache_types": list(cache_types)}
-        self.rpc: dict[str, str | None] = dict.fromkeys(self._config["rpc"])  # endpoint -> why it is down (None: up)
-        self.n_adapters = len(self._config["loras"])
+        self.name = name or Path(config.path).stem
+        self.model = Model(Path(config.path), vocab_only=True)
+        self.model.show_tokens(config.visible)
+        self.n_ctx, self.parallel, self.max_queue, self.tokenizer = (config.n_ctx, config.parallel, config.max_queue,
+                                                                    self.model)
+        self._config = config
+        self.rpc: dict[str, str | None] = dict.fromkeys(config.rpc)  # endpoint -> why it is down (None: up)
+        self.n_adapters = len(config.loras)
         self._embeds: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count()
@@ -194,7 +180,7 @@ class WorkerEngine:
         parent, child = socket.socketpair()
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "from localchat.engine.worker import child_main; child_main()",
-             str(child.fileno()), json.dumps(self._config)],
+             str(child.fileno()), self._config.to_json()],
             pass_fds=(child.fileno(),), start_new_session=True)  # Ctrl-C reaches the server, which stops it
         child.close()
         self._conn = Connection(parent.detach())
@@ -356,23 +342,16 @@ class WorkerEngine:
                 f"{CRASH_WINDOW:.0f} s (last: {getattr(self, '_why', '?')}); see the server log, then restart the server")
 
 
-def _worker_main(fd: int, config: dict[str, Any]) -> None:
+def _worker_main(fd: int, config: EngineConfig) -> None:
     """The child: load the model, decode until told to stop or the server goes away."""
     from . import model as model_module
     from .engine import LocalEngine
 
     conn = Connection(fd)
     try:
-        if config["rpc"]:  # probed by the server just before: the endpoints answer
-            rpc_link.register(config["rpc"])
-        engine = LocalEngine(Path(config["path"]), n_ctx=config["n_ctx"], parallel=config["parallel"], max_queue=1 << 30,
-                        n_threads=config["n_threads"], n_gpu_layers=config["n_gpu_layers"], n_batch=config["n_batch"],
-                        visible=config["visible"], pooling=config["pooling"],
-                        rope=tuple(config["rope"]) if config["rope"] else None, loras=config["loras"],
-                        mmproj=config["mmproj"], prompt_cache=config["prompt_cache"],
-                        prompt_cache_bytes=config["prompt_cache_bytes"], tensor_split=config["tensor_split"],
-                        draft=Draft(**config["draft"]) if config.get("draft") else None,
-                        step_costs=config.get("step_costs"), cache_types=tuple(config["cache_types"]))
+        if config.rpc:  # probed by the server just before: the endpoints answer
+            rpc_link.register(list(config.rpc))
+        engine = LocalEngine.from_config(replace(config, max_queue=1 << 30))  # (the server keeps the queue)
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it there
         conn.send(("failed", str(exc)))
         return
@@ -439,5 +418,5 @@ def _worker_main(fd: int, config: dict[str, Any]) -> None:
 def child_main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when a worker stops
     escape_request_text()  # llama.cpp's error lines and the scheduler's warnings may quote a request
-    _worker_main(int(sys.argv[1]), json.loads(sys.argv[2]))
+    _worker_main(int(sys.argv[1]), EngineConfig.from_json(sys.argv[2]))
     os._exit(0)

@@ -97,14 +97,20 @@ def cache_types(spec: ModelSpec, settings: Settings) -> tuple[str, str]:
 def make_engine(path: Path, *, worker: bool, name: str, **options: Any) -> Engine:
     """The default engine factory: llama.cpp in a supervised worker process, or in this one
     (imported here: llama.cpp loads when the first engine is built, not when this module is imported).
-    A model on RPC workers always gets a worker process: a lost link aborts the process it runs in."""
-    if worker or options.get("rpc"):
+    A model on RPC workers always gets a worker process: a lost link aborts the process it runs in.
+    `options`: EngineConfig's fields (engine/params.py)."""
+    from ..engine.params import EngineConfig
+
+    lists = ("visible", "loras", "rpc", "tensor_split")
+    config = EngineConfig(str(path), **{k: tuple(str(x) if k != "tensor_split" else x for x in v)
+                                        if k in lists and v is not None else v for k, v in options.items()})
+    if worker or config.rpc:
         from ..engine.worker import WorkerEngine
 
-        return WorkerEngine(path, name=name, **options)
+        return WorkerEngine(config, name)
     from ..engine.engine import LocalEngine
 
-    return LocalEngine(path, **options)
+    return LocalEngine.from_config(config)
 
 
 EngineFactory = Callable[..., Engine]  # make_engine's signature: (path, *, worker, name, n_ctx, parallel, …)
