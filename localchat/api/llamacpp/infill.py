@@ -84,7 +84,7 @@ def routes(chat: Chat) -> list[Route]:
     async def infill(request: Request) -> Response:
         req = parse(InfillRequest, await read_json(request, chat.settings.max_body_bytes))
         started = time.perf_counter()
-        turn = await chat.start(req.to_request())
+        turn = await chat.start(await asyncio.to_thread(req.to_request))
         if req.n_predict == 0:  # warm the cache: answer now, let the prompt decode behind it
             asyncio.get_running_loop().create_task(_drain(turn))
             return JSONResponse(_final(turn.model, "", None, started, 0))

@@ -6,6 +6,8 @@ as `<__media__>`. Answers `{"prompt": TEXT}`."""
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -17,6 +19,6 @@ from ..openai.schemas import read_chat_request
 def routes(chat: Chat) -> list[Route]:
     async def apply_template(request: Request) -> Response:
         req = await read_chat_request(request, chat.settings)
-        return JSONResponse({"prompt": await chat.render(req.to_request())})
+        return JSONResponse({"prompt": await chat.render(await asyncio.to_thread(req.to_request))})
 
     return [Route("/apply-template", apply_template, methods=["POST"])]

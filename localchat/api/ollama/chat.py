@@ -3,6 +3,8 @@ neutral GenerationRequest; the answer framed by stream.py."""
 
 from __future__ import annotations
 
+import asyncio
+
 import time
 from typing import Any, Literal, Protocol
 
@@ -216,17 +218,17 @@ async def _load(chat: Chat, body: _Generation, shape: LineShape) -> Response:
 
 async def chat_route(chat: Chat, request: Request) -> Response:
     clock = Clock()
-    body = parse(ChatBody, await read_json(request, chat.settings.max_body_bytes))
+    body = await asyncio.to_thread(parse, ChatBody, await read_json(request, chat.settings.max_body_bytes))
     if not body.messages:
         return await _load(chat, body, LineShape(True, body.model))
-    turn = await chat.start(chat_request(body, chat.models))
+    turn = await chat.start(await asyncio.to_thread(chat_request, body, chat.models))  # (images decoded: off the loop)
     return await _answer(request, turn, LineShape(True, body.model or turn.model), body, clock)
 
 
 async def generate_route(chat: Chat, request: Request) -> Response:
     clock = Clock()
-    body = parse(GenerateBody, await read_json(request, chat.settings.max_body_bytes))
+    body = await asyncio.to_thread(parse, GenerateBody, await read_json(request, chat.settings.max_body_bytes))
     if not body.prompt and not body.suffix:
         return await _load(chat, body, LineShape(False, body.model))
-    turn = await chat.start(generate_request(body, chat.models))
+    turn = await chat.start(await asyncio.to_thread(generate_request, body, chat.models))
     return await _answer(request, turn, LineShape(False, body.model or turn.model), body, clock)

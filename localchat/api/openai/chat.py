@@ -4,6 +4,8 @@ generation's events out as `chat.completion.chunk` SSE or one `chat.completion`;
 
 from __future__ import annotations
 
+import asyncio
+
 import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -39,7 +41,7 @@ def routes(chat: Chat) -> list[Route]:
     async def completions(request: Request) -> Response:
         req = await read_chat_request(request, chat.settings)
         with schema_named(req.schema_source()[1]):
-            turn = await chat.start(req.to_request())
+            turn = await chat.start(await asyncio.to_thread(req.to_request))  # (images decoded: off the loop)
         meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
         form = _Form(req.logprobs, req.return_tokens_as_token_ids, echoed(req),
                      bool(req.stream_options and req.stream_options.include_usage))

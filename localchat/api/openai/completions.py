@@ -68,8 +68,13 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
 def routes(chat: Chat) -> list[Route]:
     async def completions(request: Request) -> Response:
         settings = chat.settings
-        req = parse(CompletionRequest, await read_json(request, settings.max_body_bytes))
-        asks = req.requests()
+        body = await read_json(request, settings.max_body_bytes)
+
+        def translate() -> tuple[CompletionRequest, list]:  # a long prompt, a batch of them: off the loop
+            req = parse(CompletionRequest, body)
+            return req, req.requests()
+
+        req, asks = await asyncio.to_thread(translate)
         if req.suffix is not None and req.echo:
             raise InvalidRequest("echo cannot be used with suffix", param="echo")
         turns: list[Turn] = []

@@ -14,6 +14,8 @@ dropped and reported (hosted.py)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 from collections import OrderedDict
 from dataclasses import replace
@@ -67,10 +69,10 @@ def routes(chat: Chat) -> list[Route]:
 
     async def create(request: Request) -> Response:
         settings = chat.settings
-        req = parse(ResponsesRequest, await read_json(request, settings.max_body_bytes))
+        req = await asyncio.to_thread(parse, ResponsesRequest, await read_json(request, settings.max_body_bytes))
         history = store.history(req.previous_response_id) if req.previous_response_id else []
         dropped: list[str] = []
-        turn = await chat.start(to_request(req, history, settings, dropped))
+        turn = await chat.start(await asyncio.to_thread(to_request, req, history, settings, dropped))  # (off the loop)
         shell = Shell(req, turn.model)
 
         def keep(response: dict[str, Any], out: Output) -> None:
