@@ -3,9 +3,8 @@
 Every page's network is limited to the server: a request to any other host is blocked and fails
 the test. What a model writes is never asserted unless a grammar forces it: the page's "extra
 request fields" setting carries a `grammar` (or forced tools) to the server, as a user could.
-The real model is named (REAL_MODEL), not taken as the default.
-
-LOCALCHAT_SCREENSHOTS=DIR also saves screenshots (desktop and phone, light and dark) into DIR."""
+The real model is named (REAL_MODEL), not taken as the default. The pictures in docs/ come from
+scripts/screenshots (the shipped default model answering a real question), not from a test."""
 
 from __future__ import annotations
 
@@ -481,33 +480,3 @@ def test_phone_width(browser: object, web: Server):
     width = p.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], "the page scrolls sideways on a phone"
     page.close()
-
-
-@pytest.mark.skipif(not os.environ.get("LOCALCHAT_SCREENSHOTS"), reason="LOCALCHAT_SCREENSHOTS=DIR takes screenshots")
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize("size", ["desktop", "phone"])
-def test_screenshots(browser: object, web: Server, scheme: str, size: str):
-    folder = Path(os.environ["LOCALCHAT_SCREENSHOTS"])
-    folder.mkdir(parents=True, exist_ok=True)
-    options = {"viewport": DESKTOP, "device_scale_factor": 1} if size == "desktop" else \
-        {"viewport": PHONE, "device_scale_factor": 2, "is_mobile": True, "has_touch": True}
-    page = Page(browser, web, color_scheme=scheme, **options)
-    p = page.open()
-    page.choose("tiny-qwen3")
-    page.settings(forced("The user asks for the area under a curve.</think>" + SHOWN_ANSWER))
-    page.send("What is the integral of x² from 0 to 1? Show it in Python too.")
-    p.locator(".katex-display").wait_for()
-    p.locator(".hljs").first.wait_for()
-    p.evaluate("document.fonts.ready")
-    if size == "desktop":
-        p.click("details.reasoning summary")
-        p.click("#open-status")
-        p.locator("#status .loaded-model").first.wait_for()
-    p.screenshot(path=str(folder / f"webui-{size}-{scheme}.png"))
-    page.close()
-
-
-SHOWN_ANSWER = ("The area under $x^2$ from 0 to 1:\n\n$$\\int_0^1 x^2\\,dx = \\left[\\frac{x^3}{3}\\right]_0^1 = "
-                "\\frac{1}{3}$$\n\n| method | result |\n|---|---|\n| exact | 1/3 |\n| numeric | 0.33333 |\n\n"
-                "```python\nfrom scipy.integrate import quad\n\nresult, error = quad(lambda x: x**2, 0, 1)\n"
-                "print(result)  # 0.333...\n```\n")
