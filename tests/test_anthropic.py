@@ -16,8 +16,7 @@ import jsonschema
 import pytest
 
 from conftest import DEFAULT, GEMMA
-from localchat.api.anthropic.stream import Blocks, stream
-from localchat.errors import EngineError
+from localchat.api.anthropic.stream import Blocks
 from localchat.families import FAMILIES
 from localchat.generation import Delta, ToolCallArguments, ToolCallStart
 from tinymodels import vocabulary
@@ -360,27 +359,6 @@ def test_other_errors_use_anthropic_types(claude: anthropic.Anthropic, http: htt
                 400, "invalid_request_error", "keep_alive")
     check_error(http.get("/v1/messages"), 405, "invalid_request_error")
     check_error(http.post("/v1/messages/nothing", json={}), 404, "not_found_error")
-
-
-@pytest.mark.fast
-def test_an_error_after_the_first_byte_is_an_error_event():
-    class FailingTurn:
-        model = "m"
-        prompt_tokens = 3
-
-        async def events(self):
-            yield 0, Delta("Hello")
-            raise EngineError("llama_decode returned -3")
-
-    async def run() -> list[bytes]:
-        meta = {"id": "msg_x", "type": "message", "role": "assistant", "model": "m"}
-        return [c async for c in stream(FailingTurn(), meta)]  # type: ignore[arg-type]
-
-    frames = asyncio.run(run())
-    assert frames[-1].startswith(b"event: error\n")
-    error = json.loads(frames[-1].split(b"data: ", 1)[1])
-    assert error == {"type": "error", "error": {"type": "api_error", "message": "llama_decode returned -3"}}
-    assert frames[0].startswith(b"event: message_start\n") and frames[1].startswith(b"event: ping\n")
 
 
 @pytest.mark.fast

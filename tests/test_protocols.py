@@ -14,11 +14,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import httpx
+import pydantic
 import pytest
+from openai.types.responses import ResponseStreamEvent
 
 from conftest import TINY_CTX
 from localchat.api import create_app, sse
 from localchat.engine.fake import fake_factory
+from localchat.errors import EngineError
 from localchat.generation import Chat, ModelHost
 from localchat.models import ModelSpec, Registry, Settings
 from tool_schemas import ADD
@@ -248,3 +251,29 @@ def test_a_slow_stream_sends_keepalives(registry: Registry, monkeypatch: pytest.
     assert keepalive in text[:first] and keepalive in text[first:]  # while waiting, and between tokens
     ollama = post(registry, ["slow"], "/api/chat", {"messages": HI}, delay=0.1).text
     assert "keepalive" not in ollama and json.loads(ollama.splitlines()[0])["message"]["content"] == "slow"
+
+
+# -- an engine that fails after the first token ---------------------------------------------------
+
+FAILS = ["Hello", EngineError("llama_decode returned -3")]
+
+
+def test_an_engine_error_mid_stream_is_the_responses_error_event_then_failed(registry: Registry):
+    r = post(registry, FAILS, "/v1/responses", {"model": "chatml", "input": "Hi", "stream": True})
+    events = []
+    for name, data in sse_events(r):
+        events.append(pydantic.TypeAdapter(ResponseStreamEvent).validate_python(data))
+        assert name == events[-1].type
+    assert [e.type for e in events][-3:] == ["response.output_text.delta", "error", "response.failed"]
+    assert events[-2].message == "llama_decode returned -3" and events[-2].code == "engine_error"
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error.message == "llama_decode returned -3"
+    assert failed.output[0].status == "incomplete" and failed.output[0].content[0].text == "Hello"
+
+
+def test_an_engine_error_mid_stream_is_anthropics_error_event(registry: Registry):
+    r = post(registry, FAILS, "/v1/messages", {"model": "chatml", "max_tokens": 50, "messages": HI, "stream": True})
+    events = sse_events(r)
+    assert [name for name, _ in events][:2] == ["message_start", "ping"]
+    assert events[-1] == ("error", {"type": "error", "error": {"type": "api_error",
+                                                               "message": "llama_decode returned -3"}})

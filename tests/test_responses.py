@@ -19,10 +19,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from conftest import DEFAULT as SHIPPED_DEFAULT, GEMMA
 from localchat.api.responses.request import ResponsesRequest, Store
-from localchat.api.responses.stream import Numbered, Shell, stream
-from localchat.errors import EngineError
 from localchat.families import FAMILIES
-from localchat.generation import Delta
 from tinymodels import vocabulary
 from tool_schemas import ADD, SCHEMAS, WEATHER
 
@@ -343,27 +340,3 @@ def test_a_hosted_tool_is_dropped_and_reported(client: openai.OpenAI):
     assert "x-localchat-dropped-tools" not in plain.headers
 
 
-class FailingTurn:
-    model, n = "m", 1
-
-    async def events(self):
-        yield 0, Delta("Hello")
-        raise EngineError("llama_decode returned -3")
-
-
-@pytest.mark.fast
-def test_error_mid_stream_is_an_error_event_then_failed():
-    async def frames() -> list[bytes]:
-        shell = Shell(ResponsesRequest(input="Hi"), "m")
-        return [f async for f in stream(FailingTurn(), Numbered(shell), lambda *a: None)]
-
-    events = []
-    for f in asyncio.run(frames()):
-        name, data = f.decode().strip().split("\n")
-        events.append(pydantic.TypeAdapter(ResponseStreamEvent).validate_python(json.loads(data[len("data: "):])))
-        assert name == "event: " + events[-1].type
-    assert [e.type for e in events][-3:] == ["response.output_text.delta", "error", "response.failed"]
-    assert events[-2].message == "llama_decode returned -3" and events[-2].code == "engine_error"
-    failed = events[-1].response
-    assert failed.status == "failed" and failed.error.message == "llama_decode returned -3"
-    assert failed.output[0].status == "incomplete" and failed.output[0].content[0].text == "Hello"
