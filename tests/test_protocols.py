@@ -277,3 +277,23 @@ def test_an_engine_error_mid_stream_is_anthropics_error_event(registry: Registry
     assert [name for name, _ in events][:2] == ["message_start", "ping"]
     assert events[-1] == ("error", {"type": "error", "error": {"type": "api_error",
                                                                "message": "llama_decode returned -3"}})
+
+
+def test_two_streamed_calls_each_keep_their_index(registry: Registry):
+    """Two calls streamed in pieces (a piece may end inside a call): OpenAI's deltas carry each
+    call's id and name once, under its own index, and its arguments accumulate there."""
+    two = CALL + "\n" + CALL.replace('"a": 1', '"a": 5')
+    script = [two[i:i + 17] for i in range(0, len(two), 17)]
+    r = post(registry, script, "/v1/chat/completions", {"model": "chatml", "messages": HI, "stream": True,
+                                                         "tools": TOOLS_OPENAI})
+    calls: dict[int, dict] = {}
+    for _, data in sse_events(r):
+        if data == "[DONE]":
+            continue
+        for tc in (data["choices"][0]["delta"].get("tool_calls") or []) if data["choices"] else []:
+            if tc.get("id"):
+                assert tc["index"] not in calls
+                calls[tc["index"]] = {"id": tc["id"], "name": tc["function"]["name"], "arguments": ""}
+            calls[tc["index"]]["arguments"] += tc["function"].get("arguments") or ""
+    assert sorted(calls) == [0, 1] and calls[0]["id"] != calls[1]["id"]
+    assert [json.loads(c["arguments"]) for c in calls.values()] == [{"a": 1, "b": 2}, {"a": 5, "b": 2}]
