@@ -370,6 +370,9 @@ def codex(run: Run, timeout: float) -> None:
             run.calls.append("apply_patch")
         elif item.get("type") == "error" and "Model metadata" not in str(item.get("message", "")):
             run.refused.append(str(item.get("message", "")))  # (not its warning about a model it has no card for)
+    for line in run.output.splitlines():  # a call its tool router refused is only in its log
+        if "codex_core::tools::router: error=" in line:
+            run.refused.append(line.split("error=", 1)[1])
 
 
 # -- opencode -------------------------------------------------------------------------------------

@@ -78,6 +78,8 @@ def main() -> int:
     parser.add_argument("--no-replay", action="store_true", help="the two folders' waits only")
     args = parser.parse_args()
     bins = A.install()
+    saved = Path(tempfile.mkdtemp(prefix="two-folders-"))
+    print(f"request bodies in {saved}", flush=True)
     quiet = Path(tempfile.mkdtemp()) / "models.toml"  # no prompt store: the first folder is read cold
     quiet.write_text("prompt_cache_bytes = 0\n" + shipped_config().read_text())
     for client in args.only.split(","):
@@ -98,6 +100,8 @@ def main() -> int:
                 waited = max(lines, key=lambda line: line[2])
                 marks.append(waited)
                 bodies.append(recorder.main_body(since))
+                kept = saved / f"{client}-folder-{folder}.json"  # every request body of the folder, in order
+                kept.write_text(json.dumps([{"path": p, "body": json.loads(b)} for p, b in recorder.bodies[since:]]))
                 print(f"{client} folder {folder} ({run.work}): exit {run.code} in {time.monotonic() - begun:.0f} s; "
                       f"longest wait for a first token {waited[2]:.2f} s (prompt {waited[0]} tokens, {waited[1]} from "
                       f"the cache); answer {' '.join(run.answer.split())[:80]!r}", flush=True)
