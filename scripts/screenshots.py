@@ -4,8 +4,8 @@ answering a real question (desktop and phone, light and dark) in Debian's Chromi
     scripts/screenshots [--out docs] [--model NAME] [--question TEXT]
 
 Starts `localchat serve` with the shipped registry (its default model unless --model), opens the
-page in a fresh browser context per picture, asks the question with seed 1 (the same answer in
-each picture, the prompt read once), waits for the whole answer, opens the status panel on the
+page in a fresh browser context per picture, asks the question (seed 1; a prompt read from the
+cache may still sample another answer), waits for the whole answer, opens the status panel on the
 desktop pictures, and writes docs/webui-{desktop,phone}-{light,dark}.png. What the model writes is
 its own: look at the pictures before committing them."""
 
