@@ -25,6 +25,8 @@ from .base import Emit, Stream, check_adapters, check_fits, no_slot_actions
 from .params import Generate, SlotDone, SlotInfo
 
 PREFIX = "/internal/engine"
+# a request that failed on a kept-alive connection before any answer: the peer had dropped it
+STALE = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 LOAD_TIMEOUT = 600.0  # seconds the peer may take to load the model (a large one, from a slow disk)
 DESCRIBE_TIMEOUT = 10.0  # seconds for what a model is and can do (read without loading it)
 
@@ -262,10 +264,18 @@ class UpstreamEngine(Link):
     # -- the link ----------------------------------------------------------------------------
 
     def _call(self, route: str, body: dict[str, Any], read: float | None = None) -> Any:
-        """One blocking request to the peer; its failures mapped."""
+        """One blocking request to the peer; its failures mapped. A kept-alive connection the peer
+        dropped (it restarted, or died: then the new connection is refused, a 503) is tried once
+        more on a new one."""
         try:
-            r = self._http.post(self.peer.route(route), json={"model": self.peer.model, **body},
-                                timeout=self.peer.timeouts(read))
+            for attempt in (0, 1):
+                try:
+                    r = self._http.post(self.peer.route(route), json={"model": self.peer.model, **body},
+                                        timeout=self.peer.timeouts(read))
+                    break
+                except STALE:
+                    if attempt:
+                        raise
             if r.status_code != 200:
                 raise refusal(self.peer, r.status_code, r.content)
             answer = r.json()
@@ -279,8 +289,16 @@ class UpstreamEngine(Link):
         try:
             body = await asyncio.to_thread(lambda: json.dumps({"model": self.peer.model,
                                                                "request": wire.encode(request)}).encode())
-            async with self._async.stream("POST", self.peer.route("generate"), content=body,
-                                          headers={"Content-Type": "application/json"}) as r:
+            for attempt in (0, 1):  # (a dropped kept-alive connection: once more on a new one, as _call)
+                try:
+                    r = await self._async.send(self._async.build_request(
+                        "POST", self.peer.route("generate"), content=body,
+                        headers={"Content-Type": "application/json"}), stream=True)
+                    break
+                except STALE:
+                    if attempt:
+                        raise
+            try:
                 if r.status_code != 200:
                     raise refusal(self.peer, r.status_code, await r.aread())
                 async for line in r.aiter_lines():
@@ -296,6 +314,8 @@ class UpstreamEngine(Link):
                 else:
                     raise UpstreamError(f"the upstream {self.peer.url} (model {self.peer.model}) ended its answer "
                                         "before the last event")
+            finally:
+                await r.aclose()  # (closing the request ends it on the peer's side: a cancel too)
             self._ok()
         except Exception as exc:  # noqa: BLE001 - mapped, and that request's error
             emit(self._failed(exc))
