@@ -37,7 +37,7 @@ def models(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
 
 
 def _describe(spec: ModelSpec, described: Description, settings: Settings) -> tuple[str, str, str, str, str, str]:
-    from .models.host import size_model
+    from .models.host import cache_types, size_model
 
     info, family = described.info, described.family or "?"
     if info is None:
@@ -131,11 +131,11 @@ def _memory_rows(spec: ModelSpec, info: ModelInfo, settings: Settings, ctx_size:
     """Trained context, KV cache per token, the sizes this machine gives the model now, and the
     memory for --ctx-size / --parallel."""
     from .models import fit
-    from .models.host import size_model
+    from .models.host import cache_types, size_model
 
     shape = fit.MemoryShape.of(info)
     swa = sum(s for _, _, s in shape.layers)
-    cache = (spec.cache_type_k or settings.cache_type_k, spec.cache_type_v or settings.cache_type_v)
+    cache = cache_types(spec, settings)
     types = cache[0] if cache[0] == cache[1] else f"K {cache[0]}, V {cache[1]}"
     layers = f"{len(shape.layers)} layers" + (f", {swa} of them sliding-window ({shape.window} tokens; kept whole)"
                                               if swa else "")
