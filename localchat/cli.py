@@ -123,6 +123,9 @@ def chat(
     system: Optional[str] = typer.Option(None, "--system", help="A system prompt."),
     config: Optional[Path] = ConfigOpt,
     api_key: Optional[str] = typer.Option(None, envvar="LOCALCHAT_API_KEY", help="API key for --url servers."),
+    mcp: Optional[List[str]] = typer.Option(None, "--mcp", help="An MCP server whose tools the model may call (each "
+                                            "call approved): a URL (Streamable HTTP) or a command in quotes "
+                                            "(stdio). Repeatable; /mcp add does the same in the chat."),
 ) -> None:
     """Chat in the terminal. Runs the model in-process unless --url points at a server."""
     from .repl import connect, run_repl
@@ -132,7 +135,7 @@ def chat(
     except (LocalchatError, ValueError) as exc:
         raise fail(str(exc)) from None
     try:
-        run_repl(backend, system=system)
+        run_repl(backend, system=system, mcp=mcp or ())
     finally:
         backend.close()
 

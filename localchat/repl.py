@@ -16,7 +16,9 @@ from prompt_toolkit.key_binding import KeyBindings
 from rich.console import Console
 
 from .engine.params import KNOBS
+from .errors import LocalchatError
 from .models import Registry, paths
+from .repl_mcp import McpTools
 from .repl_files import Attachment, attach, load_conversation, pasted_image, save_conversation, with_images
 
 HELP = {
@@ -24,11 +26,16 @@ HELP = {
     "/models": "the models the server offers",
     "/model NAME": "switch to another model",
     "/system TEXT": "set the system prompt (empty: none)",
-    "/set KEY VALUE": "temperature, top_p, top_k, min_p, max_tokens, seed or repetition_stop (VALUE 'default' resets)",
+    "/set KEY VALUE": "temperature, top_p, top_k, min_p, max_tokens, seed, repetition_stop or tool_choice "
+                      "(auto, required, none or a tool's name: until a tool has run) (VALUE 'default' resets)",
     "/show": "the model and settings",
     "/clear": "start a new conversation",
     "/retry": "answer the last message again",
     "/image PATH": "attach an image to the next message (or paste its path alone on a line)",
+    "/mcp": "the MCP servers and their tools",
+    "/mcp add URL": "connect an MCP server (Streamable HTTP); its tools go with every message",
+    "/mcp add -- CMD": "start an MCP server and speak to it over stdio (e.g. -- npx some-server)",
+    "/mcp remove NAME": "disconnect an MCP server",
     "/save FILE": "save the conversation as OpenAI-style JSON messages",
     "/load FILE": "load a conversation saved with /save",
     "/exit": "leave (or Ctrl-D)",
@@ -39,6 +46,7 @@ SETTINGS: dict[str, tuple[type, float, float]] = {  # bounds from the one declar
     for key in ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed", "repetition_stop")
 }
 EXTRA_BODY = ("top_k", "min_p", "repetition_stop")  # not OpenAI parameters: sent in the body as extensions
+MAX_TOOL_ROUNDS = 10  # answers in a row that call tools before the REPL stops asking the model again
 
 
 @dataclass
@@ -71,10 +79,15 @@ class Repl:
     messages: list[dict[str, Any]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
     attached: list[Attachment] = field(default_factory=list)  # images for the next message
+    mcp: McpTools | None = None  # MCP servers' tools (made in run(): it asks for approval with the same prompt)
+    tool_choice: str | None = None  # sent until a tool has run in this turn, then `auto` (no loop of forced calls)
 
     # -- the loop -------------------------------------------------------------------------
 
-    def run(self, read: Callable[[str], str]) -> None:
+    def run(self, read: Callable[[str], str], mcp: Iterable[str] = ()) -> None:
+        self.mcp = self.mcp or McpTools(self.console, read, errlog=_mcp_log())
+        for target in mcp:
+            self.command(f"/mcp add {target}")
         self.console.print(f"localchat · [bold]{self.backend.model or 'default model'}[/bold] "
                            f"({self.backend.where}) · /help for commands, Ctrl-D to leave")
         while True:
@@ -97,6 +110,7 @@ class Repl:
                 self.messages.append({"role": "user", "content": with_images(line, images)})
                 if not self.answer():
                     self.attached = images  # not sent: they go with the next message
+        self.mcp.close()
         self.console.print("bye")
 
     @staticmethod
@@ -107,15 +121,23 @@ class Repl:
         lines[-1] = lines[-1].rstrip()[:-3]
         return "\n".join(lines).strip("\n")
 
-    def answer(self) -> bool:
-        """Stream the answer to the last message; False (and the message dropped) on an error."""
+    def answer(self, round: int = 0) -> bool:
+        """Stream the answer to the last message; False (and the message dropped) on an error. An
+        answer that calls MCP tools runs them (each approved) and asks again with their results."""
         start, first, parts, chunks, usage, thinking = time.perf_counter(), None, [], 0, None, False
-        stream, interrupted = None, False
+        stream, interrupted, calls = None, False, {}
         try:
-            stream = self.backend.client.chat.completions.create(**self._request())
+            stream = self.backend.client.chat.completions.create(**self._request(round))
             for chunk in stream:
                 usage = chunk.usage or usage
                 for choice in chunk.choices:
+                    for delta in choice.delta.tool_calls or []:
+                        call = calls.setdefault(delta.index, {"id": "", "type": "function",
+                                                              "function": {"name": "", "arguments": ""}})
+                        call["id"] = delta.id or call["id"]
+                        if delta.function:
+                            call["function"]["name"] += delta.function.name or ""
+                            call["function"]["arguments"] += delta.function.arguments or ""
                     thought = (choice.delta.model_extra or {}).get("reasoning_content")
                     if thought:
                         first, thinking = first or time.perf_counter(), True
@@ -130,21 +152,40 @@ class Repl:
         except KeyboardInterrupt:
             interrupted = True
         except openai.APIError as exc:
-            self.messages.pop()
+            if round == 0:
+                self.messages.pop()
             self.console.print(f"\n[red]error:[/red] {_message(exc)}", highlight=False)
-            return False
+            return round > 0  # after a tool ran, the turn so far stays
         finally:
             if stream is not None:
                 stream.close()  # on Ctrl-C this disconnects, and the server stops decoding at once
-        self.messages.append({"role": "assistant", "content": "".join(parts)})
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(parts)}
+        if calls:
+            message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        self.messages.append(message)
         self.console.print()
         self._stats(start, first, usage.completion_tokens if usage else chunks, interrupted)
-        return True
+        assert self.mcp is not None
+        results = None if interrupted else self.mcp.run_calls(message.get("tool_calls", []))
+        if not results:
+            return True
+        self.messages.extend(results)
+        if round + 1 >= MAX_TOOL_ROUNDS:
+            self.console.print(f"[yellow]stopped: {MAX_TOOL_ROUNDS} answers in a row called tools[/yellow]")
+            return True
+        return self.answer(round + 1)
 
-    def _request(self) -> dict[str, Any]:
+    def _request(self, round: int = 0) -> dict[str, Any]:
         conversation = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
         body = {k: v for k, v in self.settings.items() if k not in EXTRA_BODY}
         extra = {k: v for k, v in self.settings.items() if k in EXTRA_BODY}
+        tools = self.mcp.tools() if self.mcp else []
+        if tools:
+            body["tools"] = tools
+            if self.tool_choice and round == 0:
+                named = self.tool_choice not in ("auto", "required", "none")
+                body["tool_choice"] = {"type": "function", "function": {"name": self.tool_choice}} if named \
+                    else self.tool_choice
         return dict(model=self.backend.model, messages=conversation, stream=True,
                     stream_options={"include_usage": True}, extra_body=extra or None, **body)
 
@@ -172,7 +213,7 @@ class Repl:
             return True
         try:
             handler(arg)
-        except (OSError, ValueError, openai.APIError) as exc:
+        except (OSError, ValueError, openai.APIError, LocalchatError) as exc:
             self.console.print(f"[red]error:[/red] {_message(exc)}", highlight=False)
         return True
 
@@ -200,10 +241,18 @@ class Repl:
         self.system = arg or None
         self.console.print("system prompt set" if arg else "system prompt cleared")
 
+    def cmd_mcp(self, arg: str) -> None:
+        assert self.mcp is not None
+        self.mcp.command(arg)
+
     def cmd_set(self, arg: str) -> None:
         key, _, value = arg.partition(" ")
+        if key == "tool_choice" and value.strip():
+            self.tool_choice = None if value.strip() in ("default", "auto") else value.strip()
+            self.console.print(f"tool_choice = {self.tool_choice or 'auto'}", highlight=False)
+            return
         if key not in SETTINGS or not value.strip():
-            raise ValueError(f"usage: /set KEY VALUE with KEY one of {', '.join(SETTINGS)}")
+            raise ValueError(f"usage: /set KEY VALUE with KEY one of {', '.join(SETTINGS)}, tool_choice")
         if value.strip() == "default":
             self.settings.pop(key, None)
             self.console.print(f"{key} = server default", highlight=False)
@@ -223,6 +272,7 @@ class Repl:
         self.console.print(f"system      {self.system or '(none)'}", markup=False, highlight=False)
         for key in SETTINGS:
             self.console.print(f"{key:11} {self.settings.get(key, 'server default')}", markup=False, highlight=False)
+        self.console.print(f"tool_choice {self.tool_choice or 'auto'}", markup=False, highlight=False)
         self.console.print(f"messages    {len(self.messages)}", markup=False, highlight=False)
         if self.attached:
             self.console.print(f"attached    {', '.join(map(str, self.attached))}", markup=False, highlight=False)
@@ -291,7 +341,14 @@ class _Completer(Completer):
                     yield Completion(key, start_position=-len(word))
 
 
-def run_repl(backend: Backend, *, system: str | None = None) -> None:
+def _mcp_log() -> Any:
+    """Where the programs started for stdio MCP servers write their stderr (not over the chat)."""
+    path = paths.data_dir() / "mcp-servers.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("a", encoding="utf-8")
+
+
+def run_repl(backend: Backend, *, system: str | None = None, mcp: Iterable[str] = ()) -> None:
     console = Console(highlight=False)
     repl = Repl(backend, console, system=system)
     history = paths.history_file()
@@ -304,4 +361,4 @@ def run_repl(backend: Backend, *, system: str | None = None) -> None:
 
     session: PromptSession[str] = PromptSession(history=FileHistory(str(history)), completer=_Completer(repl),
                                                 key_bindings=keys, complete_while_typing=False)
-    repl.run(session.prompt)
+    repl.run(session.prompt, mcp)

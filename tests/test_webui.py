@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from conftest import Server
+from mcp_server import LISTED, TIME, McpServer, dead_url
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="the Python package playwright is not installed: "
                                      "pip install playwright (scripts/test does)")
@@ -369,6 +370,81 @@ def test_json_schema_output_mode(page: Page):
     answer = page.send("yes or no?")
     assert page.chats[-1]["response_format"]["json_schema"]["schema"] == schema
     assert json.loads(answer.locator(".content").inner_text()) == {"answer": "yes"}
+
+
+# -- MCP tools --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mcp_server() -> Iterator[McpServer]:
+    s = McpServer()
+    yield s
+    s.stop()
+
+
+def test_an_mcp_tool_is_approved_run_and_its_result_answered(page: Page, mcp_server: McpServer):
+    """The page lists a real MCP server's tools through the server, the model's call (forced by a named
+    tool_choice: the grammar writes it) waits for approval, runs, and its result goes back to the model."""
+    p = page.page
+    page.choose(TINY)
+    p.click("#open-settings")
+    p.fill("textarea[name=mcp]", f"{mcp_server.url}\n{dead_url()}")
+    p.click("#mcp-check")
+    expect(p.locator("#mcp-status li.ok")).to_have_text("test-clock: " + ", ".join(LISTED) + " (bad name left out: "
+                                                         "its name has characters tool names cannot have (A-Z, a-z, "
+                                                         "0-9, _ . -); broken left out: its input schema is refused: "
+                                                         "not a valid JSON Schema (draft 2020-12): at 'properties/x/"
+                                                         "type': 'no-such-type' is not valid under any of the given "
+                                                         "schemas)")
+    expect(p.locator("#mcp-status li.error-text")).to_contain_text("cannot reach")
+    forced_call = {"type": "function", "function": {"name": "server_time"}}
+    p.fill("textarea[name=extra]", json.dumps({"tool_choice": forced_call, "max_tokens": 64}))
+    p.click("#settings-save")
+
+    calling = page.send("What time is it on the server?", wait=False)
+    expect(p.locator("#toast")).to_contain_text("is it running")  # the server that is down: said, left out
+    card = calling.locator(".tool-call")
+    expect(card.locator(".tool-status")).to_have_text("Run this tool?")
+    assert card.locator(".tool-name").inner_text() == "tool call server_time · test-clock"
+    answer = page.new_answer(lambda: card.locator("button.run").click())
+    expect(card.locator(".tool-result pre")).to_have_text(f"The server's clock says {TIME}.")
+    assert not answer.locator(".error").is_visible()
+    asked, told = page.chats[-2], page.chats[-1]
+    assert asked["tool_choice"] == forced_call
+    assert [t["function"]["name"] for t in asked["tools"]] == LISTED
+    assert "tool_choice" not in told  # after a tool ran, the model answers freely: no loop of forced calls
+    call, result = told["messages"][-2], told["messages"][-1]
+    assert call["tool_calls"][0]["function"]["name"] == "server_time"
+    assert result == {"role": "tool", "tool_call_id": call["tool_calls"][0]["id"],
+                      "content": f"The server's clock says {TIME}."}
+
+    calling = page.send("And now?", wait=False)  # "always" for this tool: asked once more, then never
+    calling.locator(".tool-call button.always").click()
+    expect(calling.locator(".tool-result pre")).to_contain_text(TIME)
+    expect(p.locator("article.msg.assistant").last).to_have_attribute("aria-busy", "false")
+    p.wait_for_function("() => !document.body.classList.contains('busy')", polling=100)
+    calling = page.send("Once more?", wait=False)
+    expect(calling.locator(".tool-result pre")).to_contain_text(TIME)
+    assert calling.locator(".tool-approve").count() == 0
+    p.wait_for_function("() => !document.body.classList.contains('busy')", polling=100)
+
+
+def test_a_denied_or_failing_mcp_call_goes_back_to_the_model_and_the_chat_goes_on(page: Page, mcp_server: McpServer):
+    p = page.page
+    page.choose(TINY)
+    p.click("#open-settings")
+    p.fill("textarea[name=mcp]", mcp_server.url)
+    p.fill("textarea[name=extra]", json.dumps({"tool_choice": {"type": "function", "function": {"name": "fail"}},
+                                               "max_tokens": 64}))
+    p.click("#settings-save")
+    calling = page.send("Break something.", wait=False)
+    page.new_answer(lambda: calling.locator(".tool-call button.deny").click())
+    expect(calling.locator(".tool-status")).to_have_text("not run: you declined")
+    assert page.chats[-1]["messages"][-1]["content"] == "The user did not allow this tool call."
+    p.wait_for_function("() => !document.body.classList.contains('busy')", polling=100)
+    calling = page.send("Try again.", wait=False)
+    page.new_answer(lambda: calling.locator(".tool-call button.run").click())
+    expect(calling.locator(".tool-result.failed pre")).to_contain_text("Error executing tool fail")
+    assert "Error executing tool fail" in page.chats[-1]["messages"][-1]["content"]
 
 
 # -- errors, keys, keyboard, the network ----------------------------------------------------------

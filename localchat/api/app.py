@@ -19,6 +19,7 @@ from ..errors import LocalchatError
 from ..generation import Chat
 from ..logs import escape_request_text
 from . import errors
+from . import mcp_bridge
 from . import peer
 from . import webui as page
 from .access import AccessLog
@@ -49,6 +50,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         *peer.routes(chat),  # other localchats' upstream entries (serve --peer; none otherwise)
         *(metrics_routes(chat, metrics) if metrics else []),
         *(page.routes() if webui else []),
+        *(mcp_bridge.routes(chat) if webui else []),  # the page's way to MCP servers
     ]
     public = (page.PUBLIC_PATHS, page.PUBLIC_PREFIXES) if webui else ((), ())
     middleware = [

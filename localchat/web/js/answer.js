@@ -4,9 +4,15 @@
 import { requestFields } from './settings.js';
 import { path } from './store.js';
 
-export function requestBody(conv, user, model, settings) {
-  return { model, messages: messagesFor(conv, user, settings.system), stream_options: { include_usage: true },
+// tools: the MCP servers' (added to any in the extra fields). round: answers since the user's message
+// that called tools; after one, tool_choice is left to the model (as OpenAI's Agents SDK resets it),
+// or a forced choice would call again forever.
+export function requestBody(conv, user, model, settings, tools = [], round = 0) {
+  const body = { model, messages: messagesFor(conv, user, settings.system), stream_options: { include_usage: true },
     ...requestFields(settings) };
+  if (tools.length) body.tools = [...(body.tools || []), ...tools];
+  if (round > 0) delete body.tool_choice;
+  return body;
 }
 
 function messagesFor(conv, last, system) {
@@ -21,6 +27,9 @@ function messagesFor(conv, last, system) {
         m.tool_calls = n.tool_calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } }));
       }
       out.push(m);
+      for (const c of n.tool_calls || []) { // the results of the calls the page ran (MCP tools)
+        if (c.result !== undefined) out.push({ role: 'tool', tool_call_id: c.id, content: c.result });
+      }
     }
   }
   return out;

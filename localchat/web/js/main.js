@@ -2,6 +2,7 @@
 // streamed from /v1/chat/completions. No framework: state lives here, the DOM is rebuilt from it.
 
 import * as api from './api.js';
+import * as mcp from './mcp.js';
 import * as store from './store.js';
 import { editInPlace, messageView } from './messages.js';
 import * as settings from './settings.js';
@@ -15,8 +16,9 @@ import { copy, download, toast } from './ui.js';
 const $ = (id) => document.getElementById(id);
 const empty = $('empty');
 const state = { all: [], conv: null, models: [], model: '', busy: null, settings: settings.load(), attachments: [],
-  views: new Map(), stopStatus: null };
-const actions = { edit, regenerate, branch, copy };
+  views: new Map(), stopStatus: null, decisions: new Map(), mcpReported: null };
+const actions = { edit, regenerate, branch, copy, decide: (call, choice) => state.decisions.get(call.id)?.(choice) };
+const MAX_TOOL_ROUNDS = 10; // answers in a row that call tools before the page stops asking again
 
 settings.applyTheme();
 api.onKeyNeeded(askKey);
@@ -110,52 +112,109 @@ async function showModelInfo(model) {
 
 // -- answers --------------------------------------------------------------------------------
 
-async function generate(user) {
+// One answer to `user`: a user message, or an answer whose tool calls have run (round > 0). An answer
+// that calls MCP tools runs them, each approved, and asks the model again with their results.
+async function generate(user, round = user.role === 'assistant' ? 1 : 0) {
   const conv = state.conv;
   const answer = store.add(conv, user.id, { role: 'assistant', model: state.model, partial: true });
   conv.model = state.model;
-  let body;
-  try {
-    body = requestBody(conv, user, state.model, state.settings);
-  } catch (e) {
-    answer.error = { message: `Settings: ${e.message}`, advice: 'Fix it in Settings (⚙).' };
-  }
   await persist(conv);
   showConversation();
   const view = state.views.get(answer.id);
-  if (!body) return;
   const controller = new AbortController();
   state.busy = { controller, answer };
   setBusy(true, view);
-  const list = $('messages');
-  let saved = Date.now();
-  const frame = everyFrame(() => {
-    if (state.busy?.answer !== answer) return; // the answer has ended since: its last update is done
-    const stick = list.scrollHeight - list.scrollTop - list.clientHeight < 120;
-    view.update(answer, true);
-    if (stick) list.scrollTop = list.scrollHeight;
-    if (Date.now() - saved > 2000) { saved = Date.now(); store.save(conv).catch(() => {}); } // a reload keeps most of it
-  });
+  const tools = mcp.toolbox(await mcpServers());
+  let body;
+  try {
+    body = requestBody(conv, user, state.model, state.settings, tools.tools, round);
+  } catch (e) {
+    answer.error = { message: `Settings: ${e.message}`, advice: 'Fix it in Settings (⚙).' };
+  }
   const t0 = performance.now();
   let first = null;
   let usage = null;
-  try {
-    await api.streamChat(body, (chunk) => {
-      if (chunk.usage) usage = chunk.usage;
-      if (applyChunk(answer, chunk)) first ??= performance.now();
-      frame();
-    }, controller.signal);
-  } catch (e) {
-    if (e.name === 'AbortError') answer.stopped = true;
-    else answer.error = api.explain(e);
+  if (body) {
+    const list = $('messages');
+    let saved = Date.now();
+    const frame = everyFrame(() => {
+      if (state.busy?.answer !== answer) return; // the answer has ended since: its last update is done
+      const stick = list.scrollHeight - list.scrollTop - list.clientHeight < 120;
+      view.update(answer, true);
+      if (stick) list.scrollTop = list.scrollHeight;
+      if (Date.now() - saved > 2000) { saved = Date.now(); store.save(conv).catch(() => {}); } // a reload keeps most of it
+    });
+    try {
+      await api.streamChat(body, (chunk) => {
+        if (chunk.usage) usage = chunk.usage;
+        if (applyChunk(answer, chunk)) first ??= performance.now();
+        frame();
+      }, controller.signal);
+    } catch (e) {
+      if (e.name === 'AbortError') answer.stopped = true;
+      else answer.error = api.explain(e);
+    }
   }
   answer.stats = timing(usage, t0, first, performance.now());
   delete answer.partial;
-  state.busy = null;
   view.update(answer, false);
+  const run = !answer.error && !answer.stopped && answer.tool_calls?.length
+    && answer.tool_calls.every((c) => tools.owner.has(c.name));
+  if (run) {
+    for (const call of answer.tool_calls) await runCall(call, tools.owner.get(call.name), answer, view, controller.signal);
+    if (controller.signal.aborted) answer.stopped = true;
+    view.update(answer, false);
+  }
+  state.busy = null;
   setBusy(false, view);
   conv.updated = Date.now();
   await persist(conv);
+  if (run && !answer.stopped) {
+    if (round + 1 < MAX_TOOL_ROUNDS) await generate(answer, round + 1);
+    else toast(`Stopped: ${MAX_TOOL_ROUNDS} answers in a row called tools.`);
+  }
+}
+
+// The MCP servers of the settings, listed once (again when the settings change); a server that
+// cannot be used is said once, and the chat goes on without its tools.
+async function mcpServers() {
+  const found = await mcp.servers(state.settings);
+  if (found !== state.mcpReported) {
+    state.mcpReported = found;
+    const down = found.filter((s) => s.error);
+    if (down.length) toast(`MCP: ${down.map((s) => s.error).join(' ')} Its tools are left out.`);
+  }
+  return found;
+}
+
+// One call to an MCP tool: asked (unless that tool is allowed), run through the server's bridge,
+// its result (or the refusal, or the failure) kept on the call: it goes back to the model.
+async function runCall(call, server, answer, view, signal) {
+  call.server = server.name;
+  let choice = signal.aborted ? 'deny' : 'run';
+  if (choice === 'run' && !mcp.isAllowed(server.url, call.name)) {
+    call.status = 'asking';
+    view.update(answer, false);
+    choice = await new Promise((resolve) => {
+      state.decisions.set(call.id, resolve);
+      signal.addEventListener('abort', () => resolve('deny'), { once: true });
+    });
+    state.decisions.delete(call.id);
+  }
+  if (choice === 'always') mcp.allow(server.url, call.name);
+  if (choice === 'deny') {
+    Object.assign(call, { status: 'denied', result: 'The user did not allow this tool call.' });
+    return;
+  }
+  call.status = 'running';
+  view.update(answer, false);
+  try {
+    const r = await mcp.call(server.url, call.name, call.arguments);
+    Object.assign(call, { status: r.is_error ? 'failed' : 'done', result: r.content });
+  } catch (e) {
+    Object.assign(call, { status: 'failed', result: `The tool failed: ${api.explain(e).message}` });
+  }
+  view.update(answer, false);
 }
 
 function setBusy(busy, view) {

@@ -1,6 +1,6 @@
 // The messages on screen: one <article> per message of the branch shown. A user message is text
 // (never HTML); an answer is sanitised markdown, with its reasoning in a collapsible block, its
-// tool calls as cards, its numbers (tokens/s, prompt and cached tokens) and any error beneath.
+// tool calls as cards (an MCP tool's with its approval and result), its numbers (tokens/s, prompt and cached tokens) and any error beneath.
 
 import { render } from './markdown.js';
 import { siblings } from './store.js';
@@ -16,10 +16,10 @@ const el = (tag, attrs = {}, ...children) => {
   return node;
 };
 
-// actions: { edit(node), regenerate(node), branch(node, step), copy(text) }
+// actions: { edit(node), regenerate(node), branch(node, step), copy(text), decide(call, 'run' | 'always' | 'deny') }
 export function messageView(conv, node, actions) {
   const article = el('article', { class: `msg ${node.role}`, 'data-id': node.id });
-  const view = node.role === 'user' ? userParts(node) : answerParts(node);
+  const view = node.role === 'user' ? userParts(node) : answerParts(node, actions);
   article.append(...view.parts, footer(conv, node, actions));
   return { el: article, update: view.update || (() => {}) };
 }
@@ -32,7 +32,7 @@ function userParts(node) {
   return { parts: [el('div', { class: 'bubble' }, text, ...files)] };
 }
 
-function answerParts(node) {
+function answerParts(node, actions) {
   const reasoningBody = el('div', { class: 'reasoning-body' });
   const reasoningTitle = el('summary', { text: 'Reasoning' });
   const reasoning = el('details', { class: 'reasoning', hidden: '' }, reasoningTitle, reasoningBody);
@@ -56,7 +56,7 @@ function answerParts(node) {
         setTimeout(() => { reasoning.dataset.auto = ''; });
       }
     }
-    tools.replaceChildren(...(n.tool_calls || []).map(toolCard));
+    tools.replaceChildren(...(n.tool_calls || []).map((call) => toolCard(call, actions)));
     if (n.content !== rendered || !streaming) {
       render(content, n.content || '', !streaming);
       rendered = n.content;
@@ -72,12 +72,29 @@ function answerParts(node) {
   return { parts: [reasoning, tools, content, problem, stats], update };
 }
 
-function toolCard(call) {
+const STATUS = { asking: 'Run this tool?', running: 'running…', denied: 'not run: you declined' };
+
+function toolCard(call, actions) {
   let args = call.arguments || '';
   try { args = JSON.stringify(JSON.parse(args), null, 2); } catch { /* streaming, or not JSON: as written */ }
-  return el('div', { class: 'tool-call', role: 'group', 'aria-label': `Tool call ${call.name}` },
-    el('div', { class: 'tool-name' }, el('span', { class: 'muted', text: 'tool call ' }), el('code', { text: call.name })),
+  const card = el('div', { class: 'tool-call', role: 'group', 'aria-label': `Tool call ${call.name}`, 'data-status': call.status || '' },
+    el('div', { class: 'tool-name' }, el('span', { class: 'muted', text: 'tool call ' }), el('code', { text: call.name }),
+      call.server ? el('span', { class: 'muted', text: ` · ${call.server}` }) : null),
     el('pre', { class: 'tool-args', text: args }));
+  if (STATUS[call.status]) card.append(el('div', { class: 'tool-status muted', text: STATUS[call.status] }));
+  if (call.status === 'asking') {
+    const decide = (choice) => () => actions.decide(call, choice);
+    card.append(el('div', { class: 'tool-approve' },
+      el('button', { type: 'button', class: 'primary run', onclick: decide('run') }, 'Run'),
+      el('button', { type: 'button', class: 'always', onclick: decide('always') }, `Always allow ${call.name}`),
+      el('button', { type: 'button', class: 'deny', onclick: decide('deny') }, 'Deny')));
+  }
+  if (call.result !== undefined && call.status !== 'denied') {
+    const failed = call.status === 'failed';
+    card.append(el('details', { class: `tool-result${failed ? ' failed' : ''}`, open: '' },
+      el('summary', { text: failed ? 'Error' : 'Result' }), el('pre', { text: call.result })));
+  }
+  return card;
 }
 
 function statsLine(n, streaming) {

@@ -1,8 +1,9 @@
-// Settings kept in this browser: system prompt, sampling, JSON output, extra request fields, the
-// API key, the theme. The sampling fields and their bounds come from the server (/ui/knobs.json:
+// Settings kept in this browser: system prompt, sampling, JSON output, extra request fields, MCP
+// servers, the API key, the theme. The sampling fields and their bounds come from the server (/ui/knobs.json:
 // the engine's own declaration), so the form never offers what the server would refuse.
 
 import { apiKey, getJSON } from './api.js';
+import * as mcp from './mcp.js';
 
 const KEY = 'localchat.settings';
 const THEME = 'localchat.theme';
@@ -11,9 +12,9 @@ const INTEGER = new Set(['top_k', 'max_tokens', 'seed', 'penalty_last_n', 'repet
 
 export function load() {
   try {
-    return { system: '', sampling: {}, json: false, schema: '', extra: '', ...JSON.parse(localStorage.getItem(KEY) || '{}') };
+    return { system: '', sampling: {}, json: false, schema: '', extra: '', mcp: '', ...JSON.parse(localStorage.getItem(KEY) || '{}') };
   } catch {
-    return { system: '', sampling: {}, json: false, schema: '', extra: '' };
+    return { system: '', sampling: {}, json: false, schema: '', extra: '', mcp: '' };
   }
 }
 
@@ -58,7 +59,10 @@ function parseForm(form) {
     sampling[name] = INTEGER.has(name) ? parseInt(raw, 10) : parseFloat(raw);
   }
   const settings = { system: String(data.get('system')).trim(), sampling, json: data.get('json') === 'on',
-    schema: String(data.get('schema')), extra: String(data.get('extra')) };
+    schema: String(data.get('schema')), extra: String(data.get('extra')), mcp: String(data.get('mcp')).trim() };
+  for (const url of mcp.urls(settings)) {
+    if (!/^https?:\/\/\S+$/.test(url)) throw new Error(`MCP servers: ${url} is not an http(s) URL`);
+  }
   for (const [field, text] of [['JSON schema', settings.schema], ['Extra request fields', settings.extra]]) {
     if (!text.trim()) continue;
     let value;
@@ -78,8 +82,19 @@ export async function edit(dialog, current) {
   form.elements.json.checked = current.json;
   form.elements.schema.value = current.schema;
   form.elements.extra.value = current.extra;
+  form.elements.mcp.value = current.mcp || '';
   form.elements.key.value = apiKey.get();
   error.textContent = '';
+  const check = async (fresh) => {
+    const list = dialog.querySelector('#mcp-status');
+    const wanted = { mcp: form.elements.mcp.value };
+    list.replaceChildren(...mcp.urls(wanted).map((url) => Object.assign(document.createElement('li'), { textContent: `${url}: connecting…` })));
+    const lines = mcp.describe(await mcp.servers(wanted, fresh));
+    list.replaceChildren(...lines.map(({ ok, text }) => Object.assign(document.createElement('li'),
+      { textContent: text, className: ok ? 'ok' : 'error-text' })));
+  };
+  dialog.querySelector('#mcp-check').onclick = () => check(true);
+  check(false);
   dialog.showModal();
   return new Promise((resolve) => {
     const finish = (value) => {
