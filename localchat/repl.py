@@ -121,13 +121,14 @@ class Repl:
         lines[-1] = lines[-1].rstrip()[:-3]
         return "\n".join(lines).strip("\n")
 
-    def answer(self, round: int = 0) -> bool:
+    def answer(self, round: int = 0, answer_now: bool = False) -> bool:
         """Stream the answer to the last message; False (and the message dropped) on an error. An
-        answer that calls MCP tools runs them (each approved) and asks again with their results."""
+        answer that calls MCP tools runs them (each approved) and asks again with their results; one
+        that only repeats calls run in this turn is dropped and the model asked to answer (no tools)."""
         start, first, parts, chunks, usage, thinking = time.perf_counter(), None, [], 0, None, False
         stream, interrupted, calls = None, False, {}
         try:
-            stream = self.backend.client.chat.completions.create(**self._request(round))
+            stream = self.backend.client.chat.completions.create(**self._request(round, answer_now))
             for chunk in stream:
                 usage = chunk.usage or usage
                 for choice in chunk.choices:
@@ -162,10 +163,14 @@ class Repl:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(parts)}
         if calls:
             message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        assert self.mcp is not None
+        if round and calls and self.mcp.repeats(self.messages, message["tool_calls"]):
+            self.console.print("\n(the same call as before: not run again; the model is asked to answer from its result)",
+                               style="dim", highlight=False)
+            return self.answer(round + 1, answer_now=True)
         self.messages.append(message)
         self.console.print()
         self._stats(start, first, usage.completion_tokens if usage else chunks, interrupted)
-        assert self.mcp is not None
         results = None if interrupted else self.mcp.run_calls(message.get("tool_calls", []))
         if not results:
             return True
@@ -175,11 +180,11 @@ class Repl:
             return True
         return self.answer(round + 1)
 
-    def _request(self, round: int = 0) -> dict[str, Any]:
+    def _request(self, round: int = 0, answer_now: bool = False) -> dict[str, Any]:
         conversation = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
         body = {k: v for k, v in self.settings.items() if k not in EXTRA_BODY}
         extra = {k: v for k, v in self.settings.items() if k in EXTRA_BODY}
-        tools = self.mcp.tools() if self.mcp else []
+        tools = self.mcp.tools() if self.mcp and not answer_now else []
         if tools:
             body["tools"] = tools
             if self.tool_choice and round == 0:

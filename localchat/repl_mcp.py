@@ -60,6 +60,16 @@ class McpTools:
     def owns(self, name: str) -> bool:
         return self.hub is not None and self.hub.owner(name) is not None
 
+    @staticmethod
+    def repeats(messages: list[dict[str, Any]], calls: list[dict[str, Any]]) -> bool:
+        """Whether every call repeats one already made since the user's last message (small models loop so)."""
+        made = set()
+        for message in reversed(messages):
+            if message["role"] == "user":
+                break
+            made.update((c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", []))
+        return all((c["function"]["name"], c["function"]["arguments"]) in made for c in calls)
+
     def run_calls(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The tool messages answering an answer's calls, each run once approved; none when
         it made no call, or a call to a tool no MCP server here has (shown, not run)."""

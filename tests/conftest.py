@@ -14,6 +14,7 @@ import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import openai
@@ -197,3 +198,28 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "real: the real-model tier (the shipped Qwen2.5-Coder 0.5B; scripts/test -m real)")
     config.addinivalue_line("markers", "fast: the fast tier: protocols, framing and splitting over the scripted "
                             "engine, no model loaded (scripts/test --fast)")
+
+
+@pytest.fixture(scope="module")
+def looping(tiny_models: dict[str, Path]) -> Iterator[SimpleNamespace]:
+    """A server whose model (the scripted engine) calls server_time whenever it is offered tools, as the
+    shipped Qwen2.5-Coder 0.5B and 1.5B do on "what time is it on the server?", even after its result."""
+    from localchat.api import create_app
+    from localchat.engine.fake import FakeEngine, prompt_text
+    from localchat.generation import Chat, ModelHost
+    from localchat.models import ModelSpec, Registry, Settings
+
+    def play(request: object, choice: int) -> list[str]:
+        offered = "<tools>" in prompt_text(request)
+        return [LOOPED_CALL] if offered else ["It is ", "noon."]
+
+    specs = {name: ModelSpec(name=name, path=tiny_models["chatml"], context_length=TINY_CTX)
+             for name in ("looping", "looping-too")}  # two: the page's model list is ready with more than one
+    host = ModelHost(Registry(specs, "looping", settings=Settings(worker=False)),
+                     engine=lambda path, **kw: FakeEngine(play, **{k: kw[k] for k in ("n_ctx", "parallel", "name")}))
+    for url in serve_in_thread(create_app(Chat(host))):
+        yield SimpleNamespace(url=url)
+    host.close()
+
+
+LOOPED_CALL = '<tool_call>\n{"name": "server_time", "arguments": {}}\n</tool_call>'

@@ -1,6 +1,6 @@
 """A real MCP server for the tests, built with the official SDK (`mcp`'s MCPServer, as its
 examples are): `python mcp_server.py http PORT` serves Streamable HTTP at /mcp,
-`python mcp_server.py` speaks stdio. Its tools: `server_time` (a fixed time, so a test can look
+`python mcp_server.py` speaks stdio; `--now`: `server_time` tells the real time (scripts/screenshots). Its tools: `server_time` (a fixed time, so a test can look
 for it), `add`, `huge` (a megabyte of text), `fail` (raises), `slow` (sleeps), and two a chat
 cannot take: a name with a space and an invalid input schema."""
 
@@ -23,7 +23,8 @@ app = MCPServer("test-clock", log_level="WARNING")
 @app.tool()
 def server_time() -> str:
     """The current date and time on the server."""
-    return f"The server's clock says {TIME}."
+    now = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()) if "--now" in sys.argv else TIME
+    return f"The server's clock says {now}."
 
 
 @app.tool()
@@ -78,10 +79,10 @@ def dead_url() -> str:
 class McpServer:
     """tests/mcp_server.py over Streamable HTTP, in a process of its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "http", str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "http", str(self.port), *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while True:

@@ -168,3 +168,22 @@ def test_the_repl_says_when_a_server_is_down_and_goes_on(registry_file: Path, tm
         assert "token" in chat.say("hello")  # the chat goes on
     finally:
         chat.close()
+
+
+def test_the_repl_does_not_run_a_repeated_call_and_asks_for_the_answer(looping, tmp_path: Path, mcp_server: McpServer):
+    """The scripted model calls server_time whenever tools are offered (as the shipped Qwen2.5-Coder models do)."""
+    chat = Chat("--url", looping.url, "--mcp", mcp_server.url, home=tmp_path)
+    try:
+        chat.ask("What time is it?")
+        chat.wait(r"Run it\?")
+        out = chat.say("y")
+        assert TIME in out and "the same call as before: not run again" in out
+        assert out.rstrip().splitlines()[-2] == "It is noon."
+        assert "Run it?" not in out  # asked once
+        chat.say("/save " + str(tmp_path / "c.json"))
+        import json
+        saved = json.loads((tmp_path / "c.json").read_text())
+        assert [m["role"] for m in saved] == ["user", "assistant", "tool", "assistant"]  # the repeat is not kept
+        assert saved[-1]["content"] == "It is noon."
+    finally:
+        chat.close()

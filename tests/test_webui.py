@@ -14,6 +14,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import httpx
@@ -420,7 +421,6 @@ def test_an_mcp_tool_is_approved_run_and_its_result_answered(page: Page, mcp_ser
     calling = page.send("And now?", wait=False)  # "always" for this tool: asked once more, then never
     calling.locator(".tool-call button.always").click()
     expect(calling.locator(".tool-result pre")).to_contain_text(TIME)
-    expect(p.locator("article.msg.assistant").last).to_have_attribute("aria-busy", "false")
     p.wait_for_function("() => !document.body.classList.contains('busy')", polling=100)
     calling = page.send("Once more?", wait=False)
     expect(calling.locator(".tool-result pre")).to_contain_text(TIME)
@@ -445,6 +445,31 @@ def test_a_denied_or_failing_mcp_call_goes_back_to_the_model_and_the_chat_goes_o
     page.new_answer(lambda: calling.locator(".tool-call button.run").click())
     expect(calling.locator(".tool-result.failed pre")).to_contain_text("Error executing tool fail")
     assert "Error executing tool fail" in page.chats[-1]["messages"][-1]["content"]
+
+
+def test_a_repeated_mcp_call_is_not_run_again_and_the_model_is_asked_to_answer(browser: object, looping: SimpleNamespace,
+                                                                               mcp_server: McpServer):
+    page = Page(browser, looping)
+    try:
+        p = page.open()
+        p.click("#open-settings")
+        p.fill("textarea[name=mcp]", mcp_server.url)
+        p.click("#settings-save")
+        first = page.send("What time is it?", wait=False)
+        first.locator(".tool-call button.run").click()
+        p.wait_for_function("() => !document.body.classList.contains('busy')", polling=100)  # busy from send to answer
+        asked, repeated, answered = page.chats[-3:]
+        assert "tools" in asked and "tools" in repeated
+        assert [m["role"] for m in repeated["messages"]] == ["user", "assistant", "tool"]
+        assert answered["messages"] == repeated["messages"] and "tools" not in answered  # asked again, beside it
+        final = p.locator("article.msg.assistant").last
+        expect(final.locator(".content")).to_have_text("It is noon.")
+        assert final.locator(".branch").inner_text() == "2/2"
+        final.locator("button[aria-label='Previous version']").click()
+        expect(p.locator("article.msg.assistant").last.locator(".tool-status")).to_contain_text("not run again")
+        assert p.locator(".tool-result").count() == 1  # run once
+    finally:
+        page.close()
 
 
 # -- errors, keys, keyboard, the network ----------------------------------------------------------

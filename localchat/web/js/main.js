@@ -113,8 +113,10 @@ async function showModelInfo(model) {
 // -- answers --------------------------------------------------------------------------------
 
 // One answer to `user`: a user message, or an answer whose tool calls have run (round > 0). An answer
-// that calls MCP tools runs them, each approved, and asks the model again with their results.
-async function generate(user, round = user.role === 'assistant' ? 1 : 0) {
+// that calls MCP tools runs them, each approved, and asks the model again with their results. An
+// answer that only repeats calls already run in this turn (small models loop so) runs nothing: the
+// model is asked again, beside it, to answer from the results it has, with no tools offered.
+async function generate(user, round = user.role === 'assistant' ? 1 : 0, answerNow = false) {
   const conv = state.conv;
   const answer = store.add(conv, user.id, { role: 'assistant', model: state.model, partial: true });
   conv.model = state.model;
@@ -124,10 +126,11 @@ async function generate(user, round = user.role === 'assistant' ? 1 : 0) {
   const controller = new AbortController();
   state.busy = { controller, answer };
   setBusy(true, view);
-  const tools = mcp.toolbox(await mcpServers());
+  const tools = answerNow ? mcp.toolbox([]) : mcp.toolbox(await mcpServers());
   let body;
   try {
     body = requestBody(conv, user, state.model, state.settings, tools.tools, round);
+    if (answerNow) delete body.tools;
   } catch (e) {
     answer.error = { message: `Settings: ${e.message}`, advice: 'Fix it in Settings (⚙).' };
   }
@@ -158,21 +161,41 @@ async function generate(user, round = user.role === 'assistant' ? 1 : 0) {
   answer.stats = timing(usage, t0, first, performance.now());
   delete answer.partial;
   view.update(answer, false);
-  const run = !answer.error && !answer.stopped && answer.tool_calls?.length
+  let run = !answer.error && !answer.stopped && answer.tool_calls?.length
     && answer.tool_calls.every((c) => tools.owner.has(c.name));
+  const repeated = run && round > 0 && answer.tool_calls.every((c) => callsThisTurn(conv, user).has(callKey(c)));
+  if (repeated) {
+    for (const call of answer.tool_calls) call.status = 'repeated';
+    view.update(answer, false);
+    run = false;
+  }
   if (run) {
     for (const call of answer.tool_calls) await runCall(call, tools.owner.get(call.name), answer, view, controller.signal);
     if (controller.signal.aborted) answer.stopped = true;
     view.update(answer, false);
   }
-  state.busy = null;
-  setBusy(false, view);
+  if (run && !answer.stopped && round + 1 >= MAX_TOOL_ROUNDS) toast(`Stopped: ${MAX_TOOL_ROUNDS} answers in a row called tools.`);
+  const next = repeated ? () => generate(user, round + 1, true)
+    : run && !answer.stopped && round + 1 < MAX_TOOL_ROUNDS ? () => generate(answer, round + 1) : null;
+  if (next) view.el.setAttribute('aria-busy', 'false'); // the page stays busy: the next round follows at once
+  else {
+    state.busy = null;
+    setBusy(false, view);
+  }
   conv.updated = Date.now();
   await persist(conv);
-  if (run && !answer.stopped) {
-    if (round + 1 < MAX_TOOL_ROUNDS) await generate(answer, round + 1);
-    else toast(`Stopped: ${MAX_TOOL_ROUNDS} answers in a row called tools.`);
+  if (next) await next();
+}
+
+const callKey = (c) => `${c.name} ${c.arguments}`;
+
+// The calls run since the user's last message, up to `node`.
+function callsThisTurn(conv, node) {
+  const keys = new Set();
+  for (let n = node; n && n.role === 'assistant'; n = conv.nodes[n.parent]) {
+    for (const c of n.tool_calls || []) if (c.result !== undefined) keys.add(callKey(c));
   }
+  return keys;
 }
 
 // The MCP servers of the settings, listed once (again when the settings change); a server that

@@ -72,7 +72,8 @@ function answerParts(node, actions) {
   return { parts: [reasoning, tools, content, problem, stats], update };
 }
 
-const STATUS = { asking: 'Run this tool?', running: 'running…', denied: 'not run: you declined' };
+const STATUS = { asking: 'Run this tool?', running: 'running…', denied: 'not run: you declined',
+  repeated: 'not run again: the same call as before (the model was asked to answer from its result)' };
 
 function toolCard(call, actions) {
   let args = call.arguments || '';
