@@ -162,3 +162,19 @@ class UpstreamTimeout(UpstreamError):
 
     status = 504
     code = "upstream_timeout"
+
+
+class ToolServerError(LocalchatError):
+    """An MCP server (the chat page's or the REPL's tools: mcp_tools.py) could not be used: it is
+    down, not an MCP server, a program that will not start, or it refused."""
+
+    status = 502
+    type = "server_error"
+    code = "mcp_server_error"
+
+
+class ToolServerTimeout(ToolServerError):
+    """An MCP server did not connect, list its tools or answer a call in time."""
+
+    status = 504
+    code = "mcp_server_timeout"

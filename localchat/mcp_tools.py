@@ -25,7 +25,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
-from .errors import LocalchatError
+from .errors import ToolServerError, ToolServerTimeout
 from .grammars.metaschema import schema_problem
 
 RESULT_CHARS = 20_000  # a tool's answer beyond this is cut (a file dump must not fill the context)
@@ -33,19 +33,6 @@ OPEN_SECONDS = 20.0  # to connect (or start the program) and list the tools
 CALL_SECONDS = 120.0  # for one call
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # a tool name every protocol's clients take
 T = TypeVar("T")
-
-
-class ToolServerError(LocalchatError):
-    """An MCP server could not be used: it is down, slow, not an MCP server, or refused."""
-
-    status = 502
-    type = "server_error"
-    code = "mcp_server_error"
-
-
-class ToolServerTimeout(ToolServerError):
-    status = 504
-    code = "mcp_server_timeout"
 
 
 @dataclass(frozen=True)
@@ -235,6 +222,10 @@ class _Link:
         self.listing: Listing | None = None
         self.gone: str | None = None  # why it stopped, once it has
 
+    @property
+    def name(self) -> str:
+        return self.listing.server if self.listing else str(self.target)
+
     async def run(self, ready: asyncio.Future[Listing], open_seconds: float, errlog: TextIO | None) -> None:
         try:
             async with _connected(self.target, open_seconds, errlog) as (client, name):
@@ -258,8 +249,7 @@ class _Link:
         finally:
             while not self.jobs.empty():
                 if (job := self.jobs.get_nowait()) is not None and not job[1].done():
-                    job[1].set_exception(ToolServerError(f"the MCP server `{self.listing.server if self.listing else self.target}` "
-                                                         f"has stopped: {self.gone}"))
+                    job[1].set_exception(ToolServerError(f"the MCP server `{self.name}` has stopped: {self.gone}"))
 
 
 class Hub:
@@ -294,7 +284,7 @@ class Hub:
 
     def remove(self, name: str) -> bool:
         for link in self.links:
-            if name in (link.listing.server if link.listing else None, str(link.target)):
+            if name in (link.name, str(link.target)):
                 self.links.remove(link)
                 assert self._loop is not None
                 self._loop.call_soon_threadsafe(link.jobs.put_nowait, None)
@@ -314,8 +304,7 @@ class Hub:
 
     def owner(self, tool: str) -> str | None:
         """The server whose tool this is (its name), or None: not an MCP tool."""
-        link = self._link(tool)
-        return link.listing.server if link and link.listing else None
+        return link.name if (link := self._link(tool)) else None
 
     def _link(self, tool: str) -> _Link | None:
         return next((link for link in self.links
@@ -332,8 +321,7 @@ class Hub:
 
         async def ask() -> Result:
             if link.gone:
-                raise ToolServerError(f"the MCP server `{link.listing.server if link.listing else link.target}` "
-                                      f"has stopped: {link.gone}")
+                raise ToolServerError(f"the MCP server `{link.name}` has stopped: {link.gone}")
             done: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
             link.jobs.put_nowait((work, done))
             return await done
@@ -342,13 +330,12 @@ class Hub:
 
     def close(self) -> None:
         for link in list(self.links):
-            self.remove(link.listing.server if link.listing else str(link.target))
+            self.remove(link.name)
         if self._loop is not None:
             loop, self._loop = self._loop, None
 
             async def settle() -> None:  # let each link close its client (a stdio program exits)
-                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-                if tasks:
+                if tasks := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
                     await asyncio.wait(tasks, timeout=5)
 
             asyncio.run_coroutine_threadsafe(settle(), loop).result(10)

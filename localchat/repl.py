@@ -9,16 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
-from prompt_toolkit import PromptSession
-from prompt_toolkit.completion import Completer, Completion
-from prompt_toolkit.history import FileHistory
-from prompt_toolkit.key_binding import KeyBindings
 from rich.console import Console
 
 from .engine.params import KNOBS
 from .errors import LocalchatError
-from .models import Registry, paths
-from .repl_mcp import McpTools
+from .models import Registry
+from .repl_mcp import McpTools, server_log
+from .repl_prompt import prompt_session
 from .repl_files import Attachment, attach, load_conversation, pasted_image, save_conversation, with_images
 
 HELP = {
@@ -85,7 +82,7 @@ class Repl:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self, read: Callable[[str], str], mcp: Iterable[str] = ()) -> None:
-        self.mcp = self.mcp or McpTools(self.console, read, errlog=_mcp_log())
+        self.mcp = self.mcp or McpTools(self.console, read, errlog=server_log())
         for target in mcp:
             self.command(f"/mcp add {target}")
         self.console.print(f"localchat · [bold]{self.backend.model or 'default model'}[/bold] "
@@ -326,44 +323,7 @@ def _message(exc: Exception) -> str:
     return str(exc)
 
 
-class _Completer(Completer):
-    def __init__(self, repl: Repl) -> None:
-        self.repl = repl
-
-    def get_completions(self, document, complete_event) -> Iterable[Completion]:
-        text = document.text_before_cursor
-        if not text.startswith("/"):
-            return
-        if " " not in text:
-            for usage in (*HELP, "/exit"):
-                name = usage.split()[0]
-                if name.startswith(text):
-                    yield Completion(name, start_position=-len(text))
-        elif text.startswith("/set ") and text.count(" ") == 1:
-            word = text[5:]
-            for key in SETTINGS:
-                if key.startswith(word):
-                    yield Completion(key, start_position=-len(word))
-
-
-def _mcp_log() -> Any:
-    """Where the programs started for stdio MCP servers write their stderr (not over the chat)."""
-    path = paths.data_dir() / "mcp-servers.log"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.open("a", encoding="utf-8")
-
-
 def run_repl(backend: Backend, *, system: str | None = None, mcp: Iterable[str] = ()) -> None:
-    console = Console(highlight=False)
-    repl = Repl(backend, console, system=system)
-    history = paths.history_file()
-    history.parent.mkdir(parents=True, exist_ok=True)
-    keys = KeyBindings()
-
-    @keys.add("escape", "enter")
-    def _newline(event) -> None:
-        event.current_buffer.insert_text("\n")
-
-    session: PromptSession[str] = PromptSession(history=FileHistory(str(history)), completer=_Completer(repl),
-                                                key_bindings=keys, complete_while_typing=False)
-    repl.run(session.prompt, mcp)
+    repl = Repl(backend, Console(highlight=False), system=system)
+    commands = [usage.split()[0] for usage in (*HELP, "/exit")]
+    repl.run(prompt_session(commands, [*SETTINGS, "tool_choice"]).prompt, mcp)

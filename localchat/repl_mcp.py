@@ -12,7 +12,9 @@ from typing import Any
 
 from rich.console import Console
 
-from .mcp_tools import Hub, ToolServerError
+from .errors import ToolServerError
+from .mcp_tools import Hub
+from .models import paths
 
 SHOWN_CHARS = 400  # of a result, on screen (the model gets all of it, up to mcp_tools.RESULT_CHARS)
 DENIED = "The user did not allow this tool call."
@@ -49,10 +51,9 @@ class McpTools:
         if not links:
             self.console.print("no MCP servers; /mcp add URL or /mcp add -- COMMAND", highlight=False)
         for link in links:
-            listing = link.listing
-            state = f"stopped: {link.gone}" if link.gone else ", ".join(t.name for t in listing.tools) if listing else ""
-            self.console.print(f"  {listing.server if listing else link.target} ({link.target}): {state}",
-                               markup=False, highlight=False)
+            state = f"stopped: {link.gone}" if link.gone else ", ".join(t.name for t in link.listing.tools) \
+                if link.listing else ""
+            self.console.print(f"  {link.name} ({link.target}): {state}", markup=False, highlight=False)
 
     def tools(self) -> list[dict[str, Any]]:
         return self.hub.tools() if self.hub else []
@@ -118,3 +119,10 @@ def _compact(arguments: str) -> str:
         return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
     except ValueError:
         return arguments
+
+
+def server_log() -> Any:
+    """Where the programs started for stdio MCP servers write their stderr (not over the chat)."""
+    path = paths.data_dir() / "mcp-servers.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("a", encoding="utf-8")

@@ -19,7 +19,8 @@ from conftest import Server
 from test_repl import Chat
 
 from localchat import mcp_tools
-from localchat.mcp_tools import Hub, Target, ToolServerError, ToolServerTimeout
+from localchat.errors import ToolServerError, ToolServerTimeout
+from localchat.mcp_tools import Hub, Target
 
 from mcp_server import LISTED, TIME, McpServer, dead_url
 
