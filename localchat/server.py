@@ -1,10 +1,15 @@
-"""Starting the HTTP server: check the port, load the default model, run uvicorn."""
+"""Starting the HTTP server: check the port, run uvicorn; the app's lifespan loads the default
+model before the first request and closes every model after the last."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import logging
 import socket
 import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import uvicorn
 
@@ -14,6 +19,7 @@ from .api.guard import Origins
 from .errors import UpstreamError
 from .generation import Chat, ModelHost
 from .models import Registry
+from .models.host import LoadedModel
 
 
 class PortInUse(RuntimeError):
@@ -71,6 +77,47 @@ def page_url(host: str, port: int) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
 
+class Lifespan:
+    """Start-up and shutdown, as the app's Starlette lifespan: the default model is loaded (its
+    worker started, its prompt store opened) before the server takes a request, and every model
+    is closed after the last. A default model served by an upstream that is down does not stop
+    the start: the others are served, it answers 503 until its upstream does. Any other failure
+    to start is kept in `failed` (serve() raises it; the CLI says it in one line), not logged by
+    uvicorn as a traceback (`quiet`, a filter on its log)."""
+
+    def __init__(self, chat: Chat, *, report: Callable[[str], None] = lambda line: None,
+                 ready: Callable[[LoadedModel | None], None] = lambda loaded: None) -> None:
+        self.chat, self.report, self.ready = chat, report, ready
+        self.failed: Exception | None = None
+
+    @asynccontextmanager
+    async def __call__(self, app: object) -> AsyncIterator[None]:
+        registry = self.chat.host.registry
+        self.report(f"loading {registry.default} …")
+        try:
+            loaded = await asyncio.to_thread(self.chat.host.preload, registry.default)
+        except UpstreamError as exc:
+            if registry.resolve(registry.default).upstream is None:
+                self.failed = exc
+                raise
+            # a peer that is off (the GPU box asleep) must not keep the other models from being served
+            self.report(f"{exc.message}\nlocalchat: serving the other models; {registry.default} answers 503 "
+                        "until its upstream does, and then loads")
+            loaded = None
+        except Exception as exc:
+            self.failed = exc
+            raise
+        self.ready(loaded)
+        try:
+            yield
+        finally:
+            await self.chat.host.aclose()
+
+    def quiet(self, record: logging.LogRecord) -> bool:
+        """uvicorn's log, without the traceback of a start-up that failed here (serve() says it)."""
+        return self.failed is None or record.levelno < logging.ERROR
+
+
 def serve(registry: Registry, *, host: str, port: int, model: str | None, api_key: str | None,
           insecure_no_key: bool = False, cors_origins: list[str] | None = None, webui: bool = True) -> None:
     origins = check_safety(host, api_key, insecure_no_key, cors_origins)
@@ -79,34 +126,40 @@ def serve(registry: Registry, *, host: str, port: int, model: str | None, api_ke
     if model:
         registry.default = registry.resolve(model).name
     check_port(host, port)
-    chat = Chat(ModelHost(registry, report=lambda line: print(f"localchat: {line}", file=sys.stderr, flush=True)))
-    print(f"localchat: loading {registry.default} …", file=sys.stderr, flush=True)
+
+    def say(line: str) -> None:
+        print(f"localchat: {line}", file=sys.stderr, flush=True)
+
+    def ready(loaded: LoadedModel | None) -> None:
+        shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{port}/v1"
+        what = (f"{loaded.spec.name} ({loaded.family.name} family, {loaded.engine.parallel} slots of "
+                f"{loaded.engine.n_ctx} tokens; " if loaded is not None
+                else f"(default {registry.default}, not loaded yet; ")
+        say(f"serving {what}up to {s.max_loaded_models} models loaded, {s.queue_limit} queued) at {url}")
+        print(f"  try: curl {url}/chat/completions -H 'Content-Type: application/json' "
+              f"-d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'", file=sys.stderr, flush=True)
+        if webui:
+            page = page_url(host, port)
+            opener = "localchat open" if page == "http://127.0.0.1:8000/" else f"localchat open --url {page}"
+            print(f"  chat in your browser: {page}  (or: {opener})", file=sys.stderr, flush=True)
+
+    chat = Chat(ModelHost(registry, report=say))
+    life = Lifespan(chat, report=say, ready=ready)
+    app = create_app(chat, api_key=api_key, loopback_only=is_loopback(host), origins=origins, webui=webui,
+                     lifespan=life)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    logging.getLogger("uvicorn.error").addFilter(life.quiet)
     try:
-        loaded = chat.host.preload(registry.default)
-    except UpstreamError as exc:
-        if registry.resolve(registry.default).upstream is None:
+        server.run()
+    except SystemExit:  # uvicorn's answer to a failed start-up: the failure itself is raised below
+        if life.failed is None:
             raise
-        # a peer that is off (the GPU box asleep) must not keep the other models from being served
-        print(f"localchat: {exc.message}\nlocalchat: serving the other models; {registry.default} answers 503 until "
-              "its upstream does, and then loads", file=sys.stderr, flush=True)
-        loaded = None
-    app = create_app(chat, api_key=api_key, loopback_only=is_loopback(host), origins=origins, webui=webui)
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}/v1"
-    what = (f"{loaded.spec.name} ({loaded.family.name} family, {loaded.engine.parallel} slots of {loaded.engine.n_ctx} "
-            "tokens; " if loaded is not None else f"(default {registry.default}, not loaded yet; ")
-    print(f"localchat: serving {what}up to {s.max_loaded_models} models loaded, {s.queue_limit} queued) at {url}",
-          file=sys.stderr)
-    print(f"  try: curl {url}/chat/completions -H 'Content-Type: application/json' "
-          f"-d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'", file=sys.stderr, flush=True)
-    if webui:
-        page = page_url(host, port)
-        opener = "localchat open" if page == "http://127.0.0.1:8000/" else f"localchat open --url {page}"
-        print(f"  chat in your browser: {page}  (or: {opener})", file=sys.stderr, flush=True)
-    try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     finally:
-        chat.host.close()
+        if life.failed is None and chat.host.loaded:  # stopped before the lifespan's shutdown ran
+            chat.host.close()
+    if life.failed is not None:
+        raise life.failed
 
 
 class BackgroundServer:
@@ -117,22 +170,26 @@ class BackgroundServer:
         import threading
         import time
 
+        if model:
+            registry.default = registry.resolve(model).name
+        self.model = registry.default
         self.chat = Chat(ModelHost(registry))
-        self.model = self.chat.host.preload(model).spec.name
+        life = Lifespan(self.chat)  # loads the model before the server starts; closes it when it stops
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-        config = uvicorn.Config(create_app(self.chat, webui=False), log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(create_app(self.chat, webui=False, lifespan=life), log_level="critical",
+                                access_log=False, lifespan="on")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
+        while not self._server.started and self._thread.is_alive():  # the model loads first: no fixed wait
             time.sleep(0.01)
+        if life.failed is not None:
+            raise life.failed
         if not self._server.started:
             raise RuntimeError("the in-process server did not start")
 
     def stop(self) -> None:
         self._server.should_exit = True
-        self._thread.join(10)
-        self.chat.host.close()
+        self._thread.join(30)

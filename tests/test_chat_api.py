@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import openai
 
-from conftest import DEFAULT, GEMMA, SMOLLM
+from conftest import DEFAULT, GEMMA, SMOLLM, free_port
 
 HELLO = [{"role": "user", "content": "Write one sentence about the sea."}]
 
@@ -190,3 +193,13 @@ def test_serve_prints_the_url_the_model_and_a_curl_line(server):
     assert f"http://127.0.0.1:{server.port}/v1" in banner
     assert f"serving {DEFAULT}" in banner
     assert "curl http://127.0.0.1" in banner and "/chat/completions" in banner
+
+
+def test_a_default_model_that_cannot_load_stops_the_start_in_one_line(registry_file: Path):
+    """The app's lifespan loads the default model before the port takes requests; when it cannot, the
+    CLI says why in one line (uvicorn logs no traceback) and exits 1."""
+    done = subprocess.run([sys.executable, "-m", "localchat", "serve", "--config", str(registry_file), "--model",
+                           "ghost", "--port", str(free_port())], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "lifespan" not in done.stderr
+    assert "/nonexistent/ghost.gguf" in done.stderr.splitlines()[-1]

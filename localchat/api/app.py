@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from starlette.applications import Starlette
@@ -33,8 +35,10 @@ log = logging.getLogger("localchat.api")
 
 
 def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = True,
-               origins: Origins | None = None, webui: bool = True) -> Starlette:
-    """webui: serve the chat page at `/` (and its files under /ui/)."""
+               origins: Origins | None = None, webui: bool = True,
+               lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None) -> Starlette:
+    """webui: serve the chat page at `/` (and its files under /ui/). lifespan: what runs before the
+    first request and after the last (server.py's loads the default model and closes every model)."""
     origins = origins or Origins()  # one list of allowed browser origins: CORS headers and the 403 check
     recent: deque[dict[str, Any]] = deque(maxlen=20)  # the last requests answered, newest first (GET /health)
     metrics = Metrics() if chat.settings.metrics else None  # GET /metrics (metrics.py), off by default
@@ -59,7 +63,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
                    public_paths=public[0], public_prefixes=public[1]),
         Middleware(CORSMiddleware, **origins.cors_options()),
     ]
-    return Starlette(routes=routes, middleware=middleware, exception_handlers={
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers={
         LocalchatError: _error_response, HTTPException: _http_error, Exception: _crash,
     })
 

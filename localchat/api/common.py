@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..engine.params import KNOBS
+from ..generation import KNOBS
 from ..errors import EngineError, LocalchatError
 from ..generation.media import b64, data_uri
 from ..neutral import EFFORTS, REASONING_OFF, Image, Reasoning, Sampling

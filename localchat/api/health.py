@@ -19,14 +19,13 @@ async def health(chat: Chat, recent: Iterable[dict[str, Any]]) -> dict[str, Any]
     described = await models.described()  # reading GGUF headers: off the event loop
     current = models.current
     return {"status": "ok", "version": __version__, "model": current.spec.name if current else None,
-            "loads": models.loads, "loaded": [_loaded_card(m) for m in models.running()],
+            "loads": models.loads, "loaded": [_loaded_card(m, models.stats(m)) for m in models.running()],
             "models": [{"name": name, "loaded": models.loaded(name) is not None, **d.card()}
                        for name, d in described.items()],
             "memory": memory(), "recent": list(recent)}
 
 
-def _loaded_card(m: Any) -> dict[str, Any]:
-    stats = m.engine.stats()
+def _loaded_card(m: Any, stats: dict[str, Any]) -> dict[str, Any]:
     worker = stats["worker"]
     size = m.sizing.need.weights if m.sizing else stats["bytes"]  # every part of a split model
     return {"name": m.spec.name, "family": m.family.name, "size_bytes": size, "context_length": stats["n_ctx"],

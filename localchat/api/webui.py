@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..engine.params import KNOBS
+from ..generation import KNOBS
 
 WEB = Path(__file__).resolve().parent.parent / "web"
 PUBLIC_PATHS = frozenset({"/"})

@@ -141,7 +141,6 @@ class ChatEngine(Link):
     upstream's model list for the model (blocking), which is also the health probe."""
 
     confirms = True  # each stream starts with Prepared once the upstream answered 200, or with its refusal
-    renders = True  # it takes a Converse (generation/upstream_chat.py), not tokens
 
     def __init__(self, peer: Peer, name: str = "") -> None:
         super().__init__(peer, name, httpx.Client())

@@ -6,6 +6,7 @@ tokens (tokens.py) and the models (models.py). The neutral vocabulary is named h
 protocols."""
 
 from ..engine import PromptLogprobs
+from ..engine.params import KNOBS  # the sampling fields and their bounds, declared once (SamplingParams)
 from ..models.host import LoadedModel, ModelHost
 from ..neutral import (REASONING_OFF, REASONING_ON, Audio, ChatMessage, Delta, Finish, GenerationRequest, Image,
                        Logprobs, OutputRules, Part, PastCall, Reasoning, ReasoningDelta, Sampling, TextPart,
@@ -16,7 +17,7 @@ from .rerank import Ranking, RerankRequest
 from .service import Chat, Turn, total_usage
 
 __all__ = ["REASONING_OFF", "REASONING_ON", "Adapter", "Audio", "Chat", "ChatMessage", "Delta", "EmbedRequest",
-           "Embedding", "Finish", "GenerationRequest", "Image", "LoadedModel", "Logprobs", "ModelHost", "Models",
+           "Embedding", "Finish", "GenerationRequest", "Image", "KNOBS", "LoadedModel", "Logprobs", "ModelHost", "Models",
            "OutputRules", "Part", "PastCall", "PromptLogprobs", "Ranking", "Reasoning", "ReasoningDelta",
            "RerankRequest", "Sampling", "TextPart", "ToolCallArguments", "ToolCallStart", "ToolSpec", "Turn", "Usage",
            "total_usage"]

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..engine.params import SlotDone, SlotInfo
 from ..errors import InvalidRequest, LocalchatError, NotSupported
@@ -132,6 +133,11 @@ class Models:
     def current(self) -> LoadedModel | None:
         """The most recently used loaded model."""
         return self._host.current
+
+    @staticmethod
+    def stats(model: LoadedModel) -> dict[str, Any]:
+        """What its engine says of itself now: context, slots, busy, queued, bytes, its worker (and upstream, RPC)."""
+        return model.engine.stats()
 
     async def load_now(self) -> list[Load]:
         """Each loaded model's slots, requests and cells now."""

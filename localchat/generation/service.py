@@ -13,25 +13,22 @@ Beside it, the other use-cases of a model, each in its module: `embed` (embed.py
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from ..engine import Done, PromptLogprobs, Stream, Text
 from ..engine.params import CallDelta, Thought
-from ..families.codecs.split import Splitter
 from ..logs import RequestRecord, current_request
 from ..models import Settings
 from ..models.host import Lease, ModelHost
 from ..neutral import Finish, GenerationRequest, Logprobs, Piece, Usage
-from . import constraints, limits, upstream_chat
+from . import constraints, limits
 from .embed import EmbedRequest, Embedding, embed
 from .models import Models
-from .prepare import prepare, rendered
 from .rerank import Ranking, RerankRequest, rerank
+from .runners import Reader, runner
 from .tokens import Tokenized, detokenize, tokenize
 
-log = logging.getLogger("localchat.generation")
 
 
 @dataclass
@@ -45,7 +42,7 @@ class Turn:
     prompt_tokens: int  # known before the first event
     _lease: Lease
     _stream: Stream
-    _splitters: list[Splitter] | list[upstream_chat.CallChecker]
+    _readers: Sequence[Reader]  # one per choice (runners.py)
     loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce: "[tool]#/path:keyword"
     _record: RequestRecord | None = None
     _running: set[int] = field(default_factory=set)  # the choices whose Finish has not been given yet
@@ -61,7 +58,7 @@ class Turn:
                 if isinstance(event, PromptLogprobs):
                     yield 0, event
                     continue
-                split = self._splitters[event.index]
+                split = self._readers[event.index]
                 if isinstance(event, Text):
                     if record is not None and event.text:
                         record.text()
@@ -125,59 +122,31 @@ class Chat:
     async def start(self, request: GenerationRequest) -> Turn:
         """Everything that can reject the request happens here, before a byte is sent: the
         server's limits (limits.py), the model, the template, the grammar, the prompt's length
-        (checked by the engine as it takes the request), a full queue."""
+        (checked by the engine as it takes the request), a full queue. The model's runner
+        (runners.py) takes it to the engine."""
         lease = await self._checked_lease(request)
         try:
             loaded = lease.model
             limits.check_n(request.n, loaded.engine.parallel)
-            if getattr(loaded.engine, "renders", False):  # chat mode: the upstream renders, constrains and parses
-                return await self._start_rendered(request, lease)
-            # templates, images, grammars, tokens: off the event loop
-            prepared = await asyncio.to_thread(prepare, request, loaded, self.settings)
-            loosened = prepared.generate.constraint.loosened if prepared.generate.constraint else ()
-            if loosened:
-                log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
-                constraints.refuse_loosened(request.output, loosened, self.settings.schema_loosened == "refuse")
-            stream = loaded.engine.submit(prepared.generate)
-            # the engine took the request, or refused it: with media once they are read; an engine elsewhere says so
-            confirmed = prepared.generate.media or loaded.engine.confirms
-            n_prompt = await stream.prepared() if confirmed else len(prepared.generate.tokens)
+            started = await runner(loaded).start(request, loaded, self.settings)
         except BaseException:
             lease.release()
             raise
         if (record := current_request()) is not None:
-            record.model, record.prompt_tokens = loaded.spec.name, n_prompt
-        return Turn(loaded.spec.name, request.n, n_prompt, lease, stream, prepared.splitters, loosened)
-
-    async def _start_rendered(self, request: GenerationRequest, lease: Lease) -> Turn:
-        """For an engine that renders and parses itself: the request as OpenAI chat's fields, and
-        a call checker per choice in place of the family's splitter (generation/upstream_chat.py)."""
-        loaded = lease.model
-        # (off the event loop: images given by URL are read here)
-        converse = await asyncio.to_thread(upstream_chat.converse, request, loaded, self.settings)
-        stream = loaded.engine.submit(converse)  # type: ignore[arg-type]
-        n_prompt = await stream.prepared()  # the upstream's refusal (its 4xx, a 5xx → 502) before the first byte
-        if (record := current_request()) is not None:
-            record.model, record.prompt_tokens = loaded.spec.name, n_prompt
-        where = f"the upstream {loaded.spec.upstream} (model {loaded.spec.upstream_model or loaded.spec.name})"
-        checkers = [upstream_chat.CallChecker(request.output, where) for _ in range(request.n)]
-        return Turn(loaded.spec.name, request.n, n_prompt, lease, stream, checkers)
+            record.model, record.prompt_tokens = loaded.spec.name, started.prompt_tokens
+        return Turn(loaded.spec.name, request.n, started.prompt_tokens, lease, started.stream, started.readers,
+                    started.loosened)
 
     async def render(self, request: GenerationRequest) -> str:
         """The chat prompt as text, as `start` would render it (nothing is generated)."""
         async with self.models.hold(request.model, request.keep_alive) as loaded:
-            if getattr(loaded.engine, "renders", False):
-                raise loaded.engine.tokenizer._refuse()  # type: ignore[attr-defined]
-            return await asyncio.to_thread(rendered, request, loaded)
+            return await asyncio.to_thread(runner(loaded).render, request, loaded)
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
         lease = await self._checked_lease(request)
         try:
-            if getattr(lease.model.engine, "renders", False):
-                raise lease.model.engine.tokenizer._refuse()  # type: ignore[attr-defined]
-            prepared = await asyncio.to_thread(prepare, request, lease.model, self.settings)
-            return len(prepared.generate.tokens)
+            return await asyncio.to_thread(runner(lease.model).count, request, lease.model, self.settings)
         finally:
             lease.release()
 

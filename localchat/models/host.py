@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..engine import Engine
 from ..errors import LocalchatError, ModelNotFound, ModelTooLarge, ModelUnavailable
@@ -40,6 +40,9 @@ class LoadedModel:
     sizing: Sizing | None = None  # the context and slots it got, and why
     lora_scales: list[float] = field(default_factory=list)  # each LoRA adapter's default scale (POST /lora-adapters)
     projector: ProjectorInfo | None = None  # what its mmproj reads (images, audio); None: text only
+    # how requests reach its engine, decided here once (generation/runners.py): "tokens" (rendered,
+    # constrained and tokenized by this server) or "chat" (an upstream that renders and parses itself)
+    mode: Literal["tokens", "chat"] = "tokens"
 
     @property
     def remote(self) -> bool:
@@ -56,7 +59,7 @@ class LoadedModel:
 
     @property
     def can_infill(self) -> bool:
-        if getattr(self.engine, "renders", False):  # chat mode: no vocabulary here
+        if self.mode == "chat":  # no vocabulary here
             return False
         return all(k in self.engine.tokenizer.fim for k in ("pre", "suf", "mid"))
 
@@ -190,7 +193,8 @@ def _load_upstream(spec: ModelSpec, settings: Settings) -> LoadedModel:
     opened = open_chat_upstream(spec) if spec.upstream_mode == "chat" else open_upstream(spec)
     keep = spec.keep_alive if spec.keep_alive is not None else settings.keep_alive
     return LoadedModel(opened.spec, opened.info, opened.family, opened.template, opened.engine, opened.stop_ids,
-                       keep_alive=keep if keep >= 0 else None, sizing=opened.sizing, projector=opened.projector)
+                       keep_alive=keep if keep >= 0 else None, sizing=opened.sizing, projector=opened.projector,
+                       mode="chat" if spec.upstream_mode == "chat" else "tokens")
 
 
 class Lease:
@@ -410,6 +414,13 @@ class ModelHost:
         self.loads += 1
         self._loaded(model)
         return model
+
+    async def aclose(self) -> None:
+        """close(), from the event loop: the workers stop in a thread."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+        await asyncio.to_thread(self.close)
 
     def close(self) -> None:
         if self._reaper is not None:

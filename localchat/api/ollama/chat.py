@@ -12,7 +12,7 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine.params import KNOBS
+from ...generation import KNOBS
 from ...errors import InvalidRequest, ModelNotFound
 from ...generation import Chat, ChatMessage, GenerationRequest, OutputRules, Part, PastCall, Reasoning, TextPart, ToolSpec, Turn
 from ...neutral import EFFORTS

@@ -1,0 +1,100 @@
+"""How a neutral request reaches a model's engine, one runner per way of running it, chosen once
+per model by `LoadedModel.mode` (the host decides it when it loads the model: models/host.py):
+
+- `Tokens` (every model of this server, and an upstream in token mode): render the template,
+  build the grammar, tokenize (prepare.py); the family's Splitter reads the engine's text.
+- `Chat` (an upstream in chat mode: vLLM, SGLang, a hosted API): the request as OpenAI chat's
+  fields (upstream_chat.converse); a CallChecker reads the engine's parsed events. It has no
+  template or vocabulary here, so a rendered prompt or a token count is a 400 that says why.
+
+Each answers `start` (the engine has the request: its stream, the prompt's length, a reader per
+choice), `render` and `count`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..engine import Stream
+from ..errors import InvalidRequest
+from ..models import Settings
+from ..models.host import LoadedModel
+from ..neutral import GenerationRequest, Piece
+from . import constraints, upstream_chat
+from .prepare import prepare, rendered
+
+log = logging.getLogger("localchat.generation")
+
+
+class Reader(Protocol):
+    """Turns one choice's engine events into neutral pieces: a family's Splitter (text) or a CallChecker."""
+
+    calls: int
+
+    def push(self, text: str) -> Iterable[Piece]: ...
+
+    def finish(self) -> Iterable[Piece]: ...
+
+
+@dataclass
+class Started:
+    stream: Stream
+    prompt_tokens: int
+    readers: Sequence[Reader]
+    loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce
+
+
+class Tokens:
+    """Token mode: the prompt, the grammar and the tokens are made here (off the event loop)."""
+
+    async def start(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> Started:
+        made = await asyncio.to_thread(prepare, request, loaded, settings)
+        generate = made.generate
+        loosened = generate.constraint.loosened if generate.constraint else ()
+        if loosened:
+            log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
+            constraints.refuse_loosened(request.output, loosened, settings.schema_loosened == "refuse")
+        stream = loaded.engine.submit(generate)
+        # the engine took the request, or refused it: with media once they are read; an engine elsewhere says so
+        confirmed = generate.media or loaded.engine.confirms
+        return Started(stream, await stream.prepared() if confirmed else len(generate.tokens), made.splitters, loosened)
+
+    def render(self, request: GenerationRequest, loaded: LoadedModel) -> str:
+        return rendered(request, loaded)
+
+    def count(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> int:
+        return len(prepare(request, loaded, settings).generate.tokens)
+
+
+class Chat:
+    """Chat mode: the upstream renders, constrains and parses; its calls are checked here."""
+
+    async def start(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> Started:
+        # (off the event loop: images given by URL are read here)
+        converse = await asyncio.to_thread(upstream_chat.converse, request, loaded, settings)
+        stream = loaded.engine.submit(converse)  # type: ignore[arg-type]
+        n_prompt = await stream.prepared()  # the upstream's refusal (its 4xx, a 5xx → 502) before the first byte
+        where = f"the upstream {loaded.spec.upstream} (model {loaded.spec.upstream_model or loaded.spec.name})"
+        return Started(stream, n_prompt, [upstream_chat.CallChecker(request.output, where) for _ in range(request.n)])
+
+    def render(self, request: GenerationRequest, loaded: LoadedModel) -> str:
+        raise self._refuse(loaded)
+
+    def count(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> int:
+        raise self._refuse(loaded)
+
+    @staticmethod
+    def _refuse(loaded: LoadedModel) -> InvalidRequest:
+        return InvalidRequest(f"the model {loaded.spec.name} runs upstream in chat mode (the upstream renders and "
+                              "tokenizes): raw prompts, infill, embeddings and token counts need token mode",
+                              param="model")
+
+
+RUNNERS: dict[str, Tokens | Chat] = {"tokens": Tokens(), "chat": Chat()}
+
+
+def runner(loaded: LoadedModel) -> Tokens | Chat:
+    return RUNNERS[loaded.mode]
