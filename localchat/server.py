@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 import uvicorn
 
-from . import logs
+from . import logs, peer
 from .api import create_app
 from .api.guard import Origins
 from .errors import UpstreamError
@@ -147,7 +147,7 @@ def serve(registry: Registry, *, host: str, port: int, model: str | None, api_ke
     chat = Chat(ModelHost(registry, report=say))
     life = Lifespan(chat, report=say, ready=ready)
     app = create_app(chat, api_key=api_key, loopback_only=is_loopback(host), origins=origins, webui=webui,
-                     lifespan=life)
+                     lifespan=life, more_routes=peer.routes(chat))  # the peer's: none unless serve --peer
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
     logging.getLogger("uvicorn.error").addFilter(life.quiet)
     try:

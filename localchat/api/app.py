@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -15,14 +15,13 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from ..errors import LocalchatError
 from ..generation import Chat
 from ..logs import escape_request_text
 from . import errors
 from . import mcp_bridge
-from . import peer
 from . import webui as page
 from .access import AccessLog
 from .guard import LocalOnly, Origins
@@ -36,7 +35,8 @@ log = logging.getLogger("localchat.api")
 
 def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = True,
                origins: Origins | None = None, webui: bool = True,
-               lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None) -> Starlette:
+               lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
+               more_routes: Sequence[BaseRoute] = ()) -> Starlette:
     """webui: serve the chat page at `/` (and its files under /ui/). lifespan: what runs before the
     first request and after the last (server.py's loads the default model and closes every model)."""
     origins = origins or Origins()  # one list of allowed browser origins: CORS headers and the 403 check
@@ -51,7 +51,7 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
     routes = [
         Route("/health", health, methods=["GET"]),
         *(route for protocol in PROTOCOLS for route in protocol.routes(chat)),
-        *peer.routes(chat),  # other localchats' upstream entries (serve --peer; none otherwise)
+        *more_routes,  # server.py's: the peer's, for other localchats' upstream entries (serve --peer)
         *(metrics_routes(chat, metrics) if metrics else []),
         *(page.routes() if webui else []),
         *(mcp_bridge.routes(chat) if webui else []),  # the page's way to MCP servers

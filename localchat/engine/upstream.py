@@ -2,7 +2,7 @@
 
 This server renders the prompt and builds the grammar as for a model of its own; the peer
 (`localchat serve --peer`) tokenizes with its model's vocabulary and decodes: its routes under
-/internal/engine (api/peer.py) take the requests of this module as JSON (wire.py). The link's
+/internal/engine (localchat/peer.py) take the requests of this module as JSON (wire.py). The link's
 failures are mapped to localchat's errors once, in `mapped`: refused → 503, a timeout → 504,
 anything else (an answer broken off, a peer that is not one) → 502."""
 

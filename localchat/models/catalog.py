@@ -112,7 +112,7 @@ class Settings(BaseModel):
     # and action=restore reads it (made if missing); None: the slot actions answer 501.
     slot_save_path: Path | None = None
     # Serve this server's models to other localchats (`serve --peer`): the token-mode routes under /internal/engine
-    # that their `upstream` entries call (api/peer.py). Guarded like every route (loopback, the API key).
+    # that their `upstream` entries call (localchat/peer.py). Guarded like every route (loopback, the API key).
     peer: bool = False
 
     @field_validator("keep_alive", mode="before")

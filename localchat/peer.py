@@ -1,4 +1,5 @@
-"""The peer's side of token mode (engine/upstream.py is the other): the routes under
+"""The peer's side of token mode (engine/upstream.py is the other), an engine served over HTTP
+(not a protocol: server.py mounts it beside them, api/ knows nothing of it): the routes under
 /internal/engine that another localchat calls for a model its models.toml names with
 `upstream = "http://this-server"`. That server renders the prompt and builds the grammar; this
 one tokenizes with the model's vocabulary and decodes. Served only with `localchat serve --peer`
@@ -23,18 +24,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..engine import wire
-from ..engine.params import KNOBS, Generate, Prepared
-from ..engine.upstream import PREFIX
-from ..errors import InvalidRequest, LocalchatError
-from ..generation import Chat, constraints, limits
-from ..grammars.gbnf import validate as validate_grammar
-from ..models import Settings
-from ..models.host import LoadedModel
-from ..models.upstream import info_dict
-from .body import read_json
-from .common import stream_error
-from .sse import EventStream, frame
+from .api.body import read_json
+from .api.common import stream_error
+from .api.sse import EventStream, frame
+from .engine import wire
+from .engine.params import KNOBS, Generate, Prepared
+from .engine.upstream import PREFIX
+from .errors import InvalidRequest, LocalchatError
+from .generation import Chat, constraints, limits
+from .grammars.gbnf import validate as validate_grammar
+from .models import Settings
+from .models.host import LoadedModel
+from .models.upstream import info_dict
 
 Work = Callable[[dict[str, Any], str], Awaitable[Response]]
 
