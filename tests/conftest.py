@@ -198,6 +198,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "real: the real-model tier (the shipped Qwen2.5-Coder 0.5B; scripts/test -m real)")
     config.addinivalue_line("markers", "fast: the fast tier: protocols, framing and splitting over the scripted "
                             "engine, no model loaded (scripts/test --fast)")
+    config.addinivalue_line("markers", "tiny: tests on tiny synthetic GGUFs only, llama.cpp running "
+                            "(scripts/test -m tiny)")
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,9 @@ class Scheduler:
                  n_threads: int | None = None, n_batch: int = N_BATCH, rope: tuple[str, float] | None = None,
                  projector: Projector | None = None, store: PromptStore | None = None,
                  draft: tuple[Model, Draft] | None = None, step_costs: str | None = None,
-                 cache_types: tuple[str, str] = ("f16", "f16")) -> None:
+                 cache_types: tuple[str, str] = ("f16", "f16"), run: bool = True) -> None:
+        """run: step in a thread of its own whenever there is work (the engines); False: the caller
+        calls `step()` (tests: no thread, every step seen)."""
         self.model, self.n_ctx, self.parallel, self.max_queue = model, n_ctx, parallel, max_queue
         self.store = store  # slots' prompts on disk (prompt_store.py): saved when big, restored when they serve
         self.n_batch = max(n_batch, parallel + 1)
@@ -113,7 +115,7 @@ class Scheduler:
         self._preparing = 0  # requests whose media are being tokenized before they queue
         self._woken = False  # a media chunk was encoded since the loop last looked
         self.media = MediaFeed(projector, n_ctx, self._wake) if projector else None
-        self.after_step: Callable[[], None] | None = None  # called after every turn of the loop (a worker flushes)
+        self.after_step: Callable[[], None] | None = None  # the step hook: after every step (a worker flushes)
         self._commands: deque[tuple[Callable[[], Any], Future]] = deque()  # for the loop to run between steps
         self._tasks = 0  # requests admitted so far: each slot's `task` is the number of its last one
         # what a step of k rows costs here (draft_cost.py): read from `step_costs`, else measured while idle
@@ -122,8 +124,10 @@ class Scheduler:
         self.cost = draft_cost.load(self._costs_file, self._costs_key)
         self._probe = draft_cost.probe(model.ptr, cparams.n_threads, model.n_vocab) if self.cost is None else None
         self.cost = self.cost or draft_cost.DEFAULT
-        self._thread = threading.Thread(target=self._loop, name="localchat-scheduler", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if run:
+            self._thread = threading.Thread(target=self._loop, name="localchat-scheduler", daemon=True)
+            self._thread.start()
 
     # -- called from other threads ---------------------------------------------------------
 
@@ -170,6 +174,8 @@ class Scheduler:
     def between_steps(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the scheduler's thread between two steps (never beside a decode), and return
         what it returns or raise what it raises; the calling thread waits until then (a step at most)."""
+        if self._thread is None:  # no loop: the caller steps, so this is between two steps
+            return fn()
         future: Future = Future()
         with self._cond:
             if self._stopping:
@@ -190,7 +196,8 @@ class Scheduler:
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         if self._probe is not None:
             self._probe.close()  # its context is freed
         while self._commands:  # asked for while the loop was stopping: never run
@@ -211,7 +218,12 @@ class Scheduler:
 
     # -- the loop --------------------------------------------------------------------------
 
+    def holds(self, job: Job) -> bool:
+        """Whether the request is still queued or running here."""
+        return job in self.running or job in self.queue
+
     def _loop(self) -> None:
+        """Step while there is work; sleep until there is."""
         while True:
             # First: a request cancelled during the last step frees its slot, and the prompt it had
             # read stays there as that slot's cache, so a client's immediate retry is admitted into it.
@@ -223,29 +235,39 @@ class Scheduler:
                     self._cond.wait()  # then one turn, if only to flush (a request refused while preparing)
                 if self._stopping:
                     return
-                probing = self._probe is not None and self._idle()
-                commands = [self._commands.popleft() for _ in range(len(self._commands))]
-            if probing:  # nothing else to do: one decode of the step-cost measurement
-                self._measure()
-                continue
-            for fn, future in commands:  # before admitting: a slot found free by a command is still free
-                try:
-                    future.set_result(fn())
-                except BaseException as exc:  # noqa: BLE001 - the caller raises it
-                    future.set_exception(exc)
-            with self._cond:
-                admitted = self._admit()
-            for job in admitted:
-                self._start(job)
-            self._drop_cancelled()
-            busy = self._step() if self.running else False
-            if self.after_step is not None:
-                self.after_step()
-            if self.running and not busy:  # every running request waits for its media to encode
+            if not self.step() and self.running:  # every running request waits for its media to encode
                 with self._cond:
                     if not self._woken:
                         self._cond.wait(0.05)
                     self._woken = False
+
+    def step(self) -> bool:
+        """One turn, on the caller's thread: the commands asked for between steps, then the queue's
+        head admitted into free slots (their cached prompts reused, moved or restored), the
+        cancelled dropped, and one decode of every running request (a token each, prompt chunks,
+        drafts); the step hook after it. Idle, with the step costs still unmeasured: one decode of
+        that measurement instead. Returns whether a decode ran (False: nothing to do, or every
+        running request waits for its media)."""
+        with self._cond:
+            probing = self._probe is not None and self._idle()
+            commands = [self._commands.popleft() for _ in range(len(self._commands))]
+        if probing:  # nothing else to do: one decode of the step-cost measurement
+            self._measure()
+            return True
+        for fn, future in commands:  # before admitting: a slot found free by a command is still free
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - the caller raises it
+                future.set_exception(exc)
+        with self._cond:
+            admitted = self._admit()
+        for job in admitted:
+            self._start(job)
+        self._drop_cancelled()
+        busy = self._step() if self.running else False
+        if self.after_step is not None:
+            self.after_step()
+        return busy
 
     def _idle(self) -> bool:
         return not self.running and not self.queue and not self._commands

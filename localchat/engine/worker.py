@@ -409,7 +409,7 @@ def _worker_main(fd: int, config: EngineConfig) -> None:
         elif message[0] == "stop":
             break
         if len(jobs) > 1024:  # a handle stored just after its request ended (a race with emit)
-            for job_id in [k for k, job in jobs.items() if job not in scheduler.running and job not in scheduler.queue]:
+            for job_id in [k for k, job in jobs.items() if not scheduler.holds(job)]:
                 del jobs[job_id]
     engine.close()
     flush()
