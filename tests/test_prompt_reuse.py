@@ -1,6 +1,6 @@
 """A new folder reads only what changed: a prompt that matches a slot's cache but for a span
 (a path, a date) reuses the cached cells after it, moved to their new positions (job.py's
-shifted_matches, scheduler._shift, kv_state.py). Real llama.cpp, a tiny model."""
+shifted_matches, prefix_cache.PrefixCache._shift, kv_state.py). Real llama.cpp, a tiny model."""
 
 from __future__ import annotations
 

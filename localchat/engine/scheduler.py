@@ -28,16 +28,15 @@ from typing import Any, TypeVar
 import llama_cpp as C
 import numpy as np
 
-from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable, QueueFull, SlotBusy
+from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable, QueueFull
 from . import draft_cost
 from .draft_model import DraftContext
-from . import kv_state
-from .job import (Adapters, Emit, Job, Jump, apply_adapters, common_prefix, make_sequence, read_prompt_logprobs,
-                  reuse, shifted_matches, shifts, vacancy)
+from .job import Adapters, Emit, Job, apply_adapters, make_sequence, read_prompt_logprobs, reuse, vacancy
 from .media_feed import MediaFeed
 from .model import Model
 from .params import N_BATCH, SWA_FULL, Draft, Generate, PromptLogprobs, SlotInfo, Started
-from .prompt_store import RESTORE_MIN, SAVE_MIN, PromptStore, copy_state, put_state
+from .prefix_cache import PrefixCache
+from .prompt_store import PromptStore
 from .slot import Sequence, Slot
 from .vision import Projector
 
@@ -107,6 +106,9 @@ class Scheduler:
         np.ctypeslib.as_array(self.batch.n_seq_id, shape=(self.n_batch,))[:] = 1
         self._seq = [self.batch.seq_id[i] for i in range(self.n_batch)]
         self.slots = [Slot(i) for i in range(parallel)]
+        # the cells a request reuses, moves, restores or saves (prefix_cache.py); a draft model's cells cannot move
+        self.cache = PrefixCache(self.ctx, self.slots, n_ctx, store, self._shiftable and self.draft is None,
+                                 self._decode_one)
         self._adapters: Adapters = ()  # the LoRA adapters applied to the context now
         self.queue: deque[Job] = deque()
         self.running: list[Job] = []
@@ -314,8 +316,8 @@ class Scheduler:
 
     def _start(self, job: Job) -> None:
         """Make the job's sequences (samplers can fail: a grammar llama.cpp rejects) and find
-        how much of its prompt the lead slot already holds."""
-        req, slots = job.request, job.slots
+        how much of its prompt the lead slot already holds (prefix_cache.py)."""
+        slots = job.slots
         try:
             for i, slot in enumerate(slots):
                 job.seqs.append(make_sequence(job, i, slot, self.model, self.n_ctx))
@@ -329,161 +331,26 @@ class Scheduler:
             job.emit(None)
             self._release(job)
             return
-        lead = slots[0]
-        n = min(common_prefix(lead.cached, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
-        cache = lead.adapters == req.adapters and req.cache_prompt and req.prompt_logprobs is None
-        if not cache:
-            n, lead.adapters = 0, req.adapters  # other adapters' cache, none wanted, or every token's logits wanted
-        elif self.store is not None and job.prompt is None and not req.adapters:
-            n = self._restore(lead, job.tokens, n)
-        if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
-            n = span.start
-        if cache and self._shift(job, n):
-            self.running.append(job)
-            job.emit(Started(job.cached))
-            return
-        if n < len(lead.cached) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, lead.keep(n), -1):
-            C.llama_memory_seq_rm(self.mem, lead.seq_id, -1, -1)
-            n = lead.keep(0)
-        job.cached, job.pending = n, list(job.tokens[n:])
+        self.cache.place(job)
         self.running.append(job)
-        job.emit(Started(n))
+        job.emit(Started(job.cached))
 
-    def _shift(self, job: Job, n: int) -> bool:
-        """A shifted reuse (job.shifted_matches): the lead slot holds the prompt but for spans after
-        its first n tokens. The cached stretches between them move to their new positions (llama.cpp
-        shifts their RoPE); the rest of the cells go. llama.cpp reads a batch only at a sequence's
-        last position + 1, so the moved cells wait in a save (kv_state.py) while each new span is
-        read, then join it (_land); then what is new is read. False, with the slot as it was,
-        where this does not apply."""
-        lead = job.slots[0]
-        if not self._shiftable or self.draft is not None or not shifts(lead, job):
-            return False
-        hits = shifted_matches(lead.cached, job.tokens, n)
-        if not hits:
-            return False
-        seq, mem, far = lead.seq_id, self.mem, 1 << 24
-        edges = [n] + [x for at, _, length in hits for x in (at, at + length)] + [-1]
-        for start, end in zip(edges[::2], edges[1::2]):  # the cells between the stretches go
-            if end != start and not C.llama_memory_seq_rm(mem, seq, start, end):
-                C.llama_memory_seq_rm(mem, seq, n, -1)
-                lead.keep(n)
-                return False
-        for at, _, length in hits:  # out of the way first, so no stretch lands on another one
-            C.llama_memory_seq_add(mem, seq, at, at + length, far)
-        t, pending = n, []
-        for at, span, length in hits:
-            C.llama_memory_seq_add(mem, seq, far + at, far + at + length, t + span - at - far)
-            job.jumps.append(Jump(span, list(job.tokens[t + span:t + span + length]), t + span, t + span + length))
-            pending += job.tokens[t:t + span]
-            t += span + length
-        lead.keep(n)
-        job.pending = pending + list(job.tokens[t:])
-        job.cached = n + sum(length for _, _, length in hits)
-        job.moved = copy_state(self.ctx, seq) if self._apply_moves(seq, t) else None
-        C.llama_memory_seq_rm(mem, seq, n, -1)
-        if job.moved is None:  # (the plain path: read all from n)
-            job.jumps, job.pending, job.cached = [], list(job.tokens[n:]), n
-            return True
-        self._land(job)  # a stretch right after the prefix (a deletion) joins it now
-        _log.info("prompt cache: %d cached tokens moved past %d new span(s) after %d; %d to read",
-                  job.cached - n, len(hits), n, len(job.pending))
-        return True
-
-    def _apply_moves(self, seq: int, pos: int) -> bool:
-        """llama.cpp turns moved cells' K (their RoPE) to the new positions only at the next
-        llama_decode, and a save copies the cells as they are (saved unturned, they came back
-        with their old RoPE at the new positions): decode one token after the moved cells (no
-        logits), then drop it, so a save holds them turned. False if llama.cpp would not."""
-        self._token[0], self._pos[0], self._seq[0][0], self._logits[0] = 0, pos, seq, False
-        self.batch.n_tokens = 1
-        ok = C.llama_decode(self.ctx, self.batch) == 0
-        C.llama_memory_seq_rm(self.mem, seq, pos, -1)
-        return ok
-
-    def _land(self, job: Job) -> None:
-        """The stretches whose new span is read join the slot (else they are read again)."""
-        slot = job.slots[0]
-        while job.jumps and job.jumps[0].span == 0:
-            jump = job.jumps.pop(0)
-            state = copy_state(self.ctx, slot.seq_id)
-            merged = (kv_state.joined(state, job.moved, jump.start, jump.end)
-                      if state is not None and job.moved is not None else None)
-            if merged is not None and put_state(self.ctx, slot.seq_id, merged):
-                slot.cached.extend(jump.tokens)
-                continue
-            if merged is not None:  # the sequence is empty now: read it all
-                slot.keep(0)
-                job.pending = list(job.tokens)
-            else:
-                job.pending = list(job.tokens[len(slot.cached):])
-            job.jumps, job.moved, job.cached = [], None, len(slot.cached)
-            _log.warning("prompt cache: the moved cells could not be put back; %d tokens read instead", len(job.pending))
-        if not job.jumps:
-            job.moved = None
-
-    def _restore(self, slot: Slot, tokens: list[int], n: int) -> int:
-        """Put a saved prompt into the slot when it serves RESTORE_MIN tokens more than the slot's
-        own cache (whose cells it replaces); how many of `tokens` the slot now holds."""
-        hit = self.store.best(tokens, self.n_ctx)
-        if hit is None or min(hit[1], len(tokens) - 1) - n < RESTORE_MIN:
-            return n
-        slot.cached, slot.media, slot.pos_delta = self.store.restore(hit[0], self.ctx, slot.seq_id) or [], [], 0
-        return min(common_prefix(slot.cached, tokens), len(tokens) - 1)
-
-    def _save(self, job: Job) -> None:
-        """Save the lead slot's cells when it holds SAVE_MIN tokens more than any saved prompt
-        shares with it (an agent's first long prompt, a chat grown by that much)."""
-        slot = job.slots[0]
-        if (self.store is not None and job.request.cache_prompt and not slot.adapters and not slot.media
-                and len(slot.cached) - self.store.saved_prefix(slot.cached) >= SAVE_MIN):
-            self.store.save(self.ctx, slot.seq_id, slot.cached)
-
-    # -- llama-server's slot actions (run by between_steps, on this thread) -------------------
-
-    def _idle_slot(self, slot_id: int) -> Slot:
-        if not 0 <= slot_id < len(self.slots):
-            raise InvalidRequest(f"id_slot: no slot {slot_id}; this model has {len(self.slots)} "
-                                 f"(0 to {len(self.slots) - 1})", param="id_slot")
-        slot = self.slots[slot_id]
-        if slot.busy:
-            raise SlotBusy(f"id_slot: slot {slot_id} is processing a request; try again once it is done",
-                           param="id_slot")
-        return slot
+    # -- llama-server's slot actions (run by between_steps, on this thread: prefix_cache.py) ---
 
     def slot_state(self, slot_id: int) -> tuple[list[int], bytearray]:
-        """An idle slot's cached tokens and its cells, copied out (a memory copy)."""
-        slot = self._idle_slot(slot_id)
-        if slot.media or slot.adapters:
-            what = "images or audio" if slot.media else "cells computed with LoRA adapters"
-            raise InvalidRequest(f"id_slot: slot {slot_id} holds {what}; such a cache cannot be saved",
-                                 param="id_slot")
-        state = copy_state(self.ctx, slot.seq_id)
-        if state is None:
-            raise EngineError(f"llama.cpp would not copy slot {slot_id}'s cells out")
-        return list(slot.cached), state
+        return self.cache.slot_state(slot_id)
 
     def slot_restore(self, slot_id: int, tokens: list[int], state: bytearray) -> None:
-        """Replace an idle slot's cache by a checked file's tokens and cells."""
-        slot = self._idle_slot(slot_id)
-        if len(tokens) > self.n_ctx:
-            raise InvalidRequest(f"filename: its {len(tokens)} tokens do not fit in a slot of {self.n_ctx}",
-                                 param="filename")
-        C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
-        slot.keep(0)
-        slot.adapters, slot.used_at = (), time.monotonic()
-        if tokens and not put_state(self.ctx, slot.seq_id, state):
-            raise InvalidRequest(f"filename: llama.cpp could not put its {len(tokens)} tokens' cells into slot "
-                                 f"{slot_id} (no room in the cache); the slot is empty now", param="filename")
-        slot.cached = list(tokens)
+        self.cache.slot_restore(slot_id, tokens, state)
 
     def slot_erase(self, slot_id: int) -> int:
-        """Empty an idle slot's cache; the tokens it held."""
-        slot = self._idle_slot(slot_id)
-        n = len(slot.cached)
-        C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
-        slot.keep(0)
-        return n
+        return self.cache.slot_erase(slot_id)
+
+    def _decode_one(self, seq: int, pos: int) -> bool:
+        """One token at `pos` of sequence `seq`, no logits (the prefix cache turns moved cells so)."""
+        self._token[0], self._pos[0], self._seq[0][0], self._logits[0] = 0, pos, seq, False
+        self.batch.n_tokens = 1
+        return C.llama_decode(self.ctx, self.batch) == 0
 
     def _drop_cancelled(self) -> None:
         for job in [j for j in self.running if j.cancelled]:
@@ -572,7 +439,7 @@ class Scheduler:
                 self._fail(job, EngineError(f"llama_decode returned {rc}"))
             return True
         for job in landing:
-            self._land(job)
+            self.cache.land(job)
         for job, start, at, count in prompts:
             read_prompt_logprobs(job, self.model, self.ctx, start, at, count)
         for item, idx, drafts in outputs:
@@ -666,7 +533,7 @@ class Scheduler:
             _log.warning("a request was cancelled while its prompt was read: %d of %d tokens in (%d from the cache); %s",
                          read, total, job.cached, kept)
             job.pending = []
-        self._save(job)
+        self.cache.save(job)
         if not job.request.cache_prompt:  # nothing of it stays: the slots are empty for the next request
             for slot in job.slots:
                 C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)

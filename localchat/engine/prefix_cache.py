@@ -1,0 +1,187 @@
+"""The prefix cache of one llama context: which cells a request reuses, and the cells kept
+beyond the slots. A request's lead slot serves its prompt up to the first difference (`place`);
+a saved prompt from the disk store (prompt_store.py) replaces the slot's cells when it serves
+RESTORE_MIN tokens more, and a slot holding SAVE_MIN tokens more than any saved prompt is saved
+when its request ends (`save`); a prompt that differs from the slot's only in spans (a folder's
+path, a date) keeps the cells after each span, moved to their new positions (`_shift`, `land`);
+and llama-server's slot actions (save, restore, erase an idle slot's cache). The scheduler
+(scheduler.py) owns the context, the slots and the batch, and calls these on its thread."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import llama_cpp as C
+
+from ..errors import EngineError, InvalidRequest, SlotBusy
+from . import kv_state
+from .job import Job, Jump, common_prefix, shifted_matches, shifts
+from .prompt_store import RESTORE_MIN, SAVE_MIN, PromptStore, copy_state, put_state
+from .slot import Slot
+
+_log = logging.getLogger("localchat.engine")
+
+
+class PrefixCache:
+    def __init__(self, ctx: object, slots: Sequence[Slot], n_ctx: int, store: PromptStore | None, shiftable: bool,
+                 decode_one: Callable[[int, int], bool]) -> None:
+        """shiftable: cells can be moved (RoPE positions, one stream per slot, no sliding window, no
+        draft model). decode_one(seq, pos): one token at pos, no logits (the scheduler's batch)."""
+        self.ctx, self.mem, self.slots, self.n_ctx = ctx, C.llama_get_memory(ctx), slots, n_ctx
+        self.store, self.shiftable, self.decode_one = store, shiftable, decode_one
+
+    def place(self, job: Job) -> None:
+        """How much of the job's prompt its lead slot serves (job.cached; job.pending: what is left
+        to read): the slot's own cells up to the first difference, or a saved prompt restored from
+        the store when it serves more, or a shifted reuse; the slot's other cells go."""
+        req, lead = job.request, job.slots[0]
+        n = min(common_prefix(lead.cached, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
+        cache = lead.adapters == req.adapters and req.cache_prompt and req.prompt_logprobs is None
+        if not cache:
+            n, lead.adapters = 0, req.adapters  # other adapters' cache, none wanted, or every token's logits wanted
+        elif self.store is not None and job.prompt is None and not req.adapters:
+            n = self._restore(lead, job.tokens, n)
+        if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
+            n = span.start
+        if cache and self._shift(job, n):
+            return
+        if n < len(lead.cached) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, lead.keep(n), -1):
+            C.llama_memory_seq_rm(self.mem, lead.seq_id, -1, -1)
+            n = lead.keep(0)
+        job.cached, job.pending = n, list(job.tokens[n:])
+
+    def _shift(self, job: Job, n: int) -> bool:
+        """A shifted reuse (job.shifted_matches): the lead slot holds the prompt but for spans after
+        its first n tokens. The cached stretches between them move to their new positions (llama.cpp
+        shifts their RoPE); the rest of the cells go. llama.cpp reads a batch only at a sequence's
+        last position + 1, so the moved cells wait in a save (kv_state.py) while each new span is
+        read, then join it (_land); then what is new is read. False, with the slot as it was,
+        where this does not apply."""
+        lead = job.slots[0]
+        if not self.shiftable or not shifts(lead, job):
+            return False
+        hits = shifted_matches(lead.cached, job.tokens, n)
+        if not hits:
+            return False
+        seq, mem, far = lead.seq_id, self.mem, 1 << 24
+        edges = [n] + [x for at, _, length in hits for x in (at, at + length)] + [-1]
+        for start, end in zip(edges[::2], edges[1::2]):  # the cells between the stretches go
+            if end != start and not C.llama_memory_seq_rm(mem, seq, start, end):
+                C.llama_memory_seq_rm(mem, seq, n, -1)
+                lead.keep(n)
+                return False
+        for at, _, length in hits:  # out of the way first, so no stretch lands on another one
+            C.llama_memory_seq_add(mem, seq, at, at + length, far)
+        t, pending = n, []
+        for at, span, length in hits:
+            C.llama_memory_seq_add(mem, seq, far + at, far + at + length, t + span - at - far)
+            job.jumps.append(Jump(span, list(job.tokens[t + span:t + span + length]), t + span, t + span + length))
+            pending += job.tokens[t:t + span]
+            t += span + length
+        lead.keep(n)
+        job.pending = pending + list(job.tokens[t:])
+        job.cached = n + sum(length for _, _, length in hits)
+        job.moved = copy_state(self.ctx, seq) if self._apply_moves(seq, t) else None
+        C.llama_memory_seq_rm(mem, seq, n, -1)
+        if job.moved is None:  # (the plain path: read all from n)
+            job.jumps, job.pending, job.cached = [], list(job.tokens[n:]), n
+            return True
+        self.land(job)  # a stretch right after the prefix (a deletion) joins it now
+        _log.info("prompt cache: %d cached tokens moved past %d new span(s) after %d; %d to read",
+                  job.cached - n, len(hits), n, len(job.pending))
+        return True
+
+    def _apply_moves(self, seq: int, pos: int) -> bool:
+        """llama.cpp turns moved cells' K (their RoPE) to the new positions only at the next
+        llama_decode, and a save copies the cells as they are (saved unturned, they came back
+        with their old RoPE at the new positions): decode one token after the moved cells (no
+        logits), then drop it, so a save holds them turned. False if llama.cpp would not."""
+        ok = self.decode_one(seq, pos)
+        C.llama_memory_seq_rm(self.mem, seq, pos, -1)
+        return ok
+
+    def land(self, job: Job) -> None:
+        """The stretches whose new span is read join the slot (else they are read again)."""
+        slot = job.slots[0]
+        while job.jumps and job.jumps[0].span == 0:
+            jump = job.jumps.pop(0)
+            state = copy_state(self.ctx, slot.seq_id)
+            merged = (kv_state.joined(state, job.moved, jump.start, jump.end)
+                      if state is not None and job.moved is not None else None)
+            if merged is not None and put_state(self.ctx, slot.seq_id, merged):
+                slot.cached.extend(jump.tokens)
+                continue
+            if merged is not None:  # the sequence is empty now: read it all
+                slot.keep(0)
+                job.pending = list(job.tokens)
+            else:
+                job.pending = list(job.tokens[len(slot.cached):])
+            job.jumps, job.moved, job.cached = [], None, len(slot.cached)
+            _log.warning("prompt cache: the moved cells could not be put back; %d tokens read instead", len(job.pending))
+        if not job.jumps:
+            job.moved = None
+
+    def _restore(self, slot: Slot, tokens: list[int], n: int) -> int:
+        """Put a saved prompt into the slot when it serves RESTORE_MIN tokens more than the slot's
+        own cache (whose cells it replaces); how many of `tokens` the slot now holds."""
+        hit = self.store.best(tokens, self.n_ctx)
+        if hit is None or min(hit[1], len(tokens) - 1) - n < RESTORE_MIN:
+            return n
+        slot.cached, slot.media, slot.pos_delta = self.store.restore(hit[0], self.ctx, slot.seq_id) or [], [], 0
+        return min(common_prefix(slot.cached, tokens), len(tokens) - 1)
+
+    def save(self, job: Job) -> None:
+        """Save the lead slot's cells when it holds SAVE_MIN tokens more than any saved prompt
+        shares with it (an agent's first long prompt, a chat grown by that much)."""
+        slot = job.slots[0]
+        if (self.store is not None and job.request.cache_prompt and not slot.adapters and not slot.media
+                and len(slot.cached) - self.store.saved_prefix(slot.cached) >= SAVE_MIN):
+            self.store.save(self.ctx, slot.seq_id, slot.cached)
+
+    # -- llama-server's slot actions (the scheduler runs them between two steps) ---------------
+
+    def _idle_slot(self, slot_id: int) -> Slot:
+        if not 0 <= slot_id < len(self.slots):
+            raise InvalidRequest(f"id_slot: no slot {slot_id}; this model has {len(self.slots)} "
+                                 f"(0 to {len(self.slots) - 1})", param="id_slot")
+        slot = self.slots[slot_id]
+        if slot.busy:
+            raise SlotBusy(f"id_slot: slot {slot_id} is processing a request; try again once it is done",
+                           param="id_slot")
+        return slot
+
+    def slot_state(self, slot_id: int) -> tuple[list[int], bytearray]:
+        """An idle slot's cached tokens and its cells, copied out (a memory copy)."""
+        slot = self._idle_slot(slot_id)
+        if slot.media or slot.adapters:
+            what = "images or audio" if slot.media else "cells computed with LoRA adapters"
+            raise InvalidRequest(f"id_slot: slot {slot_id} holds {what}; such a cache cannot be saved",
+                                 param="id_slot")
+        state = copy_state(self.ctx, slot.seq_id)
+        if state is None:
+            raise EngineError(f"llama.cpp would not copy slot {slot_id}'s cells out")
+        return list(slot.cached), state
+
+    def slot_restore(self, slot_id: int, tokens: list[int], state: bytearray) -> None:
+        """Replace an idle slot's cache by a checked file's tokens and cells."""
+        slot = self._idle_slot(slot_id)
+        if len(tokens) > self.n_ctx:
+            raise InvalidRequest(f"filename: its {len(tokens)} tokens do not fit in a slot of {self.n_ctx}",
+                                 param="filename")
+        C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+        slot.keep(0)
+        slot.adapters, slot.used_at = (), time.monotonic()
+        if tokens and not put_state(self.ctx, slot.seq_id, state):
+            raise InvalidRequest(f"filename: llama.cpp could not put its {len(tokens)} tokens' cells into slot "
+                                 f"{slot_id} (no room in the cache); the slot is empty now", param="filename")
+        slot.cached = list(tokens)
+
+    def slot_erase(self, slot_id: int) -> int:
+        """Empty an idle slot's cache; the tokens it held."""
+        slot = self._idle_slot(slot_id)
+        n = len(slot.cached)
+        C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+        slot.keep(0)
+        return n
