@@ -131,7 +131,7 @@ def test_the_cycle_finder_names_each_cycle_once_in_import_order():
 
 def test_the_graph_sees_imports_inside_functions_and_the_packages_they_run():
     graph = import_graph()
-    assert "localchat.engine.engine" in graph["localchat.models.host"]  # inside make_engine
+    assert "localchat.engine.engine" in graph["localchat.models.loaded"]  # inside make_engine
     assert "localchat.api.openai" in graph["localchat.api.llamacpp.template"]  # the package runs first
     assert "localchat.engine" not in graph["localchat.engine.base"]  # its own package is already running
 
