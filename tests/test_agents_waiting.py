@@ -44,7 +44,9 @@ def first_lines(url: str, path: str, body: dict, key: str, out: dict) -> None:
 
 def test_waiting_streams_get_keepalives_before_their_first_token(one_slot: Server):
     with httpx.Client(base_url=one_slot.url, timeout=120) as http:
-        long = {"model": MODEL, "messages": ASK, "max_tokens": 2000, "ignore_eos": True, "stream": True}
+        # it must hold the slot: no end at EOS, and no early end when the base model's text loops (repetition_stop)
+        long = {"model": MODEL, "messages": ASK, "max_tokens": 2000, "ignore_eos": True, "repetition_stop": 0,
+                "seed": 1, "stream": True}
         with http.stream("POST", "/v1/chat/completions", json=long) as running:
             lines = running.iter_lines()  # kept: a closed iterator would close the stream
             next(lines)  # it holds the only slot now
