@@ -156,7 +156,7 @@ class DraftContext:
 
 
 class ModelDrafter:
-    """A sequence's drafts from the draft model, with NgramDrafter's interface (drafts.py)."""
+    """A sequence's drafts from the draft model (drafts.Drafter): used as they are, no chances."""
 
     def __init__(self, context: DraftContext, seq_id: int, history: list[int]) -> None:
         self.context, self.seq_id = context, seq_id
@@ -167,14 +167,14 @@ class ModelDrafter:
     def push(self, token: int) -> None:
         self.tokens.append(token)
 
-    def propose(self, room: int) -> list[int]:
+    def propose(self, room: int) -> tuple[list[int], None]:
         settings = self.context.settings
         n = min(settings.max, room)
         if n <= 0 or n < settings.min:
-            return []
+            return [], None
         self._base = len(self.tokens)
         draft = self.context.draft(self.seq_id, self.tokens, n)
-        return draft if len(draft) >= max(settings.min, 1) else []
+        return (draft if len(draft) >= max(settings.min, 1) else []), None
 
     def verified(self, drafted: int, kept: int) -> None:
         self.drafted += drafted

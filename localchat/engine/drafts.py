@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 NGRAM = 3  # the tokens a lookup matches on (the index's key)
 CANDIDATES = 16  # the latest occurrences of an n-gram a lookup compares
@@ -43,6 +44,25 @@ BUCKETS = (3, 4, 6, 8, 12, 16, 24, 32, 48)  # the match lengths the foresight is
 PRIOR = 2.0  # how many tokens' worth of evidence the prior (survival's) weighs
 DECAY = 0.995  # the weight of a count one foreseen token later
 MAX_REFUSED = 3  # a substitution refused after this many different tokens is forgotten
+
+
+class Drafter(Protocol):
+    """What a sequence drafts with, the one interface of both kinds: TextDrafter (drafts from the
+    text, below) and draft_model.ModelDrafter (a draft model's). The scheduler's decoder asks for a
+    draft each step (`propose`), verifies it in the same batch, and says how much was kept."""
+
+    drafted: int  # totals, for the log and the bench
+    kept: int
+
+    def push(self, token: int) -> None:
+        """The sequence wrote `token`."""
+
+    def propose(self, room: int) -> tuple[list[int], list[float] | None]:
+        """At most `room` tokens that could follow, and the chances that its first 1, 2, … are all
+        kept (the cost model then picks how many pay), or None: use them as they are."""
+
+    def verified(self, drafted: int, kept: int) -> None:
+        """Of the `drafted` tokens of the last draft, the model kept the first `kept`."""
 
 
 class Sub:
@@ -227,6 +247,10 @@ class TextDrafter:
             draft.append(token)
             draft.extend(ahead)
         return draft[:n]
+
+    def propose(self, room: int) -> tuple[list[int], list[float]]:
+        tokens = self.available(room)
+        return tokens, self.survival(len(tokens))
 
     def survival(self, n: int) -> list[float]:
         """The chances that the first 1, 2, … n tokens of the draft are all kept: along the draft the

@@ -5,7 +5,7 @@ RESTORE_MIN tokens more, and a slot holding SAVE_MIN tokens more than any saved 
 when its request ends (`save`); a prompt that differs from the slot's only in spans (a folder's
 path, a date) keeps the cells after each span, moved to their new positions (`_shift`, `land`);
 and llama-server's slot actions (save, restore, erase an idle slot's cache). The scheduler
-(scheduler.py) owns the context, the slots and the batch, and calls these on its thread."""
+(scheduler.py) owns the context and the slots, and calls these on its thread (slots.py: between two steps)."""
 
 from __future__ import annotations
 

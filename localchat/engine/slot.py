@@ -15,8 +15,8 @@ import llama_cpp as C
 import numpy as np
 
 from ..errors import GrammarDeadEnd
-from .draft_model import DraftContext, ModelDrafter
-from .drafts import TextDrafter, json_view
+from .draft_model import DraftContext
+from .drafts import Drafter, TextDrafter, json_view
 from .model import Model
 from .params import Done, Event, TokenLogprob, TopLogprob, Text
 from .repetition import LoopDetector
@@ -68,7 +68,7 @@ class Sequence:
         self.finish: str | None = None
         self.why: str | None = None  # "repetition": ended early as "length" because it looped
         self._pending_logprobs: list[TokenLogprob] = []
-        self.drafter: TextDrafter | ModelDrafter | None = None  # made at the first step that may draft (scheduler)
+        self.drafter: Drafter | None = None  # made at the first step that may draft (scheduler)
         self.draft_model: DraftContext | None = None  # the model's draft model, if it has one (scheduler)
 
     def draft(self, room: int) -> tuple[list[int], list[float] | None]:
@@ -89,13 +89,7 @@ class Sequence:
             else:  # under a grammar (a tool call, JSON) the text may copy the prompt as a JSON string
                 views = [json_view(self.slot.cached, self.model.piece, self._plain)] if self.sampler.constraint else []
                 self.drafter = TextDrafter(history, limit, views)
-        room = min(room, self.budget - self.generated - 1)
-        if isinstance(self.drafter, TextDrafter):
-            tokens = self.drafter.available(room)
-            p = self.drafter.survival(len(tokens))
-        else:
-            tokens, p = self.drafter.propose(room), None
-        return tokens, p
+        return self.drafter.propose(min(room, self.budget - self.generated - 1))
 
     def allowed(self, draft: list[int]) -> list[int]:
         """The draft up to the first token the grammar forbids (all of it without a grammar)."""

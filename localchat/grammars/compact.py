@@ -1,4 +1,5 @@
-"""The last pass over a generated grammar's rules: no left recursion, no duplicates.
+"""The last pass over a generated grammar's rules: no left recursion, no duplicates; `assemble`
+puts the whole grammar together.
 
 - A rule whose body is only other rules (`a ::= b | c`: an anyOf, a `$ref`) can reach itself
   without writing a character (`node ::= ref-node | leaf` where `ref-node ::= node`). That is
@@ -12,6 +13,7 @@ from __future__ import annotations
 import re
 
 from ..errors import GrammarError
+from . import library
 
 _NAME = re.compile(r"[a-zA-Z0-9-]+")
 _TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[a-zA-Z0-9-]+|[^"\[a-zA-Z0-9-]+')
@@ -109,3 +111,12 @@ def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
                 if len(group) > 1 or node in graph[node]:
                     out.append(group)
     return out
+
+
+def assemble(root_body: str, rules: dict[str, str]) -> str:
+    """A whole grammar: `root`, the generated rules, and the library rules they use."""
+    root_body, rules = compact(root_body, rules)
+    lines = [f"root ::= {root_body}"] + [f"{n} ::= {b}" for n, b in rules.items()]
+    needed = set().union(*(library.references(b) for b in [root_body, *rules.values()]))
+    lines += [f"{n} ::= {b}" for n, b in library.closure(needed).items()]
+    return "\n".join(lines) + "\n"

@@ -24,10 +24,10 @@ from typing import Any
 from jsonschema.validators import validator_for
 
 from ..errors import GrammarError
-from . import library
 from .arrays import array_rule
 from .combine import UNMERGED, constraining, is_plain_ref, merge
-from .compact import compact
+from . import library
+from .compact import assemble
 from .gbnf import MAX_BYTES, literal
 from .metaschema import DEPTH_CAP
 from .objects import object_rule
@@ -297,15 +297,6 @@ class Converter(RefRules):
             return self._validator.evolve(schema=schema).is_valid(value)
         except Exception:  # a $ref it cannot follow, a broken pattern: keep the value
             return True
-
-
-def assemble(root_body: str, rules: dict[str, str]) -> str:
-    """A whole grammar: `root`, the generated rules, and the library rules they use."""
-    root_body, rules = compact(root_body, rules)
-    lines = [f"root ::= {root_body}"] + [f"{n} ::= {b}" for n, b in rules.items()]
-    needed = set().union(*(library.references(b) for b in [root_body, *rules.values()]))
-    lines += [f"{n} ::= {b}" for n, b in library.closure(needed).items()]
-    return "\n".join(lines) + "\n"
 
 
 _PATH_WORDS = {"#", "properties", "items", "prefixItems", "definitions", "$defs", "anyOf", "oneOf", "allOf",

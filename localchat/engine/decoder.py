@@ -1,0 +1,262 @@
+"""One llama context and what a step decodes in it (the scheduler, scheduler.py, decides which
+requests run; this turns them into one llama_batch). A step holds the next token of every
+generating sequence, the drafts after them that pay for what a step costs here (drafts.py,
+draft_cost.py: verified in the same batch), then chunks of pending prompts (chunked prefill: at
+most `n_batch` tokens a step, so a long prompt delays running streams by one chunk at most); a
+prompt's images and audio decode in decodes of their own as the prompt reaches them (media_feed).
+While the scheduler has nothing else to do, `measure` takes a step of the measurement of what a
+step of k tokens costs (draft_cost.probe), once per model and machine."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import llama_cpp as C
+import numpy as np
+
+from ..errors import EngineError, ModelUnavailable
+from . import draft_cost
+from .job import Adapters, Job, apply_adapters, read_prompt_logprobs
+from .media_feed import MediaFeed
+from .model import Model
+from .params import SWA_FULL, PromptLogprobs
+from .prefix_cache import PrefixCache
+from .slot import Sequence, Slot
+
+_log = logging.getLogger("localchat.engine")
+# Prompt tokens a step while a request wants their log-probabilities: each is a row of logits in
+# llama.cpp's output buffer (32 × a 262k vocabulary: 34 MB), which keeps its largest size.
+PROMPT_LOGPROBS_CHUNK = 32
+CACHE_TYPES = {"f16": C.GGML_TYPE_F16, "q8_0": C.GGML_TYPE_Q8_0, "q4_0": C.GGML_TYPE_Q4_0}  # models.toml's names
+
+
+def open_context(model: Model, *, n_ctx: int, parallel: int, n_batch: int, n_threads: int,
+                 rope: tuple[str, float] | None, cache_types: tuple[str, str]) -> object:
+    """The llama context of `parallel` slots of `n_ctx` tokens each."""
+    cparams = C.llama_context_default_params()
+    cparams.n_ctx = n_ctx * parallel  # every slot may hold a whole context_length
+    cparams.n_seq_max = parallel
+    # One KV stream per slot: a sequence's cells stay in position order, so its results do not
+    # depend on what the other slots hold or decode (in a unified cache they do, on the CPU:
+    # up to 0.7 in a logit, with flash attention from cell order, without it from batch mates).
+    # llama.cpp then batches only consecutive slot ids in one graph: see Decoder.decode and the admission.
+    cparams.kv_unified = False
+    cparams.n_batch = cparams.n_ubatch = n_batch
+    cparams.n_threads = cparams.n_threads_batch = n_threads
+    cparams.swa_full = SWA_FULL  # keep sliding-window layers whole, so a cached prefix stays reusable
+    if rope is not None:  # stretch the positions (llama-server's --rope-scaling / --rope-scale)
+        cparams.rope_scaling_type = {"linear": C.LLAMA_ROPE_SCALING_TYPE_LINEAR,
+                                     "yarn": C.LLAMA_ROPE_SCALING_TYPE_YARN}[rope[0]]
+        cparams.rope_freq_scale = 1.0 / rope[1]
+    cparams.type_k, cparams.type_v = (CACHE_TYPES[t] for t in cache_types)  # (a quantized V turns flash attention on)
+    ctx = C.llama_init_from_model(model.ptr, cparams)
+    if not ctx:
+        if cache_types != ("f16", "f16"):
+            raise ModelUnavailable(
+                f"llama.cpp would not keep a {cache_types[0]} K / {cache_types[1]} V cache for {model.path}: a "
+                "quantized cache needs attention heads whose size its blocks (32 values) divide, and a quantized "
+                "V needs flash attention on this machine's backend; set cache_type_k and cache_type_v to \"f16\" "
+                "(models.toml, or serve --cache-type-k/-v)", param="model")
+        raise ModelUnavailable(f"llama.cpp could not create {parallel} slots of {n_ctx} tokens for {model.path}")
+    return ctx
+
+
+def shiftable(model: Model, ctx: object) -> bool:
+    """Whether cells can be moved (a shifted reuse, prefix_cache.py): a cache whose cells can be moved, one
+    per sequence (no sliding window: its save leaves out cells outside the window), positions that are tokens."""
+    rope = C.llama_model_rope_type(model.ptr)
+    return (bool(C.llama_memory_can_shift(C.llama_get_memory(ctx))) and C.llama_model_n_swa(model.ptr) == 0
+            and rope >= 0 and not rope & C.LLAMA_ROPE_TYPE_MROPE)
+
+
+class Decoder:
+    def __init__(self, model: Model, ctx: object, *, n_batch: int, n_ctx: int, n_threads: int,
+                 media: MediaFeed | None, step_costs: str | None) -> None:
+        self.model, self.ctx, self.n_batch, self.n_ctx, self.media = model, ctx, n_batch, n_ctx, media
+        self.mem = C.llama_get_memory(ctx)
+        self.batch = C.llama_batch_init(n_batch, 0, 1)
+        self._token = np.ctypeslib.as_array(self.batch.token, shape=(n_batch,))
+        self._pos = np.ctypeslib.as_array(self.batch.pos, shape=(n_batch,))
+        self._logits = np.ctypeslib.as_array(self.batch.logits, shape=(n_batch,))
+        np.ctypeslib.as_array(self.batch.n_seq_id, shape=(n_batch,))[:] = 1
+        self._seq = [self.batch.seq_id[i] for i in range(n_batch)]
+        self._adapters: Adapters = ()  # the LoRA adapters applied to the context now
+        # what a step of k rows costs here (draft_cost.py): read from `step_costs`, else measured while idle
+        self._costs_file = Path(step_costs) if step_costs else None
+        self._costs_key = draft_cost.machine_key(model.path, n_threads, model.n_gpu_layers)
+        self.cost = draft_cost.load(self._costs_file, self._costs_key)
+        self.probe = draft_cost.probe(model.ptr, n_threads, model.n_vocab) if self.cost is None else None
+        self.cost = self.cost or draft_cost.DEFAULT
+
+    def close(self) -> None:
+        if self.probe is not None:
+            self.probe.close()  # its context is freed
+        C.llama_batch_free(self.batch)
+
+    def measure(self) -> None:
+        """One step of the measurement of what a step costs (draft_cost.probe); at its end, the
+        figures replace the stand-in ones and are kept for the next load."""
+        try:
+            next(self.probe)
+            return
+        except StopIteration as end:
+            seconds = end.value
+        except Exception as exc:  # noqa: BLE001 - drafts keep the stand-in figures
+            _log.warning("measuring the step costs failed: %s", exc)
+            seconds = None
+        self.probe = None
+        if seconds and 1 in seconds:
+            self.cost = draft_cost.StepCost(seconds, measured=True)
+            draft_cost.save(self._costs_file, self._costs_key, seconds)
+            _log.info("%s: a step of k tokens costs (k: x one token) %s", self.model.path.name, self.cost.describe())
+
+    def decode_one(self, seq: int, pos: int) -> bool:
+        """One token at `pos` of sequence `seq`, no logits (the prefix cache turns moved cells so)."""
+        self._token[0], self._pos[0], self._seq[0][0], self._logits[0] = 0, pos, seq, False
+        self.batch.n_tokens = 1
+        return C.llama_decode(self.ctx, self.batch) == 0
+
+    def use(self, adapters: Adapters) -> None:
+        """Apply a set of LoRA adapters to the context (a no-op when it is already applied)."""
+        if adapters != self._adapters:
+            apply_adapters(self.ctx, self.model, adapters)
+            self._adapters = adapters
+
+    @property
+    def adapters(self) -> Adapters:
+        return self._adapters
+
+    def decode(self, adapters: Adapters, jobs: list[Job], cache: PrefixCache,
+               fail: Callable[[Job, BaseException], None]) -> bool:
+        """One llama_decode: the next token of every generating sequence, then prompt chunks
+        within the batch's room; then every sequence whose logits came out samples. A prompt
+        that has reached an encoded media chunk decodes it first, in a decode of its own.
+        Returns whether anything was decoded; a request's failure goes to `fail`."""
+        busy = self.media is not None and self.media.decode_heads(jobs, self.ctx, lambda: self.use(adapters),
+                                                                  self.n_batch, fail)
+        # tokens for a slot; who samples; with prompt logprobs, the job and the prompt index of its first token;
+        # the tokens drafted after a sequence's next token (drafts.py), each with its logits, verified after
+        rows: list[tuple[Slot, list[int], Sequence | Job | None, tuple[Job, int] | None, list[int]]] = []
+        room = self.n_batch
+        for job in jobs:
+            for seq in job.seqs:
+                if seq.next_token is not None:
+                    rows.append((seq.slot, [seq.next_token], seq, None, []))
+                    room -= 1
+        writers = len(rows)
+        offers = []  # (row, the tokens it could draft, the chances its first ones are kept: None for a draft model's)
+        for row in rows:
+            tokens, p = row[2].draft(min(room, self.n_ctx - row[0].next_pos - 1))
+            if tokens:
+                offers.append((row, tokens, p))
+        reserve = min(room, sum(len(tokens) for _, tokens, _ in offers))
+        room -= reserve  # the drafts' room, which prompt chunks leave them
+        landing = []  # jobs whose chunk ends their new span: the moved cells join it after the decode
+        for job in jobs:
+            text = self.media.text_room(job) if self.media is not None else len(job.pending)
+            if job.jumps:
+                text = min(text, job.jumps[0].span)
+            every = job.request.prompt_logprobs is not None
+            if job.pending and room > 0 and text > 0:
+                chunk = job.pending[: min(room, text, PROMPT_LOGPROBS_CHUNK if every else room)]
+                if job.jumps:
+                    job.jumps[0].span -= len(chunk)
+                    if job.jumps[0].span == 0:
+                        landing.append(job)
+                start = len(job.tokens) - len(job.pending)
+                del job.pending[: len(chunk)]
+                rows.append((job.lead.slot, chunk, None if job.pending else job, (job, start) if every else None, []))
+                room -= len(chunk)
+        self._draft(rows, writers, offers, reserve)
+        if not rows:
+            return busy
+        rows.sort(key=lambda row: row[0].seq_id)  # llama.cpp batches ascending slot ids together
+        n, outputs, prompts = 0, [], []
+        for slot, tokens, who, every, drafts in rows:
+            if every is not None:
+                prompts.append((*every, n, len(tokens)))
+            for token in tokens:
+                self._add(n, slot, token, every is not None or bool(drafts))
+                n += 1
+            if who is not None:
+                self._logits[n - 1] = True
+                outputs.append((who, n - 1 - len(drafts), drafts))
+        self.batch.n_tokens = n
+        self.use(adapters)
+        rc = C.llama_decode(self.ctx, self.batch)
+        if rc != 0:
+            for job in jobs:
+                fail(job, EngineError(f"llama_decode returned {rc}"))
+            return True
+        for job in landing:
+            cache.land(job)
+        for job, start, at, count in prompts:
+            read_prompt_logprobs(job, self.model, self.ctx, start, at, count)
+        for item, idx, drafts in outputs:
+            try:
+                if isinstance(item, Job):
+                    self._prompt_done(item, idx)
+                elif drafts:
+                    self._verify(item, idx, drafts)
+                else:
+                    item.sample(self.ctx, idx)
+            except Exception as exc:  # noqa: BLE001 - one request's failure (a grammar dead end) is its own
+                fail(item if isinstance(item, Job) else next(j for j in jobs if item in j.seqs), exc)
+        return True
+
+    def _draft(self, rows: list, writers: int, offers: list, room: int) -> None:
+        """Add the drafts to their rows: a draft model's as it drafted them, drafts from the text as
+        long as the cost model says pays (draft_cost.lengths), within `room` tokens in all; a grammar
+        cuts a draft at the first token it forbids."""
+        def add(row, draft: list[int]) -> int:
+            draft = row[2].allowed(draft)
+            row[1].extend(draft)
+            row[4].extend(draft)
+            return len(draft)
+        text = [(row, tokens, p) for row, tokens, p in offers if p is not None]
+        for row, tokens, p in offers:
+            if p is None:
+                room -= add(row, tokens[:room])
+        if not text:
+            return
+        chosen = draft_cost.lengths(self.cost, [(row[0].seq_id, p) for row, _, p in text],
+                                    {row[0].seq_id: len(row[1]) for row in rows}, writers)
+        for (row, tokens, _), d in zip(text, chosen):
+            room -= add(row, tokens[:min(d, room)])
+
+    def _verify(self, seq: Sequence, idx: int, drafts: list[int]) -> None:
+        """The sequence samples at its next token's row, then at each drafted token's row while
+        the drafted token is the one it sampled; the cells of the drafted tokens it did not keep go."""
+        seq.sample(self.ctx, idx)
+        kept = 0
+        for token in drafts:
+            if seq.next_token != token:
+                break
+            kept += 1
+            seq.sample(self.ctx, idx + kept)
+        if kept < len(drafts):
+            slot = seq.slot
+            C.llama_memory_seq_rm(self.mem, slot.seq_id, slot.keep(len(slot.cached) - (len(drafts) - kept)), -1)
+        seq.drafter.verified(len(drafts), kept)
+
+    def _add(self, i: int, slot: Slot, token: int, logits: bool) -> None:
+        self._token[i] = token
+        self._pos[i] = slot.next_pos
+        self._seq[i][0] = slot.seq_id
+        self._logits[i] = logits
+        slot.cached.append(token)
+
+    def _prompt_done(self, job: Job, idx: int) -> None:
+        """The prompt is in the lead slot: share its cells with the other slots, then every
+        sequence samples its first token from the same logits."""
+        if job.request.prompt_logprobs is not None:
+            job.emit(PromptLogprobs(tuple(job.prompt_logprobs)))
+        lead = job.lead.slot
+        for seq in job.seqs[1:]:
+            C.llama_memory_seq_rm(self.mem, seq.slot.seq_id, -1, -1)
+            C.llama_memory_seq_cp(self.mem, lead.seq_id, seq.slot.seq_id, -1, -1)
+            seq.slot.copy_from(lead)
+        for seq in job.seqs:
+            seq.sample(self.ctx, idx)
