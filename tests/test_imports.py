@@ -35,14 +35,15 @@ def test_importing_the_api_the_cli_and_the_engine_data_does_not_load_llama_cpp()
     assert done.returncode == 0, done.stderr
 
 
-def test_importing_the_protocols_registers_no_error_shape():
-    done = _run("from localchat.api import app, errors\n"
+def test_error_shapes_live_on_the_app_not_in_a_module_global():
+    done = _run("from localchat.api import errors\n"
                 "from localchat.api.protocols import PROTOCOLS\n"
-                "assert errors.shape('/api/chat').render is errors.openai\n"
-                "assert errors.shape('/v1/messages').render is errors.openai\n"
-                "errors.register(s for p in PROTOCOLS for s in p.ERRORS)\n"  # what create_app does
-                "assert errors.shape('/api/chat').render is not errors.openai\n"
-                "assert errors.shape('/v1/messages').render is not errors.openai\n")
+                "assert not [n for n, v in vars(errors).items() if isinstance(v, dict) and n.isupper() or n == 'register']\n"
+                "shapes = errors.ErrorShapes(s for p in PROTOCOLS for s in p.ERRORS)\n"  # what create_app keeps
+                "assert shapes.of('/api/chat').write is not errors.openai\n"  # Ollama's
+                "assert shapes.of('/v1/messages').write is not errors.openai\n"  # Anthropic's
+                "assert shapes.of('/v1/chat/completions') is errors.OPENAI\n"
+                "assert errors.ErrorShapes([]).of('/api/chat') is errors.OPENAI\n")  # nothing shared between apps
     assert done.returncode == 0, done.stderr
 
 

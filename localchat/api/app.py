@@ -47,7 +47,6 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
         return JSONResponse(await health_body(chat, recent))
 
 
-    errors.register(shape for protocol in PROTOCOLS for shape in protocol.ERRORS)
     routes = [
         Route("/health", health, methods=["GET"]),
         *(route for protocol in PROTOCOLS for route in protocol.routes(chat)),
@@ -63,29 +62,36 @@ def create_app(chat: Chat, *, api_key: str | None = None, loopback_only: bool = 
                    public_paths=public[0], public_prefixes=public[1]),
         Middleware(CORSMiddleware, **origins.cors_options()),
     ]
-    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers={
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers={
         LocalchatError: _error_response, HTTPException: _http_error, Exception: _crash,
     })
+    app.state.error_shapes = errors.ErrorShapes(shape for protocol in PROTOCOLS for shape in protocol.ERRORS)
+    return app
 
 
 # -- errors, mapped once --------------------------------------------------------------------
 
+def _shape(request: Request) -> errors.ErrorShape:
+    """The error shape of the request's protocol (app.state.error_shapes, by path)."""
+    return request.app.state.error_shapes.of(request.url.path)
+
+
 async def _error_response(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LocalchatError)
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
-    return JSONResponse(errors.render(request.url.path, exc), status_code=exc.status, headers=headers)
+    return JSONResponse(_shape(request).render(exc), status_code=exc.status, headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
     message = f"no route {request.method} {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
-    return JSONResponse(errors.body(request.url.path, exc.status_code, kind, message), status_code=exc.status_code)
+    return JSONResponse(_shape(request).body(exc.status_code, kind, message), status_code=exc.status_code)
 
 
 async def _crash(request: Request, exc: Exception) -> Response:
     log.exception("request failed: %s %s", request.method, request.url.path)
-    return JSONResponse(errors.body(request.url.path, 500, "server_error", f"internal error: {exc}"), status_code=500)
+    return JSONResponse(_shape(request).body(500, "server_error", f"internal error: {exc}"), status_code=500)
 
 
 escape_request_text()  # request text never reaches a log line raw (logs.py)

@@ -1,7 +1,8 @@
 """Errors, mapped once: a localchat error (or Starlette's 404/405, or a crash) becomes the error
 body of the protocol the request came in on. Each protocol package lists its `ERRORS`: its path
-prefixes, its renderer and its table of field names; create_app registers them. Anything else gets
-OpenAI's shape and names.
+prefixes, its writer and its table of field names; create_app keeps them on `app.state`. Anything
+else gets OpenAI's shape and names. A stream's error, written inside the protocol, uses the
+protocol's own shape.
 
 An error raised in generation names a `field` of the neutral request (`tools.2.parameters`,
 `json_schema`, `messages`); the table turns it into the protocol's own parameter
@@ -34,46 +35,45 @@ OPENAI_FIELDS: Fields = ((r"tools\.(\d+)\.parameters", r"tools.\1.function.param
 
 @dataclass(frozen=True)
 class ErrorShape:
-    """Requests whose path starts with `prefix` get their errors rendered by `render`, with the
+    """Requests whose path starts with `prefix` get their errors written by `write`, with the
     neutral request's fields named by `fields` (the others keep their neutral names)."""
 
     prefix: str
-    render: Render = openai
+    write: Render = openai
     fields: Fields = OPENAI_FIELDS
 
+    def param_of(self, exc: LocalchatError) -> tuple[str, str | None]:
+        """The error's message and parameter as the protocol says them."""
+        if exc.field is None:
+            return exc.message, exc.param
+        name = exc.field
+        for pattern, theirs in self.fields:
+            if re.fullmatch(pattern, exc.field):
+                name = re.sub(f"^{pattern}$", theirs, exc.field)
+                break
+        return f"{name}: {exc.message}", name
 
-_SHAPES: dict[str, ErrorShape] = {}  # by prefix
+    def render(self, exc: LocalchatError) -> dict[str, Any]:
+        """The protocol's error body for a localchat error."""
+        message, param = self.param_of(exc)
+        return self.write(exc.status, exc.type, message, param, exc.code)
 
-
-def register(shapes: Iterable[ErrorShape]) -> None:
-    """The protocols' error shapes (create_app registers them; a prefix registered again is replaced)."""
-    _SHAPES.update((s.prefix, s) for s in shapes)
-
-
-def shape(path: str) -> ErrorShape:
-    """The shape of the longest registered prefix of `path`; OpenAI's if none."""
-    return max((s for s in _SHAPES.values() if path.startswith(s.prefix)), key=lambda s: len(s.prefix),
-               default=ErrorShape(""))
-
-
-def param_of(path: str, exc: LocalchatError) -> tuple[str, str | None]:
-    """The error's message and parameter as the protocol of `path` says them."""
-    if exc.field is None:
-        return exc.message, exc.param
-    name = exc.field
-    for pattern, theirs in shape(path).fields:
-        if re.fullmatch(pattern, exc.field):
-            name = re.sub(f"^{pattern}$", theirs, exc.field)
-            break
-    return f"{name}: {exc.message}", name
+    def body(self, status: int, kind: str, message: str, param: str | None = None,
+             code: str | None = None) -> dict[str, Any]:
+        return self.write(status, kind, message, param, code)
 
 
-def render(path: str, exc: LocalchatError) -> dict[str, Any]:
-    """The protocol's error body for a localchat error."""
-    message, param = param_of(path, exc)
-    return shape(path).render(exc.status, exc.type, message, param, exc.code)
+OPENAI = ErrorShape("")  # every path no protocol names: OpenAI's shape and names
 
 
-def body(path: str, status: int, kind: str, message: str, param: str | None = None,
-         code: str | None = None) -> dict[str, Any]:
-    return shape(path).render(status, kind, message, param, code)
+class ErrorShapes:
+    """The protocols' error shapes by path prefix: create_app makes one from the protocols' `ERRORS`
+    and keeps it as `app.state.error_shapes`; the error handlers and the guard ask it by path."""
+
+    def __init__(self, shapes: Iterable[ErrorShape]) -> None:
+        self._shapes = {s.prefix: s for s in shapes}  # a prefix given again replaces the earlier
+
+    def of(self, path: str) -> ErrorShape:
+        """The shape of the longest prefix of `path`; OpenAI's if none."""
+        return max((s for s in self._shapes.values() if path.startswith(s.prefix)), key=lambda s: len(s.prefix),
+                   default=OPENAI)

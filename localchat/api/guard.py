@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from . import errors
 
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
 # Web pages that may call the server from a browser: localhost pages on any port, and VS Code webviews.
@@ -154,7 +153,7 @@ def _loopback_name(name: str) -> bool:
 
 async def _deny(scope: Scope, send: Send, status: int, kind: str, message: str, *, code: str | None = None,
                 allow_origin: str | None = None) -> None:
-    body = json.dumps(errors.body(scope["path"], status, kind, message, None, code)).encode()  # the protocol's shape
+    body = json.dumps(scope["app"].state.error_shapes.of(scope["path"]).body(status, kind, message, None, code)).encode()  # the protocol's shape
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if allow_origin:
         headers += [(b"access-control-allow-origin", allow_origin.encode("latin-1")), (b"vary", b"Origin")]

@@ -85,10 +85,10 @@ def check_count(n: int, limits: Settings, param: str = "messages") -> None:
                              param=param)
 
 
-def check_reads(kind: str, param: str, projector: Any, model: str) -> None:
+def check_reads(medium: str, param: str, projector: Any, model: str) -> None:
     """The model reads this kind of media (image, audio): it has a projector (`mmproj`) for it."""
-    if projector is None or not (projector.vision if kind == "image" else projector.audio):
-        what, projector_kind = ("images", "a vision") if kind == "image" else ("audio", "an audio")
+    if projector is None or not (projector.vision if medium == "image" else projector.audio):
+        what, projector_kind = ("images", "a vision") if medium == "image" else ("audio", "an audio")
         raise InvalidRequest(f"{param}: the model {model} does not read {what}: give it {projector_kind} projector "
                              "(`mmproj` in models.toml)", param=param)
 

@@ -126,16 +126,16 @@ def to_request(req: CountRequest, settings: Settings, dropped: list[str] | None 
 
 def output_rules(req: CountRequest, settings: Settings, loaded: set[str] = frozenset(),  # type: ignore[assignment]
                  dropped: list[str] | None = None) -> OutputRules:
-    choice, kind = "auto", req.tool_choice.type if req.tool_choice else "auto"
+    choice, asked = "auto", req.tool_choice.type if req.tool_choice else "auto"
     tools = _tools(req, settings, loaded, [] if dropped is None else dropped)
-    if kind == "tool":
+    if asked == "tool":
         if not req.tool_choice or not req.tool_choice.name:
             raise InvalidRequest("tool_choice.name is required when tool_choice.type is 'tool'", param="tool_choice.name")
         choice = req.tool_choice.name
-    elif kind in ("any", "none"):
-        if kind == "any" and not tools:
+    elif asked in ("any", "none"):
+        if asked == "any" and not tools:
             raise InvalidRequest("tool_choice is 'any' but the request has no tools", param="tool_choice")
-        choice = "required" if kind == "any" else "none"
+        choice = "required" if asked == "any" else "none"
     fmt = req.output_config.format if req.output_config else None
     return OutputRules(tools=tuple(tools), tool_choice=choice, json_schema=fmt.schema_ if fmt else None,
                        parallel_tool_calls=not (req.tool_choice and req.tool_choice.disable_parallel_tool_use))

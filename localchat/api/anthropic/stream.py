@@ -14,7 +14,7 @@ from typing import Any
 
 from ...generation import Delta, Finish, Logprobs, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn, Usage
 from ..common import stream_error
-from ..errors import param_of
+from .. import errors
 from ..sse import frame
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -54,13 +54,13 @@ class Blocks:
                 return []  # arguments of a call that was never announced: nothing to attach them to
             self._json[len(self.content) - 1] += event.fragment
             return [self._delta({"type": "input_json_delta", "partial_json": event.fragment})]
-        kind, text = ("thinking", event.text) if isinstance(event, ReasoningDelta) else ("text", event.content)
+        block, text = ("thinking", event.text) if isinstance(event, ReasoningDelta) else ("text", event.content)
         if not text:
             return []
-        out = [] if self._open == (kind, -1) else self._start((kind, -1), {"type": kind, kind: "", **(
-            {"signature": ""} if kind == "thinking" else {})})
-        self.content[-1][kind] += text
-        return out + [self._delta({"type": f"{kind}_delta", kind: text})]
+        out = [] if self._open == (block, -1) else self._start((block, -1), {"type": block, block: "", **(
+            {"signature": ""} if block == "thinking" else {})})
+        self.content[-1][block] += text
+        return out + [self._delta({"type": f"{block}_delta", block: text})]
 
     def close(self) -> list[Event]:
         if self._open is None:
@@ -141,4 +141,10 @@ async def stream(turn: Turn, meta: dict[str, Any]) -> AsyncIterator[bytes]:
         yield frame({"type": "message_stop"}, event="message_stop")
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
         error = stream_error(exc)
-        yield frame(error_body(error.status, param_of("/v1/messages", error)[0]), event="error")
+        yield frame(error_body(error.status, ERROR_SHAPE.param_of(error)[0]), event="error")
+
+
+FIELDS = [(r"tools\.(\d+)\.parameters", r"tools.\1.input_schema"), (r"json_schema", "output_config.format.schema"),
+          (r"json_object", "output_config.format"), (r"stop", "stop_sequences")]
+ERROR_SHAPE = errors.ErrorShape("/v1/messages", lambda status, kind, message, param, code: error_body(status, message),
+                                FIELDS)  # Anthropic's shape and words

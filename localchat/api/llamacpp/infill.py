@@ -20,7 +20,7 @@ from ...errors import LocalchatError
 from ...generation import Chat, Delta, Finish, GenerationRequest, Turn
 from ..body import parse, read_json
 from ..common import Lenient as _Lenient, respond, sampling, stream_error
-from ..errors import render
+from .. import errors
 from ..sse import frame
 
 
@@ -161,4 +161,4 @@ async def _stream(turn: Turn, started: float) -> AsyncIterator[bytes]:
             elif isinstance(event, Finish):
                 yield frame(_final(turn.model, "", event, started, event.usage.completion_tokens))
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
-        yield frame(render("/infill", stream_error(exc)))
+        yield frame(errors.OPENAI.render(stream_error(exc)))

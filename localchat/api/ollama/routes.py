@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -17,23 +16,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...generation import Chat, EmbedRequest
-from .. import errors
 from ..body import parse, read_json
 from .chat import KeepAlive, chat_route, generate_route, model_name
 from .models import Catalog, ps, show, tags
 from .pull import delete_route, pull_route
-from .stream import nanos
+from .stream import ERROR_SHAPE, nanos
 
 VERSION = "0.9.0"  # the Ollama API this follows: `think` (0.9), structured outputs (0.5), tools
 
 
-def render(status: int, kind: str, message: str, param: str | None, code: str | None) -> dict[str, Any]:
-    return {"error": message}
-
-
-ERRORS = [errors.ErrorShape("/api/", render, fields=[(r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"),
-                                                     (r"json_schema", "format"), (r"json_object", "format"),
-                                                     (r"stop", "options.stop")])]
+ERRORS = [ERROR_SHAPE]
 
 
 class _Body(BaseModel):

@@ -13,7 +13,7 @@ from typing import Any
 from ...errors import LocalchatError
 from ...generation import Delta, Finish, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn
 from ..common import stream_error
-from ..errors import param_of
+from .. import errors
 from ..sse import ndjson
 
 
@@ -112,7 +112,7 @@ async def stream(turn: Turn, shape: LineShape, answer: Answer, clock: Clock) -> 
         if answer.finish is not None:
             yield ndjson(shape.line({}, clock.done(answer.finish)))
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
-        yield ndjson({"error": param_of("/api/", stream_error(exc))[0]})
+        yield ndjson({"error": ERROR_SHAPE.param_of(stream_error(exc))[0]})
 
 
 async def collect(turn: Turn, shape: LineShape, answer: Answer, clock: Clock) -> dict[str, Any]:
@@ -129,3 +129,12 @@ async def collect(turn: Turn, shape: LineShape, answer: Answer, clock: Clock) ->
         raise LocalchatError("the generation ended without finishing")
     whole = {"content": "".join(text["content"]), "thinking": "".join(text["thinking"]), "tool_calls": calls}
     return shape.line(whole, clock.done(answer.finish))
+
+
+def _write(status: int, kind: str, message: str, param: str | None, code: str | None) -> dict[str, Any]:
+    return {"error": message}
+
+
+ERROR_SHAPE = errors.ErrorShape("/api/", _write, fields=[  # Ollama's `{"error": "message"}`, its field names
+    (r"tools\.(\d+)\.parameters", r"tools.\1.function.parameters"), (r"json_schema", "format"),
+    (r"json_object", "format"), (r"stop", "options.stop")])

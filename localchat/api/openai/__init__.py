@@ -6,12 +6,11 @@ from __future__ import annotations
 from starlette.routing import Route
 
 from ...generation import Chat
-from .. import errors
+from dataclasses import replace
+
 from . import chat as _chat, completions as _completions, embeddings as _embeddings
 
-_COMPLETIONS = [("messages", "prompt"), ("json_schema", "json_schema"), *errors.OPENAI_FIELDS]
-ERRORS = [errors.ErrorShape("/v1/completions", fields=_COMPLETIONS),
-          errors.ErrorShape("/completions", fields=_COMPLETIONS)]
+ERRORS = [_completions.ERROR_SHAPE, replace(_completions.ERROR_SHAPE, prefix="/completions")]
 
 
 def routes(chat: Chat) -> list[Route]:

@@ -23,7 +23,7 @@ from ...errors import LocalchatError
 from ...models import ModelSpec
 from ...models.describe import Description
 from ..common import respond, stream_error
-from ..errors import render
+from .. import errors
 from ..sse import DONE, frame, loosened_headers
 from .schemas import ChatCompletionRequest, read_chat_request
 
@@ -132,7 +132,7 @@ async def _stream(turn: Turn, meta: dict[str, Any], form: _Form, path: str) -> A
         if form.include_usage and finishes:
             yield frame({**meta, "object": "chat.completion.chunk", "choices": [], "usage": usage(total_usage(finishes))})
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
-        yield frame(render(path, stream_error(exc)))
+        yield frame(errors.OPENAI.render(stream_error(exc)))
     yield DONE
 
 

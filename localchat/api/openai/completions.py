@@ -23,7 +23,7 @@ from ..body import KeepAlive, parse, read_json
 from ..fields import SamplingFields
 from .schemas import StreamOptions
 from ..common import respond, sampling, stream_error
-from ..errors import render
+from .. import errors
 from .chat import prompt_logprobs
 from ..sse import DONE, frame
 
@@ -186,7 +186,7 @@ async def _stream(turns: list[Turn], n: int, meta: dict[str, Any], echo: list[st
             yield frame({**meta, "object": "text_completion", "choices": [], "usage": _usage(
                 prompt, sum(f.usage.completion_tokens for f in done), total_usage(done).cached_tokens)})
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band, never crash
-        yield frame(render("/v1/completions", stream_error(exc)))
+        yield frame(ERROR_SHAPE.render(stream_error(exc)))
     yield DONE
 
 
@@ -212,3 +212,8 @@ def _usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
 
 def _reason(finish: Finish) -> str:
     return "length" if finish.reason == "length" else "stop"
+
+
+# OpenAI's shape; a prompt, not messages
+ERROR_SHAPE = errors.ErrorShape("/v1/completions", fields=[("messages", "prompt"), ("json_schema", "json_schema"),
+                                                           *errors.OPENAI_FIELDS])

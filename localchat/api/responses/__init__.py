@@ -4,11 +4,11 @@ OpenAI's shape, with its field names."""
 
 from __future__ import annotations
 
-from .. import errors
-from .request import routes
+from dataclasses import replace
 
-_FIELDS = [(r"tools\.(\d+)\.parameters", r"tools.\1.parameters"), (r"json_schema", "text.format.schema"),
-           (r"json_object", "text.format"), (r"messages", "input"), (r"logit_bias", "logit_bias")]
-ERRORS = [errors.ErrorShape("/v1/responses", fields=_FIELDS), errors.ErrorShape("/responses", fields=_FIELDS)]
+from .request import routes
+from .stream import ERROR_SHAPE
+
+ERRORS = [ERROR_SHAPE, replace(ERROR_SHAPE, prefix="/responses")]
 
 __all__ = ["ERRORS", "routes"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...generation import Delta, Finish, ReasoningDelta, ToolCallArguments, ToolCallStart, Turn
 from ..common import stream_error
-from ..errors import param_of
+from .. import errors
 from ..sse import frame
 from .schemas import ResponsesRequest
 
@@ -156,7 +156,7 @@ async def stream(turn: Turn, events: Numbered, keep: Keep) -> AsyncIterator[byte
                 yield emit(e)
     except Exception as exc:  # noqa: BLE001 - the stream has begun: report in-band, never crash
         error = stream_error(exc)
-        message, param = param_of("/v1/responses", error)
+        message, param = ERROR_SHAPE.param_of(error)
         code = error.code or error.type
         yield emit({"type": "error", "code": code, "message": message, "param": param})
         out.close("incomplete")
@@ -218,3 +218,8 @@ def _tool(t: Any) -> dict[str, Any]:
         return t.model_dump(exclude_none=True)
     return {"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters,
             "strict": True if t.strict is None else t.strict}
+
+
+FIELDS = [(r"tools\.(\d+)\.parameters", r"tools.\1.parameters"), (r"json_schema", "text.format.schema"),
+          (r"json_object", "text.format"), (r"messages", "input"), (r"logit_bias", "logit_bias")]
+ERROR_SHAPE = errors.ErrorShape("/v1/responses", fields=FIELDS)  # OpenAI's shape, the Responses API's names
