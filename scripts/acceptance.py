@@ -543,8 +543,13 @@ def cn(run: Run, timeout: float) -> None:
 def aider(run: Run, timeout: float) -> None:
     files = ["shapes.py"] if run.case == "edit" else []
     env = run.env(LITELLM_LOCAL_MODEL_COST_MAP="True", AIDER_ANALYTICS="false")
-    run.exec([str(run.bins[1] / "aider"), "--model", f"openai/{run.model}", "--openai-api-base", f"{run.url}/v1",
-              "--openai-api-key", "unused", "--timeout", "1800", "--no-git", "--yes-always", "--no-check-update",
+    # `diff`: its prompt asks for shell commands (`whole`, its pick for a model it has no card for, never
+    # does); no --yes-always, which answers "run this shell command?" no: headless, each question takes
+    # its default, yes (docs/clients.md). AIDER_EDIT_FORMAT=whole measures the other format.
+    fmt = os.environ.get("AIDER_EDIT_FORMAT", "diff")
+    run.exec([str(run.bins[1] / "aider"), "--model", f"openai/{run.model}", "--edit-format", fmt,
+              "--openai-api-base", f"{run.url}/v1",
+              "--openai-api-key", "unused", "--timeout", "1800", "--no-git", "--no-check-update",
               "--no-show-release-notes", "--analytics-disable", "--no-show-model-warnings", "--no-pretty",
               "--no-stream", "--message", run.task, *files], env, timeout)
     lines = run.output.splitlines()
