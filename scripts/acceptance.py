@@ -569,8 +569,14 @@ CLIENTS: dict[str, Callable[[Run, float], None]] = {
 
 
 def context_length(url: str, model: str) -> int:
+    """The model's context as localchat lists it; another server (llama-server, for a side-by-side
+    run: --url): its /props' n_ctx, else 32768."""
     models = httpx.get(url + "/v1/models").json()["data"]
-    return next(m["context_length"] for m in models if model == m["id"] or model in m["aliases"])
+    ours = next((m.get("context_length") for m in models if model == m["id"] or model in m.get("aliases", ())), None)
+    if ours:
+        return ours
+    props = httpx.get(url + "/props")
+    return props.json().get("default_generation_settings", {}).get("n_ctx", 32768) if props.is_success else 32768
 
 
 def main() -> int:
