@@ -158,6 +158,7 @@ def loaded(server: Server, name: str) -> dict | None:
 
 # -- talking to the real model ------------------------------------------------------------------
 
+@pytest.mark.real  # REAL_MODEL
 def test_send_a_message_and_see_the_answer_stream(page: Page):
     page.choose(REAL_MODEL)
     page.settings({"max_tokens": 24, "ignore_eos": True})
@@ -178,6 +179,7 @@ def test_send_a_message_and_see_the_answer_stream(page: Page):
     assert body["messages"] == [{"role": "user", "content": "Tell me about the sea."}]
 
 
+@pytest.mark.real  # REAL_MODEL
 def test_stop_mid_stream_frees_the_slot(page: Page):
     server = page.server
     page.choose(REAL_MODEL)
