@@ -15,14 +15,17 @@ import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import httpx
-import openai
 import pytest
 
 from localchat.families import FAMILIES
 from localchat.models import shipped_config
 from tinymodels import write_tiny_lora, write_tiny_mmproj, write_tiny_model
+
+if TYPE_CHECKING:  # imported where used: the scripts that import this file start faster without it
+    import openai
 
 # A test run started in the background by a non-interactive shell inherits SIGINT ignored (POSIX
 # does that to background jobs), and so would every process it starts: the Ctrl-C tests (the
@@ -193,6 +196,7 @@ def server(registry_file: Path) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def client(server: Server) -> openai.OpenAI:
+    import openai
     return openai.OpenAI(base_url=server.url + "/v1", api_key="anything", max_retries=0, timeout=120)
 
 
@@ -239,6 +243,16 @@ def _uses_a_shipped_fixture(item: pytest.Item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     return info is not None and any(getattr(defs[-1].func, "shipped_model", False)
                                     for name, defs in info.name2fixturedefs.items() if defs)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A test module with a `start_early()` has it called once its tests are collected to run, so
+    what it starts (tests/test_scripts.py: every wrapper's --help) runs beside the tests before it."""
+    if session.config.option.collectonly:
+        return
+    for module in {getattr(item, "module", None) for item in session.items}:
+        if callable(start := getattr(module, "start_early", None)):
+            start()
 
 
 @pytest.fixture(scope="module")
