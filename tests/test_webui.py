@@ -342,7 +342,6 @@ def test_html_in_model_output_runs_nothing(page: Page):
 
 
 def test_reasoning_and_tool_call_cards(page: Page):
-    p = page.page
     page.choose("tiny-qwen3")  # its template opens a think block
     page.settings(forced("Weighing it.</think>It is sunny."))
     answer = page.send("weather?")
@@ -567,7 +566,7 @@ def test_first_paint_and_transfer_size(browser: object, web: Server):
     page.close()
 
 
-# -- narrow screens and screenshots ---------------------------------------------------------------
+# -- narrow screens -------------------------------------------------------------------------------
 
 def test_phone_width(browser: object, web: Server):
     page = Page(browser, web, viewport=PHONE, is_mobile=True, has_touch=True)
