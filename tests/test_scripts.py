@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -73,9 +75,14 @@ def start_early() -> None:
 
 
 @pytest.fixture(scope="module")
-def helps() -> Helps:
+def helps() -> Iterator[Helps]:
     start_early()
-    return _early[0]
+    yield _early[0]
+    for proc in _early[0].procs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    shutil.rmtree(_early[0].folder, ignore_errors=True)
 
 
 def test_the_wrappers_are_all_found():
