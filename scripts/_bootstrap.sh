@@ -1,4 +1,4 @@
-# Sourced by scripts/serve, scripts/test and scripts/bench: make .venv and install the project,
+# Sourced by every wrapper in scripts/: make .venv and install the project,
 # only when pyproject.toml (or CMAKE_ARGS) changed since the last install. llama-cpp-python
 # compiles from source; pip caches the built wheel, so a fresh clone on this machine reuses it.
 set -euo pipefail
@@ -24,3 +24,13 @@ if [ "$HAVE" != "$WANT" ]; then
     echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
+
+# Whether a wrapper's arguments ask for its usage (-h, --help): it then prints it and does nothing
+# else (no model pull, no browser setup), so `scripts/NAME --help` is quick and offline.
+help_asked() {
+    local arg
+    for arg in "$@"; do
+        case "$arg" in -h|--help) return 0 ;; esac
+    done
+    return 1
+}

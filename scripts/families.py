@@ -23,7 +23,8 @@ conversations are compared without one. A difference kept on purpose is named in
 families_exact.EXPLAINED and listed under Notes (none now); `protocols` (for a few templates): the
 same forced call on the Anthropic Messages and OpenAI Responses routes, and on Ollama's
 (which has no tool_choice: with `format` the answer is a call or JSON; a call, when written,
-parses). A template passes when every check that applies passes."""
+parses). A template passes when every check that applies passes. The exit status is 0 when every
+template run passes, 1 when one does not (CI runs the whole table: .ci/run), 2 when none matched."""
 
 from __future__ import annotations
 
@@ -106,6 +107,8 @@ def main() -> None:
     sources = sorted(templates(cache).glob("*.jinja"), key=lambda p: p.name.lower())
     if args.only:
         sources = [p for p in sources if any(o.lower() in p.name.lower() for o in args.only)]
+    if not sources:
+        ap.exit(2, f"families: no template {'matches --only' if args.only else 'found in ' + str(templates(cache))}\n")
     work = args.keep or Path(tempfile.mkdtemp(prefix="localchat-families-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -121,6 +124,8 @@ def main() -> None:
     print(table(rows, args.markdown))
     print(f"\n({len(rows)} templates in {time.monotonic() - started:.0f} s, one server; tiny models in {work})",
           file=sys.stderr)
+    if not all(r.passed for r in rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -12,17 +12,20 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import httpx
-import openai
 import pytest
 
 from localchat.families import FAMILIES
 from localchat.models import shipped_config
 from tinymodels import write_tiny_lora, write_tiny_mmproj, write_tiny_model
+
+if TYPE_CHECKING:  # imported where used: the scripts that import this file start faster without it
+    import openai
 
 # A test run started in the background by a non-interactive shell inherits SIGINT ignored (POSIX
 # does that to background jobs), and so would every process it starts: the Ctrl-C tests (the
@@ -174,7 +177,15 @@ class Server:
         self.log.close()
 
 
+def shipped(fixture: Callable) -> Callable:
+    """Under @pytest.fixture: the fixture loads a shipped model (a server without a tiny `--model`
+    loads the shipped default as it starts), so every test that uses it is in the `real` tier."""
+    fixture.shipped_model = True  # type: ignore[attr-defined]
+    return fixture
+
+
 @pytest.fixture(scope="session")
+@shipped
 def server(registry_file: Path) -> Iterator[Server]:
     s = Server(registry_file)
     yield s
@@ -185,6 +196,7 @@ def server(registry_file: Path) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def client(server: Server) -> openai.OpenAI:
+    import openai
     return openai.OpenAI(base_url=server.url + "/v1", api_key="anything", max_retries=0, timeout=120)
 
 
@@ -194,12 +206,53 @@ def http(server: Server) -> Iterator[httpx.Client]:
         yield c
 
 
+TIERS = ("fast", "tiny", "real")
+# Every collected test's tiers, by node id, before `-m` deselects any (tests/test_tiers.py checks: one each).
+TIERS_SEEN = pytest.StashKey[dict[str, list[str]]]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "real: the real-model tier (the shipped Qwen2.5-Coder 0.5B; scripts/test -m real)")
     config.addinivalue_line("markers", "fast: the fast tier: protocols, framing and splitting over the scripted "
-                            "engine, no model loaded (scripts/test --fast)")
-    config.addinivalue_line("markers", "tiny: tests on tiny synthetic GGUFs only, llama.cpp running "
-                            "(scripts/test -m tiny)")
+                            "engine, no model pulled or loaded, no llama.cpp (scripts/test --fast)")
+    config.addinivalue_line("markers", "tiny: the tiny-model tier: llama.cpp on tiny synthetic GGUFs only, no shipped "
+                            "model (scripts/test --tiny); a test that names no tier and uses no @shipped fixture")
+    config.addinivalue_line("markers", "real: the real-model tier: a shipped model (Qwen2.5-Coder 0.5B, SmolLM2 135M, "
+                            "Gemma 3 270M) is loaded (scripts/test --real)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `-m tiny` selects the tests given it here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test in no tier of its own (its marker, its class's or its module's `pytestmark`) is in
+    `real` when it uses a fixture marked @shipped (the `server` below, directly or through `client`
+    and `http`: it loads the shipped default as it starts). Otherwise it is in `tiny`: it runs
+    llama.cpp on the tiny GGUFs, or nothing. A test that loads a shipped model in its own body (a
+    server without a tiny `--model`, a request naming one) says `real`; one on the scripted engine
+    alone says `fast`."""
+    seen = config.stash.setdefault(TIERS_SEEN, {})
+    for item in items:
+        tiers = [t for t in TIERS if item.get_closest_marker(t) is not None]
+        if not tiers:
+            tiers = ["real" if _uses_a_shipped_fixture(item) else "tiny"]
+            item.add_marker(getattr(pytest.mark, tiers[0]))
+        seen[item.nodeid] = tiers
+
+
+def _uses_a_shipped_fixture(item: pytest.Item) -> bool:
+    """Whether a fixture the test uses, directly or through another, is marked @shipped (the one
+    that serves the test: a module may define its own fixture of a name conftest.py uses)."""
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(getattr(defs[-1].func, "shipped_model", False)
+                                    for name, defs in info.name2fixturedefs.items() if defs)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A test module with a `start_early()` has it called once its tests are collected to run, so
+    what it starts (tests/test_scripts.py: every wrapper's --help) runs beside the tests before it."""
+    if session.config.option.collectonly:
+        return
+    for module in {getattr(item, "module", None) for item in session.items}:
+        if callable(start := getattr(module, "start_early", None)):
+            start()
 
 
 @pytest.fixture(scope="module")

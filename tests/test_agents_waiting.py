@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Server
+from conftest import Server, shipped
 from localchat.api.sse import KEEPALIVE
 
 MODEL = "gemma-3-270m"
@@ -22,6 +22,7 @@ FIRST_TOKEN = re.compile(r'"(content|text)":"[^"]|output_text\.delta|content_blo
 
 
 @pytest.fixture(scope="module")
+@shipped
 def one_slot(registry_file: Path) -> Iterator[Server]:
     s = Server(registry_file, "--parallel", "1", "--model", MODEL)
     yield s

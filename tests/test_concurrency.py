@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import GEMMA, Server
+from conftest import GEMMA, Server, shipped
 
 PROMPTS = ["Write one sentence about the sea.", "List three fruits.", "What is a lighthouse?",
            "Describe a cat in a few words."]
@@ -58,6 +58,7 @@ def test_concurrent_streams_match_the_same_requests_alone(server: Server, client
     assert all(alone) and together == alone
 
 
+@pytest.mark.real  # Gemma 3 270M
 def test_unrelated_prompts_keep_their_own_slots(registry_file: Path):
     """Four prompts that share only the chat template's first tokens, sent one after another
     to a fresh server's four slots: each one sent again finds its whole prompt cached (none
@@ -203,6 +204,7 @@ def test_bad_logprobs_are_refused(http: httpx.Client, body: dict):
 # -- one slot, a queue of one, one model at a time ---------------------------------------------
 
 @pytest.fixture(scope="module")
+@shipped
 def narrow(registry_file: Path) -> Iterator[Server]:
     s = Server(registry_file, "--parallel", "1", "--queue-limit", "1", "--max-loaded-models", "1", "--model", GEMMA)
     yield s

@@ -11,6 +11,8 @@ from urllib.parse import unquote
 
 import pytest
 
+pytestmark = pytest.mark.fast  # file reads only
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]

@@ -16,7 +16,7 @@ import jsonschema
 import openai
 import pytest
 
-from conftest import SMOLLM, TINY_CTX, Server, same_greedy_tokens
+from conftest import SMOLLM, TINY_CTX, Server, same_greedy_tokens, shipped
 from localchat.errors import ModelUnavailable
 from localchat.models import Registry, shipped_config
 from localchat.models.fit import Memory, MemoryShape, choose
@@ -40,6 +40,7 @@ def smollm_file() -> Path:
 
 
 @pytest.fixture(scope="module")
+@shipped
 def server(registry_file: Path, tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     config = tmp_path_factory.mktemp("draft") / "models.toml"
     smol = smollm_file()

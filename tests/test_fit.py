@@ -64,7 +64,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("which", [GEMMA, "tiny"])
+@pytest.mark.parametrize("which", [pytest.param(GEMMA, marks=pytest.mark.real), "tiny"])
 def test_the_estimate_is_what_llama_cpp_allocates(which: str, tiny: Path):
     path = Registry.load(shipped_config()).resolve(GEMMA).file() if which == GEMMA else tiny
     # f16 cells, then (Gemma: heads of 256 values, which the blocks of 32 divide) quantized ones (models.toml's
@@ -83,6 +83,7 @@ def test_the_estimate_is_what_llama_cpp_allocates(which: str, tiny: Path):
         assert got["compute"] <= estimate.compute / MiB  # an upper bound: it never needs more than said
 
 
+@pytest.mark.real  # Gemma 3 270M
 def test_sliding_window_layers_are_known_and_kept_whole(monkeypatch: pytest.MonkeyPatch):
     shape = MemoryShape.of(inspect(Registry.load(shipped_config()).resolve(GEMMA).file()))
     assert sum(swa for _, _, swa in shape.layers) == 15 and len(shape.layers) == 18 and shape.window == 512
@@ -182,6 +183,7 @@ def test_serve_takes_llama_server_flags(tiny_models: dict[str, Path], registry_f
         s.stop()
 
 
+@pytest.mark.real  # Gemma 3 270M
 def test_serve_takes_the_cache_types(tiny_models: dict[str, Path], registry_file: Path):
     """llama-server's -ctk / -ctv: the model answers from quantized cells, /health says which, and
     `localchat ps` shows them; a type llama.cpp is not given here is refused at start naming it."""
@@ -210,6 +212,7 @@ def test_serve_takes_the_cache_types(tiny_models: dict[str, Path], registry_file
     assert small.returncode != 0 and 'set cache_type_k and cache_type_v to "f16"' in small.stderr, small.stderr
 
 
+@pytest.mark.real  # Gemma 3 270M
 def test_a_quantized_cache_fits_a_longer_context(tiny: Path):
     """q8_0 cells take 34 bytes per 32 values where f16 take 64: in the memory Gemma 3 270M needs
     for 32k tokens of f16 cells, at least 1.8 times the context; the sizing says which types it counted."""

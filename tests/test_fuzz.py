@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import DEFAULT, Server
+from conftest import DEFAULT, Server, shipped
 
 CAP = 4
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None, print_blob=True,
@@ -25,6 +25,7 @@ FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None
 
 
 @pytest.fixture(scope="module")
+@shipped
 def fuzzed(registry_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     path = tmp_path_factory.mktemp("fuzz") / "models.toml"
     path.write_text(f"max_tokens_cap = {CAP}\nmax_loaded_models = 2\n" + registry_file.read_text())

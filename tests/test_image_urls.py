@@ -16,7 +16,7 @@ import anthropic
 import httpx
 import pytest
 
-from conftest import Server
+from conftest import Server, shipped
 from localchat.errors import InvalidRequest
 from localchat.generation.fetch import load_url
 from localchat.models import Settings
@@ -91,6 +91,7 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+@shipped
 def fetching(registry_file: Path, media: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server that fetches images, with a media folder, a small max_media_bytes and a long
     media_timeout (a fetch blocked for all of it would hold the event loop that long)."""

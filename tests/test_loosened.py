@@ -133,6 +133,7 @@ def test_ollama_reports_the_format(server: Server):
                                             format=BROKEN)
 
 
+@pytest.mark.real  # its server loads the shipped default
 def test_the_server_setting_refuses_every_loosened_keyword(registry_file, tmp_path):
     config = tmp_path / "models.toml"
     config.write_text('schema_loosened = "refuse"\n' + registry_file.read_text())

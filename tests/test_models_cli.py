@@ -30,6 +30,7 @@ def gguf(tmp_path: Path) -> Path:
     return write_tiny_model(tmp_path / "My Model.Q8.gguf", FAMILIES["mistral"])
 
 
+@pytest.mark.real  # lists Gemma 3 270M as present
 def test_add_show_list_rm(home: Path, gguf: Path):
     r = run(home, "add", str(gguf))
     assert r.returncode == 0, r.stderr

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import TINY_CTX, Server
+from conftest import TINY_CTX, Server, shipped
 from localchat.models import ModelSpec, describe as describe_module
 from localchat.models.describe import Describer
 from localchat.models import wheel
@@ -95,6 +95,7 @@ LATER = ["localchat-test-no-such-part==0.0.1", "localchat-test-no-such-part2==0.
 
 
 @pytest.fixture(scope="module")
+@shipped
 def fresh(registry_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     """A server of its own, so that no other test has loaded the models yet; its registry also
     has a model fetched on first use (never fetched here) and a file that is not a GGUF."""

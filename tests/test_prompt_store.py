@@ -91,6 +91,15 @@ def ask(url: str) -> dict:
     return r.json()
 
 
+def logged(server: Server, text: str) -> str:
+    """The server's output once it holds `text` (an access log line is written as its response
+    ends, after the client has the response), or after 30 s."""
+    deadline = time.monotonic() + 30
+    while text not in (out := server.output()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return out
+
+
 def saved(folder: Path) -> list[Path]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -120,7 +129,8 @@ def test_a_long_prompt_is_read_once_across_a_restart(registry_file: Path, tmp_pa
         usage = warm["usage"]
         assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
         same_greedy_tokens(cold, warm)
-        assert f"cached={usage['prompt_tokens'] - 1}" in second.output()
+        cached = f"cached={usage['prompt_tokens'] - 1}"
+        assert cached in logged(second, cached)
     finally:
         second.stop()
 

@@ -191,6 +191,7 @@ def test_pull_a_split_model_then_chat_with_it(env: dict[str, str], tmp_path: Pat
         chat.close()
 
 
+@pytest.mark.real  # its server loads the shipped default
 def test_ollamas_pull_and_delete(env: dict[str, str], hub: FakeHub, registry_file: Path):
     s = Server(registry_file)
     try:
@@ -224,6 +225,7 @@ def test_ollamas_pull_and_delete(env: dict[str, str], hub: FakeHub, registry_fil
         s.stop()
 
 
+@pytest.mark.real  # its server loads the shipped default
 def test_a_client_that_leaves_stops_the_pull_and_the_next_resumes(env: dict[str, str], hub: FakeHub,
                                                                     registry_file: Path):
     s = Server(registry_file)

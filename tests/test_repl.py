@@ -12,7 +12,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from conftest import DEFAULT, GEMMA
+from conftest import DEFAULT, GEMMA, shipped
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # prompt_toolkit turns bracketed paste on once per prompt shown and off once the line is
@@ -54,6 +54,7 @@ class Chat:
 
 
 @pytest.fixture
+@shipped
 def chat(registry_file: Path, tmp_path: Path):
     # Gemma 3 270M, a base model: its answers run to max_tokens, so there is time to press Ctrl-C
     c = Chat("--config", str(registry_file), "--model", GEMMA, home=tmp_path)
@@ -165,6 +166,7 @@ def test_unknown_command_help_and_leaving(chat: Chat):
     chat.p.expect(pexpect.EOF)
 
 
+@pytest.mark.real  # the shipped default
 def test_without_a_model_it_chats_with_the_default(registry_file: Path, tmp_path: Path):
     c = Chat("--config", str(registry_file), home=tmp_path)
     try:

@@ -158,6 +158,7 @@ def loaded(server: Server, name: str) -> dict | None:
 
 # -- talking to the real model ------------------------------------------------------------------
 
+@pytest.mark.real  # REAL_MODEL
 def test_send_a_message_and_see_the_answer_stream(page: Page):
     page.choose(REAL_MODEL)
     page.settings({"max_tokens": 24, "ignore_eos": True})
@@ -178,6 +179,7 @@ def test_send_a_message_and_see_the_answer_stream(page: Page):
     assert body["messages"] == [{"role": "user", "content": "Tell me about the sea."}]
 
 
+@pytest.mark.real  # REAL_MODEL
 def test_stop_mid_stream_frees_the_slot(page: Page):
     server = page.server
     page.choose(REAL_MODEL)
@@ -340,7 +342,6 @@ def test_html_in_model_output_runs_nothing(page: Page):
 
 
 def test_reasoning_and_tool_call_cards(page: Page):
-    p = page.page
     page.choose("tiny-qwen3")  # its template opens a think block
     page.settings(forced("Weighing it.</think>It is sunny."))
     answer = page.send("weather?")
@@ -565,7 +566,7 @@ def test_first_paint_and_transfer_size(browser: object, web: Server):
     page.close()
 
 
-# -- narrow screens and screenshots ---------------------------------------------------------------
+# -- narrow screens -------------------------------------------------------------------------------
 
 def test_phone_width(browser: object, web: Server):
     page = Page(browser, web, viewport=PHONE, is_mobile=True, has_touch=True)

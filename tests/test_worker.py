@@ -15,13 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import GEMMA, Server
+from conftest import GEMMA, Server, shipped
 
 STORY = {"model": GEMMA, "messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 2000,
          "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
+@shipped
 def single(registry_file: Path) -> Iterator[Server]:
     s = Server(registry_file, "--parallel", "1", "--model", GEMMA)
     yield s
