@@ -19,7 +19,7 @@ import jsonschema
 
 from families_exact import compare
 from localchat.families import Family, choose, render_prompt
-from localchat.generation.constraints import OutputRules, ToolSpec
+from localchat.generation.constraints import OutputRules, ToolSpec, codec_tools
 from localchat.generation.conversation import _with_tools
 from localchat.models.gguf import inspect
 from tinymodels import value_ends, vocabulary, write_tiny_model
@@ -136,7 +136,7 @@ def _rules(choice: str = "auto") -> OutputRules:
 
 def _render(p: Prepared, messages: list[dict[str, Any]], generation: bool = True) -> str:
     stub = SimpleNamespace(template=p.source)
-    rendered, extra = _with_tools(messages, _rules(), p.family, stub)  # type: ignore[arg-type]
+    rendered, extra = _with_tools(messages, codec_tools(_rules()), p.family, stub)  # type: ignore[arg-type]
     return render_prompt(p.source, rendered, bos_token=p.family.bos_token, eos_token=p.family.eos_token,
                          add_generation_prompt=generation, **extra).text
 

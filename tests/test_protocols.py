@@ -22,7 +22,7 @@ from conftest import TINY_CTX
 from localchat.api import create_app, sse
 from localchat.engine.fake import fake_factory
 from localchat.errors import EngineError
-from localchat.generation import Chat, ModelHost
+from localchat.generation import Chat, ModelHost, constraints
 from localchat.models import ModelSpec, Registry, Settings
 from tool_schemas import ADD
 
@@ -297,3 +297,17 @@ def test_two_streamed_calls_each_keep_their_index(registry: Registry):
             calls[tc["index"]]["arguments"] += tc["function"].get("arguments") or ""
     assert sorted(calls) == [0, 1] and calls[0]["id"] != calls[1]["id"]
     assert [json.loads(c["arguments"]) for c in calls.values()] == [{"a": 1, "b": 2}, {"a": 5, "b": 2}]
+
+
+# -- each conversion once per request ------------------------------------------------------------------
+
+
+def test_the_codecs_tools_are_made_once_per_request(registry: Registry, monkeypatch: pytest.MonkeyPatch):
+    """The prompt (tools described), the grammar and every choice's splitter share one list."""
+    made = []
+    real = constraints.codec_tools
+    monkeypatch.setattr(constraints, "codec_tools", lambda rules: made.append(rules) or real(rules))
+    r = post(registry, [CALL], "/v1/chat/completions", {"model": "chatml", "messages": HI, "tools": TOOLS_OPENAI,
+                                                        "tool_choice": "required", "n": 2})
+    assert [c["finish_reason"] for c in r.json()["choices"]] == ["tool_calls", "tool_calls"]
+    assert len(made) == 1

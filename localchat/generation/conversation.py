@@ -9,10 +9,9 @@ import re
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..families import Call, Family, Prompt, render_prompt, system_first, template_caps
+from ..families import Call, Family, Prompt, Tool, render_prompt, system_first, template_caps
 from ..models.host import LoadedModel
-from ..neutral import GenerationRequest, ChatMessage, OutputRules
-from . import constraints
+from ..neutral import GenerationRequest, ChatMessage
 
 # Template variables a request sets through fields of its own: `template_kwargs` may not set them.
 OWN_VARIABLES = {"messages": "messages", "tools": "tools", "documents": "documents",
@@ -21,8 +20,10 @@ OWN_VARIABLES = {"messages": "messages", "tools": "tools", "documents": "documen
 DOCUMENTS_HEADER = "Use the following documents to answer."
 
 
-def render_conversation(request: GenerationRequest, conversation: tuple[ChatMessage, ...], loaded: LoadedModel) -> Prompt:
-    """The prompt for a chat request (its media already replaced by markers in `conversation`)."""
+def render_conversation(request: GenerationRequest, conversation: tuple[ChatMessage, ...], loaded: LoadedModel,
+                        tools: list[Tool]) -> Prompt:
+    """The prompt for a chat request (its media already replaced by markers in `conversation`;
+    `tools`: the request's as the codec gets them, constraints.codec_tools)."""
     for key in request.template_kwargs:
         if key in OWN_VARIABLES:
             raise InvalidRequest(f"the template's {key!r} is set by the request itself ({OWN_VARIABLES[key]})",
@@ -30,8 +31,8 @@ def render_conversation(request: GenerationRequest, conversation: tuple[ChatMess
     continue_final = _continue_final(request, conversation)
     messages = _template_messages(conversation, loaded.spec.system_prompt_strip)
     messages, extra = _with_documents(messages, request.documents, loaded)
-    messages, tools = _with_tools(messages, request.output, loaded.family, loaded)
-    extra.update(tools)
+    messages, listed = _with_tools(messages, tools, loaded.family, loaded)
+    extra.update(listed)
     extra.update(loaded.family.template_vars(request.reasoning))  # the family's switch (enable_thinking, …)
     options = {"add_generation_prompt": request.generation_prompt, "continue_final": continue_final,
                "variables": request.template_kwargs, **extra}
@@ -123,12 +124,11 @@ def _render(loaded: LoadedModel, messages: list[dict[str, Any]], options: dict[s
     return render(system_first(messages))
 
 
-def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Family,
+def _with_tools(messages: list[dict[str, Any]], tools: list[Tool], family: Family,
                 loaded: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Tools and tool history the way the template understands them: what a GGUF template does
     itself (list the tools, write calls and results: found by rendering it) it gets as it is; the
     rest the family's codec writes."""
-    tools = constraints.codec_tools(rules)
     caps = template_caps(loaded.template) if loaded.template != family.template else None
     extra = {"tools": [t.openai() for t in tools]} if tools and caps and caps.tools else {}
     if caps and caps.calls:
