@@ -20,6 +20,7 @@ from openai.types.responses import ResponseStreamEvent
 
 from conftest import TINY_CTX
 from localchat.api import create_app, sse
+from localchat.api.openai.schemas import ChatCompletionRequest
 from localchat.engine.fake import fake_factory
 from localchat.errors import EngineError
 from localchat.generation import Chat, ModelHost, constraints
@@ -311,3 +312,15 @@ def test_the_codecs_tools_are_made_once_per_request(registry: Registry, monkeypa
                                                         "tool_choice": "required", "n": 2})
     assert [c["finish_reason"] for c in r.json()["choices"]] == ["tool_calls", "tool_calls"]
     assert len(made) == 1
+
+
+def test_the_answers_schema_is_found_once_per_request(registry: Registry, monkeypatch: pytest.MonkeyPatch):
+    """Where the schema came in (an error about it names that field) and the schema itself: one look."""
+    looks = []
+    real = ChatCompletionRequest.schema_source
+    monkeypatch.setattr(ChatCompletionRequest, "schema_source", lambda self: looks.append(1) or real(self))
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    r = post(registry, ['{"a": 1}'], "/v1/chat/completions", {"model": "chatml", "messages": HI, "json_schema": schema,
+                                                              "response_format": {"type": "json_object"}})
+    assert r.json()["choices"][0]["message"]["content"] == '{"a": 1}'
+    assert len(looks) == 1
