@@ -20,6 +20,7 @@ from ..neutral import OutputRules, ToolSpec  # noqa: F401 - re-exported (the tes
 from ..grammars.schema import assemble, convert
 from ..grammars.tools import after_reasoning
 from ..families.codecs.base import GrammarOptions, Tool
+from ..models import Settings
 
 
 def check(rules: OutputRules) -> None:
@@ -44,7 +45,7 @@ def build(rules: OutputRules, tools: list[Tool], family: Family, thinking: bool,
     the model is still thinking, the grammar waits for the end of its reasoning."""
     after_think = (family.reasoning[1],) if thinking and family.reasoning else ()
     if rules.grammar is not None:
-        validate(rules.grammar, max_bytes=max_bytes)
+        check_grammar(rules.grammar, max_bytes)
         return Constraint(rules.grammar)
     answer = {"type": "object"} if rules.json_object else rules.json_schema  # the final answer's JSON, if any
     if answer is not None and not rules.calls_tools:
@@ -137,6 +138,24 @@ def cached(key: Any, make: Callable[[], Any]) -> Any:
         while len(_GRAMMARS) > _GRAMMARS_KEPT:
             _GRAMMARS.popitem(last=False)
     return grammar
+
+
+def check_grammar(grammar: str, max_bytes: int) -> None:
+    """A grammar as given (the request's raw `grammar`, a peer's): one llama.cpp accepts, within
+    max_grammar_bytes, or a GrammarError; each checked once (kept, as the made ones are)."""
+    cached(("gbnf", grammar, max_bytes), lambda: validate(grammar, max_bytes=max_bytes) or True)
+
+
+def check_given(constraint: Constraint, settings: Settings) -> None:
+    """A constraint built elsewhere (a peer's request: peer.py), checked as this server's own are
+    made: every grammar as check_grammar checks one, every lazy trigger a regular expression."""
+    for grammar in (constraint.grammar, *(g for _, g in constraint.loose)):
+        check_grammar(grammar, settings.max_grammar_bytes)
+    for pattern, _ in constraint.loose:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise InvalidRequest(f"constraint: {exc}", param="grammar") from None
 
 
 def _validate_made(grammar: str, max_bytes: int, field: str) -> None:

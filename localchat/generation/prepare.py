@@ -53,7 +53,7 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     # the server's grammar limit, read here for every protocol (the raw grammar and those made from schemas)
     constraint = constraints.build(rules, tools, family, thinking, settings.max_grammar_bytes)
     params = request.sampling.over(SamplingParams(**loaded.spec.sampling.model_dump()))
-    params = replace(params, logit_bias=_logit_bias(request.sampling.logit_bias, tokenizer.n_vocab),
+    params = replace(params, logit_bias=logit_bias(request.sampling.logit_bias, tokenizer.n_vocab),
                      stop=tuple(params.stop or ()), ignore_eos=bool(params.ignore_eos),
                      max_tokens=limits.max_tokens(params.max_tokens, settings))
     raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
@@ -122,7 +122,9 @@ def _raw_tokens(request: GenerationRequest, loaded: LoadedModel) -> list[int]:
     return fim_tokens(vocab.fim, plain, request.prompt, request.suffix, bos=vocab.bos, extra=request.extra, budget=room)
 
 
-def _logit_bias(bias: dict[Any, float], n_vocab: int) -> dict[int, float]:
+def logit_bias(bias: dict[Any, float], n_vocab: int) -> dict[int, float]:
+    """The bias by token id: each key a token of the vocabulary, each value within -100..100 (a
+    request's, as the client wrote it; a peer's, peer.py)."""
     out: dict[int, float] = {}
     for key, value in bias.items():
         try:
