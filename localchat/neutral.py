@@ -1,19 +1,17 @@
 """The neutral vocabulary: what every protocol translates its request into, and the events a
 generation produces, whatever the protocol and whatever the model's tool-call syntax.
 
-The ground floor: this module imports nothing of localchat's but the grammar library's default
-size (grammars/gbnf.py, which imports only errors.py); the protocols (api/), generation, the
-families and their codecs all import it. Nothing here is any protocol's wording: generation
-applies limits and defaults once, and an error names a field of the request (a `field` path such
-as `tools.2.parameters` or `json_schema`), which each protocol says in its own words."""
+The ground floor: this module imports nothing of localchat's (for the type checker only, a name
+of engine/params.py); the protocols (api/), generation, the families and their codecs all import
+it. Nothing here is any protocol's wording, nor any server limit: generation applies limits and
+defaults once, and an error names a field of the request (a `field` path such as
+`tools.2.parameters` or `json_schema`), which each protocol says in its own words."""
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
-
-from .grammars.gbnf import MAX_BYTES
 
 if TYPE_CHECKING:
     from .engine.params import TokenLogprob
@@ -233,7 +231,6 @@ class OutputRules:
     json_object: bool = False  # response_format json_object
     strict: bool = False  # json_schema's strict: a keyword the grammar cannot enforce is a 400, not a header
     grammar: str | None = None  # raw GBNF (extension)
-    max_grammar_bytes: int = MAX_BYTES  # the server's limit (generation sets it from the settings: prepare.py)
 
     @property
     def calls_tools(self) -> bool:

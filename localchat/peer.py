@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, replace
 from typing import Any
@@ -32,7 +31,8 @@ from .engine.params import KNOBS, Generate, Prepared
 from .engine.upstream import PREFIX
 from .errors import InvalidRequest, LocalchatError
 from .generation import Chat, constraints, limits
-from .grammars.gbnf import validate as validate_grammar
+from .generation.prepare import logit_bias
+from .generation.runners import submitted
 from .models import Settings
 from .models.host import LoadedModel
 from .models.upstream import info_dict
@@ -115,8 +115,7 @@ def routes(chat: Chat) -> list[Route]:
         lease = await models.lease(name)
         try:
             ask = await asyncio.to_thread(checked, ask, lease.model, settings)
-            stream = lease.model.engine.submit(ask)
-            n_prompt = await stream.prepared() if ask.media or lease.model.engine.confirms else len(ask.tokens)
+            stream, n_prompt = await submitted(lease.model, ask)  # taken or refused, as this server's own
         except BaseException:
             lease.release()
             raise
@@ -158,15 +157,17 @@ def facts(loaded: LoadedModel) -> dict[str, Any]:
 def checked(ask: Generate, loaded: LoadedModel, settings: Settings) -> Generate:
     """A request as the other side built it, checked as this server's own generation would have
     made it: tokens of this vocabulary, sampling within bounds, a grammar llama.cpp accepts, media
-    of the size they say; max_tokens within this server's cap. Blocking (a grammar's check)."""
+    of the size they say; max_tokens within this server's cap. Blocking (a grammar's check).
+    What generation checks of a request, its functions check here too (limits, the logit bias,
+    the constraint); only what it never has to check (tokens it made, bounds the protocols'
+    models hold, media it decoded) is checked in this module."""
     n_vocab = loaded.engine.tokenizer.n_vocab
     limits.check_n(ask.n, loaded.engine.parallel)
     if ask.n < 1:
         raise InvalidRequest("n: at least 1", param="n")
-    for where, tokens in (("tokens", ask.tokens), ("stop_tokens", ask.stop_tokens), ("logit_bias", ask.params.logit_bias)):
+    for where, tokens in (("tokens", ask.tokens), ("stop_tokens", ask.stop_tokens)):
         _tokens(list(tokens), n_vocab, where)
-    if any(not -100 <= v <= 100 for v in ask.params.logit_bias.values()):
-        raise InvalidRequest("logit_bias: values within -100..100", param="logit_bias")
+    logit_bias(ask.params.logit_bias, n_vocab)
     limits.check_stops(ask.params.stop, settings)
     for key, bounds in KNOBS.items():
         value = getattr(ask.params, key)
@@ -176,14 +177,7 @@ def checked(ask: Generate, loaded: LoadedModel, settings: Settings) -> Generate:
         if k is not None and not 0 <= k <= 20:
             raise InvalidRequest(f"{where}: 0 to 20", param=where)
     if ask.constraint is not None:
-        grammars = (ask.constraint.grammar, *(g for _, g in ask.constraint.loose))
-        for grammar in grammars:
-            constraints.cached(("peer", grammar), lambda g=grammar: validate_grammar(g, max_bytes=settings.max_grammar_bytes) or True)
-        for pattern, _ in ask.constraint.loose:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise InvalidRequest(f"constraint: {exc}", param="grammar") from None
+        constraints.check_given(ask.constraint, settings)
     for media in ask.media:
         if media.kind not in ("image", "audio") or not 0 <= media.at <= len(ask.tokens) or (
                 media.kind == "image" and len(media.data) != media.width * media.height * 3):

@@ -18,9 +18,10 @@ import httpx
 import jsonschema
 
 from families_exact import compare
-from localchat.families import Family, choose, render_prompt
-from localchat.generation.constraints import OutputRules, ToolSpec
-from localchat.generation.conversation import _with_tools
+from localchat.api.openai.messages import Message as OpenAIMessage, said
+from localchat.families import Family, choose, render_prompt, template_caps
+from localchat.generation.constraints import OutputRules, ToolSpec, codec_tools
+from localchat.generation.conversation import _template_messages, _with_tools
 from localchat.models.gguf import inspect
 from tinymodels import value_ends, vocabulary, write_tiny_model
 from tool_schemas import ADD, WEATHER
@@ -135,8 +136,12 @@ def _rules(choice: str = "auto") -> OutputRules:
 
 
 def _render(p: Prepared, messages: list[dict[str, Any]], generation: bool = True) -> str:
-    stub = SimpleNamespace(template=p.source)
-    rendered, extra = _with_tools(messages, _rules(), p.family, stub)  # type: ignore[arg-type]
+    """The messages (as the OpenAI route reads them) and the tools as generation gives them to the
+    template (the calls and results written by the template, or else by the codec), rendered."""
+    conversation = tuple(said(i, OpenAIMessage.model_validate(m)) for i, m in enumerate(_openai(messages)))
+    caps = template_caps(p.source) if p.source != p.family.template else None
+    codec = None if caps and caps.calls else p.family.codec
+    rendered, extra = _with_tools(_template_messages(conversation, None, codec), codec_tools(_rules()), p.family, caps)
     return render_prompt(p.source, rendered, bos_token=p.family.bos_token, eos_token=p.family.eos_token,
                          add_generation_prompt=generation, **extra).text
 

@@ -21,7 +21,7 @@ from jinja2.exceptions import SecurityError
 from localchat.api.openai.messages import Message as OpenAIMessage, said
 from localchat.errors import LocalchatError
 from localchat.families.render import takes_system, template_caps
-from localchat.generation.constraints import OutputRules, ToolSpec
+from localchat.generation.constraints import OutputRules, ToolSpec, codec_tools
 from localchat.generation.conversation import render_conversation
 from localchat.neutral import GenerationRequest
 from plain_jinja import reference_render
@@ -57,7 +57,7 @@ def _ours(template: str, family: Any, bos: str, eos: str, messages: list[dict[st
     request = GenerationRequest(messages=conversation, output=rules)
     loaded = SimpleNamespace(template=template, family=family, bos_token=bos, eos_token=eos,
                              spec=SimpleNamespace(system_prompt_strip=None))
-    return render_conversation(request, conversation, loaded).text  # type: ignore[arg-type]
+    return render_conversation(request, conversation, loaded, codec_tools(rules)).text  # type: ignore[arg-type]
 
 
 def _theirs(template: str, bos: str, eos: str, messages: list[dict[str, Any]], tools: bool) -> str:

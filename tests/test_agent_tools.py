@@ -16,6 +16,7 @@ from agent_tools import agent_tools
 from localchat.engine import Done, LocalEngine, Generate, SamplingParams, Text
 from localchat.families import FAMILIES, render_prompt
 from localchat.generation.constraints import OutputRules, ToolSpec, build, codec_tools
+from localchat.models import Settings
 from localchat.neutral import ToolCallArguments, ToolCallStart
 from tinymodels import write_tiny_model
 
@@ -46,7 +47,7 @@ def generate(engine: Engine, prompt: list[int], constraint, seed: int) -> tuple[
 @pytest.mark.parametrize("family", ["chatml", "llama3", "mistral"])
 def test_forced_calls_from_an_agent_sized_tool_set_validate(tmp_path: Path, family: str):
     fam = FAMILIES[family]
-    constraint = build(RULES, fam, thinking=False)
+    constraint = build(RULES, codec_tools(RULES), fam, False, Settings().max_grammar_bytes)
     engine = LocalEngine(write_tiny_model(tmp_path / "m.gguf", fam, n_ctx=1024), n_ctx=1024, parallel=1,
                     visible=fam.visible_tokens)
     try:

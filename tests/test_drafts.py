@@ -15,6 +15,7 @@ from localchat.engine.drafts import TextDrafter
 from localchat.families import FAMILIES, render_prompt
 from localchat.grammars import validate
 from localchat.grammars.schema import schema_to_gbnf
+from localchat.models import Settings
 from tinymodels import write_tiny_model
 
 
@@ -224,7 +225,7 @@ def truthful(monkeypatch: pytest.MonkeyPatch, truths: dict[tuple[int, ...], list
 
 def long_cases(engine: LocalEngine) -> list[tuple[list[int], SamplingParams, Constraint | None]]:
     """Free text, JSON under a schema, a forced tool call: each long enough for long drafts."""
-    from localchat.generation.constraints import OutputRules, ToolSpec, build
+    from localchat.generation.constraints import OutputRules, ToolSpec, build, codec_tools
 
     text = {"type": "string", "minLength": 200, "maxLength": 400}
     schema = {"type": "object", "properties": {"story": text}, "required": ["story"], "additionalProperties": False}
@@ -234,7 +235,8 @@ def long_cases(engine: LocalEngine) -> list[tuple[list[int], SamplingParams, Con
     params = SamplingParams(max_tokens=160, temperature=0, repetition_stop=0, ignore_eos=True)
     grammar = schema_to_gbnf(schema)
     validate(grammar)
-    call = build(OutputRules(tools=(tool,), tool_choice="write_file"), FAMILIES["chatml"], False)
+    rules = OutputRules(tools=(tool,), tool_choice="write_file")
+    call = build(rules, codec_tools(rules), FAMILIES["chatml"], False, Settings().max_grammar_bytes)
     return [(prompt(engine, "Tell me about the sea."), params, None),
             (prompt(engine, "A story as JSON."), replace(params, ignore_eos=False), Constraint(grammar)),
             (prompt(engine, "Write the file."), replace(params, ignore_eos=False), call)]

@@ -21,6 +21,7 @@ from localchat.api.responses.request import to_request as responses_request
 from localchat.api.responses.schemas import ResponsesRequest
 from localchat.engine.params import KNOBS, SamplingParams
 from localchat.families import FAMILIES
+from localchat.generation.constraints import codec_tools
 from localchat.generation.conversation import render_conversation
 from localchat.models import ModelSpec, Registry, Settings
 from localchat.neutral import REASONING_OFF, REASONING_ON, GenerationRequest, Reasoning, Sampling
@@ -80,7 +81,7 @@ def gpt_oss_prompt(request: GenerationRequest) -> str:
     family = FAMILIES["gpt-oss"]
     loaded = SimpleNamespace(template=family.template, family=family, bos_token="", eos_token=family.eos_token,
                              spec=SimpleNamespace(system_prompt_strip=None))
-    return render_conversation(request, request.messages, loaded).text  # type: ignore[arg-type]
+    return render_conversation(request, request.messages, loaded, codec_tools(request.output)).text  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("edge, fields, effort", [
@@ -125,10 +126,10 @@ def test_sampling_is_the_engine_knobs_each_unset_plus_stop_logit_bias_and_ignore
 
 
 def test_the_neutral_module_is_on_the_ground_floor():
-    """It imports nothing of localchat's but the grammar library's default size (at run time)."""
+    """It imports nothing of localchat's at run time (no server limit either: generation reads those)."""
     path = Path(localchat.__file__).parent / "neutral.py"
     imported = {node.module for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)
                 and node.level}
-    assert imported == {"grammars.gbnf", "engine.params"}  # engine.params: under TYPE_CHECKING only
+    assert imported == {"engine.params"}  # under TYPE_CHECKING only
     source = path.read_text()
     assert "if TYPE_CHECKING:\n    from .engine.params import TokenLogprob\n" in source

@@ -20,9 +20,10 @@ from openai.types.responses import ResponseStreamEvent
 
 from conftest import TINY_CTX
 from localchat.api import create_app, sse
+from localchat.api.openai.schemas import ChatCompletionRequest
 from localchat.engine.fake import fake_factory
 from localchat.errors import EngineError
-from localchat.generation import Chat, ModelHost
+from localchat.generation import Chat, ModelHost, constraints
 from localchat.models import ModelSpec, Registry, Settings
 from tool_schemas import ADD
 
@@ -297,3 +298,29 @@ def test_two_streamed_calls_each_keep_their_index(registry: Registry):
             calls[tc["index"]]["arguments"] += tc["function"].get("arguments") or ""
     assert sorted(calls) == [0, 1] and calls[0]["id"] != calls[1]["id"]
     assert [json.loads(c["arguments"]) for c in calls.values()] == [{"a": 1, "b": 2}, {"a": 5, "b": 2}]
+
+
+# -- each conversion once per request ------------------------------------------------------------------
+
+
+def test_the_codecs_tools_are_made_once_per_request(registry: Registry, monkeypatch: pytest.MonkeyPatch):
+    """The prompt (tools described), the grammar and every choice's splitter share one list."""
+    made = []
+    real = constraints.codec_tools
+    monkeypatch.setattr(constraints, "codec_tools", lambda rules: made.append(rules) or real(rules))
+    r = post(registry, [CALL], "/v1/chat/completions", {"model": "chatml", "messages": HI, "tools": TOOLS_OPENAI,
+                                                        "tool_choice": "required", "n": 2})
+    assert [c["finish_reason"] for c in r.json()["choices"]] == ["tool_calls", "tool_calls"]
+    assert len(made) == 1
+
+
+def test_the_answers_schema_is_found_once_per_request(registry: Registry, monkeypatch: pytest.MonkeyPatch):
+    """Where the schema came in (an error about it names that field) and the schema itself: one look."""
+    looks = []
+    real = ChatCompletionRequest.schema_source
+    monkeypatch.setattr(ChatCompletionRequest, "schema_source", lambda self: looks.append(1) or real(self))
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    r = post(registry, ['{"a": 1}'], "/v1/chat/completions", {"model": "chatml", "messages": HI, "json_schema": schema,
+                                                              "response_format": {"type": "json_object"}})
+    assert r.json()["choices"][0]["message"]["content"] == '{"a": 1}'
+    assert len(looks) == 1

@@ -67,7 +67,7 @@ def test_the_server_path_renders_as_the_template_does():
     family = FAMILIES["chatml"]
     loaded = SimpleNamespace(template=QWEN, family=family, bos_token=BOS, eos_token=EOS,
                              spec=SimpleNamespace(system_prompt_strip=None))
-    ours = render_conversation(GenerationRequest(messages=conversation), conversation, loaded).text  # type: ignore[arg-type]
+    ours = render_conversation(GenerationRequest(messages=conversation), conversation, loaded, []).text  # type: ignore[arg-type]
     assert ours == reference_render(QWEN, [*ASK, {"role": "assistant", "content": "", "tool_calls": [CALL]}, RESULT],
                                     bos_token=BOS, eos_token=EOS)
 
@@ -109,7 +109,7 @@ def test_a_call_without_an_id_has_no_id_for_the_template():
     loaded = SimpleNamespace(template=template, family=FAMILIES["chatml"], bos_token="", eos_token="",
                              spec=SimpleNamespace(system_prompt_strip=None))
     request = GenerationRequest(messages=conversation, continue_final=False)
-    assert render_conversation(request, conversation, loaded).text == "f:False;f:True;"  # type: ignore[arg-type]
+    assert render_conversation(request, conversation, loaded, []).text == "f:False;f:True;"  # type: ignore[arg-type]
 
 
 def test_whitespace_at_a_texts_ends_is_the_templates_to_trim():

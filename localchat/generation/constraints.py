@@ -20,6 +20,7 @@ from ..neutral import OutputRules, ToolSpec  # noqa: F401 - re-exported (the tes
 from ..grammars.schema import assemble, convert
 from ..grammars.tools import after_reasoning
 from ..families.codecs.base import GrammarOptions, Tool
+from ..models import Settings
 
 
 def check(rules: OutputRules) -> None:
@@ -38,28 +39,28 @@ def check(rules: OutputRules) -> None:
         raise InvalidRequest("a grammar cannot be combined with a JSON output format or with tools", field="grammar")
 
 
-def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | None:
-    """The engine constraint for these rules; every grammar is validated here. While the
-    model is still thinking, the grammar waits for the end of its reasoning."""
+def build(rules: OutputRules, tools: list[Tool], family: Family, thinking: bool, max_bytes: int) -> Constraint | None:
+    """The engine constraint for these rules (`tools`: codec_tools(rules), made once per request);
+    every grammar is validated here, within the server's `max_bytes` (max_grammar_bytes). While
+    the model is still thinking, the grammar waits for the end of its reasoning."""
     after_think = (family.reasoning[1],) if thinking and family.reasoning else ()
     if rules.grammar is not None:
-        validate(rules.grammar, max_bytes=rules.max_grammar_bytes)
+        check_grammar(rules.grammar, max_bytes)
         return Constraint(rules.grammar)
     answer = {"type": "object"} if rules.json_object else rules.json_schema  # the final answer's JSON, if any
     if answer is not None and not rules.calls_tools:
         def make_json() -> tuple[str, tuple[str, ...]]:
-            grammar, loosened = (assemble("object", {}), ()) if rules.json_object else _schema(rules)
+            grammar, loosened = (assemble("object", {}), ()) if rules.json_object else _schema(rules, max_bytes)
             grammar = after_reasoning(grammar) if after_think else grammar
-            _validate_made(grammar, rules, "json_schema" if rules.json_schema is not None else "json_object")
+            _validate_made(grammar, max_bytes, "json_schema" if rules.json_schema is not None else "json_object")
             return grammar, loosened
 
-        key = ("json", rules.json_schema, rules.json_object, bool(after_think), rules.max_grammar_bytes)
+        key = ("json", rules.json_schema, rules.json_object, bool(after_think), max_bytes)
         grammar, loosened = cached(key, make_json)
         return Constraint(grammar, after_think, loosened=loosened)
     if not rules.calls_tools:
         return None
     chosen = _chosen(rules)
-    tools = codec_tools(rules)
     auto, codec = rules.tool_choice == "auto", family.codec
     answer = answer if auto else None  # calls, or else the final answer in JSON: no free text, no trigger
     lazy = auto and answer is None
@@ -69,7 +70,7 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
     def make_tools() -> tuple[str, tuple[str, ...], list[tuple[str, str]]]:
         loosened: list[str] = []
         options = GrammarOptions(parallel=rules.parallel_tool_calls, lazy=lazy, lead=bool(after_think) and not lazy,
-                                 answer=answer, loosened=loosened, max_bytes=rules.max_grammar_bytes)
+                                 answer=answer, loosened=loosened, max_bytes=max_bytes)
         try:
             grammar = codec.grammar(tools, options)
             loose = codec.loose_triggers(tools, options) if lazy else []
@@ -77,11 +78,11 @@ def build(rules: OutputRules, family: Family, thinking: bool) -> Constraint | No
             field = re.sub(r"^tools\.(\d+)", lambda m: f"tools.{chosen[int(m[1])]}", exc.param or "tools")
             raise neutral(exc, field) from None
         for made in (grammar, *dict.fromkeys(g for _, g in loose)):
-            _validate_made(made, rules, "tools")
+            _validate_made(made, max_bytes, "tools")
         return grammar, tuple(loosened), loose
 
     key = ("tools", [(t.name, t.parameters) for t in tools], codec.name, lazy, answer, rules.parallel_tool_calls,
-           bool(after_think), rules.max_grammar_bytes)
+           bool(after_think), max_bytes)
     grammar, loosened, loose = cached(key, make_tools)
     if lazy:  # free text, then the calls once a trigger is written (the syntax's own, or a call begun otherwise)
         return Constraint(grammar, (codec.trigger,), tuple(loose), after=after_think[0] if after_think else "",
@@ -139,10 +140,28 @@ def cached(key: Any, make: Callable[[], Any]) -> Any:
     return grammar
 
 
-def _validate_made(grammar: str, rules: OutputRules, field: str) -> None:
+def check_grammar(grammar: str, max_bytes: int) -> None:
+    """A grammar as given (the request's raw `grammar`, a peer's): one llama.cpp accepts, within
+    max_grammar_bytes, or a GrammarError; each checked once (kept, as the made ones are)."""
+    cached(("gbnf", grammar, max_bytes), lambda: validate(grammar, max_bytes=max_bytes) or True)
+
+
+def check_given(constraint: Constraint, settings: Settings) -> None:
+    """A constraint built elsewhere (a peer's request: peer.py), checked as this server's own are
+    made: every grammar as check_grammar checks one, every lazy trigger a regular expression."""
+    for grammar in (constraint.grammar, *(g for _, g in constraint.loose)):
+        check_grammar(grammar, settings.max_grammar_bytes)
+    for pattern, _ in constraint.loose:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise InvalidRequest(f"constraint: {exc}", param="grammar") from None
+
+
+def _validate_made(grammar: str, max_bytes: int, field: str) -> None:
     """Check a grammar made from the request's schemas; an error names the field it came from."""
     try:
-        validate(grammar, max_bytes=rules.max_grammar_bytes)
+        validate(grammar, max_bytes=max_bytes)
     except GrammarError as exc:
         raise neutral(exc, field, "the grammar made from it is not usable: ") from None
 
@@ -154,11 +173,11 @@ def neutral(exc: GrammarError, field: str, lead: str = "") -> GrammarError:
     return exc
 
 
-def _schema(rules: OutputRules) -> tuple[str, tuple[str, ...]]:
+def _schema(rules: OutputRules, max_bytes: int) -> tuple[str, tuple[str, ...]]:
     """The grammar for response_format's schema, and what it does not enforce."""
     assert rules.json_schema is not None
     try:
-        converter = convert(rules.json_schema, max_bytes=rules.max_grammar_bytes)
+        converter = convert(rules.json_schema, max_bytes=max_bytes)
         return converter.grammar(converter.root_rule), tuple(converter.loosened)
     except GrammarError as exc:
         raise neutral(exc, "json_schema") from None

@@ -9,10 +9,9 @@ import re
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..families import Call, Family, Prompt, render_prompt, system_first, template_caps
+from ..families import Call, Codec, Family, Prompt, TemplateCaps, Tool, render_prompt, system_first, template_caps
 from ..models.host import LoadedModel
-from ..neutral import GenerationRequest, ChatMessage, OutputRules
-from . import constraints
+from ..neutral import GenerationRequest, ChatMessage
 
 # Template variables a request sets through fields of its own: `template_kwargs` may not set them.
 OWN_VARIABLES = {"messages": "messages", "tools": "tools", "documents": "documents",
@@ -21,17 +20,21 @@ OWN_VARIABLES = {"messages": "messages", "tools": "tools", "documents": "documen
 DOCUMENTS_HEADER = "Use the following documents to answer."
 
 
-def render_conversation(request: GenerationRequest, conversation: tuple[ChatMessage, ...], loaded: LoadedModel) -> Prompt:
-    """The prompt for a chat request (its media already replaced by markers in `conversation`)."""
+def render_conversation(request: GenerationRequest, conversation: tuple[ChatMessage, ...], loaded: LoadedModel,
+                        tools: list[Tool]) -> Prompt:
+    """The prompt for a chat request (its media already replaced by markers in `conversation`;
+    `tools`: the request's as the codec gets them, constraints.codec_tools)."""
     for key in request.template_kwargs:
         if key in OWN_VARIABLES:
             raise InvalidRequest(f"the template's {key!r} is set by the request itself ({OWN_VARIABLES[key]})",
                                  field=f"template_kwargs.{key}")
     continue_final = _continue_final(request, conversation)
-    messages = _template_messages(conversation, loaded.spec.system_prompt_strip)
+    caps = template_caps(loaded.template) if loaded.template != loaded.family.template else None
+    codec = None if caps and caps.calls else loaded.family.codec  # who writes past calls and results: template or codec
+    messages = _template_messages(conversation, loaded.spec.system_prompt_strip, codec)
     messages, extra = _with_documents(messages, request.documents, loaded)
-    messages, tools = _with_tools(messages, request.output, loaded.family, loaded)
-    extra.update(tools)
+    messages, listed = _with_tools(messages, tools, loaded.family, caps)
+    extra.update(listed)
     extra.update(loaded.family.template_vars(request.reasoning))  # the family's switch (enable_thinking, …)
     options = {"add_generation_prompt": request.generation_prompt, "continue_final": continue_final,
                "variables": request.template_kwargs, **extra}
@@ -79,16 +82,26 @@ def _add_to_system(messages: list[dict[str, Any]], pieces: list[tuple[str, bool]
     return [{"role": "system", "content": pieces}, *messages]
 
 
-def _template_messages(messages: tuple[ChatMessage, ...], strip: str | None) -> list[dict[str, Any]]:
+def _template_messages(messages: tuple[ChatMessage, ...], strip: str | None,
+                       codec: Codec | None) -> list[dict[str, Any]]:
     """The conversation as chat templates read it (the Hugging Face convention): `content` a
     string, `tool_calls` with `function.arguments` objects, `reasoning_content`. System
-    messages lose what `system_prompt_strip` (models.toml) matches."""
+    messages lose what `system_prompt_strip` (models.toml) matches. With a `codec` (the template
+    does not write tool calls itself), an assistant's calls and the tools' results are in the
+    codec's syntax, in the text. Each past call is converted once, into the form its writer reads."""
     out = []
     for m in messages:
         text = re.sub(strip, "", m.text) if strip and m.role == "system" else m.text
         content: Any = text
         if any(isinstance(p, tuple) for p in m.content):  # media markers: (text, is_plain) pieces
             content = [p if isinstance(p, tuple) else (p.text, True) for p in m.content]
+        if codec is not None and m.role == "assistant" and m.tool_calls:
+            said = [(content, True), ("\n", False)] if content else []
+            out.append({"role": "assistant", "content": said + codec.format_calls(
+                [Call(c.name, c.arguments, c.id or "") for c in m.tool_calls])})
+            continue
+        if codec is not None and m.role == "tool":
+            content = codec.format_result(content)
         item: dict[str, Any] = {"role": m.role, "content": content}
         if m.tool_calls:  # (an id the client left out stays out, as llama.cpp leaves it: `is defined` tells)
             item["tool_calls"] = [{**({"id": c.id} if c.id is not None else {}), "type": "function",
@@ -123,30 +136,19 @@ def _render(loaded: LoadedModel, messages: list[dict[str, Any]], options: dict[s
     return render(system_first(messages))
 
 
-def _with_tools(messages: list[dict[str, Any]], rules: OutputRules, family: Family,
-                loaded: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _with_tools(messages: list[dict[str, Any]], tools: list[Tool], family: Family,
+                caps: TemplateCaps | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Tools and tool history the way the template understands them: what a GGUF template does
-    itself (list the tools, write calls and results: found by rendering it) it gets as it is; the
-    rest the family's codec writes."""
-    tools = constraints.codec_tools(rules)
-    caps = template_caps(loaded.template) if loaded.template != family.template else None
+    itself (list the tools, write calls and results: its `caps`, found by rendering it) it gets
+    as it is; the rest the family's codec writes (the calls and results: _template_messages)."""
     extra = {"tools": [t.openai() for t in tools]} if tools and caps and caps.tools else {}
     if caps and caps.calls:
         return (family.history(messages) if family.history else messages), extra
-    codec, out = family.codec, []
-    for m in messages:
-        if m["role"] == "assistant" and m.get("tool_calls"):
-            said = [(m["content"], True), ("\n", False)] if m["content"] else []
-            calls = [Call(c["function"]["name"], c["function"]["arguments"], c.get("id") or "") for c in m["tool_calls"]]
-            m = {"role": "assistant", "content": said + codec.format_calls(calls)}
-        elif m["role"] == "tool":
-            m = {**m, "content": codec.format_result(m["content"])}
-        out.append(m)
     if caps and not caps.results:
-        out = _results_as_user_turns(out)
+        messages = _results_as_user_turns(messages)
     if tools and not extra:
-        out = _add_to_system(out, codec.describe(tools))
-    return out, extra
+        messages = _add_to_system(messages, family.codec.describe(tools))
+    return messages, extra
 
 
 def _results_as_user_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -34,15 +34,15 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     the other limits: limits.check, before the model is leased; the prompt's length: the
     engine's check_fits, as it takes the request)."""
     settings = settings or Settings()
-    # the server's grammar limit, read here for every protocol (the raw grammar and those made from schemas)
-    rules = replace(request.output, max_grammar_bytes=settings.max_grammar_bytes)
+    rules = request.output
+    tools = constraints.codec_tools(rules)  # made once: for the prompt, the grammar and the splitters
     family, tokenizer = loaded.family, loaded.engine.tokenizer
     media: tuple[Media, ...] = ()
     if request.prompt is not None:
         tokens, thinking = _raw_tokens(request, loaded), False
     else:
         conversation, media = _media(request.messages, settings, loaded)
-        prompt = render_conversation(request, conversation, loaded)
+        prompt = render_conversation(request, conversation, loaded, tools)
         thinking = family.opens_reasoning(prompt.text)
         if media and request.prompt_logprobs is not None:
             raise InvalidRequest("not computed for a prompt with images or audio", field="prompt_logprobs")
@@ -50,15 +50,16 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
             tokens, media = place_media(tokenizer, prompt.segments, media)
         else:
             tokens = tokenizer.tokenize(list(prompt.segments))
-    constraint = constraints.build(rules, family, thinking)
+    # the server's grammar limit, read here for every protocol (the raw grammar and those made from schemas)
+    constraint = constraints.build(rules, tools, family, thinking, settings.max_grammar_bytes)
     params = request.sampling.over(SamplingParams(**loaded.spec.sampling.model_dump()))
-    params = replace(params, logit_bias=_logit_bias(request.sampling.logit_bias, tokenizer.n_vocab),
+    params = replace(params, logit_bias=logit_bias(request.sampling.logit_bias, tokenizer.n_vocab),
                      stop=tuple(params.stop or ()), ignore_eos=bool(params.ignore_eos),
                      max_tokens=limits.max_tokens(params.max_tokens, settings))
     raw = request.prompt is not None  # a raw completion is text: no reasoning or tool calls split out
     strict = constraint is not None and rules.calls_tools  # the calls follow the codec's grammar
-    splitters = [Splitter() if raw else family.splitter(constraints.codec_tools(rules), thinking, strict,
-                                                                 calls=rules.calls_tools) for _ in range(request.n)]
+    splitters = [Splitter() if raw else family.splitter(tools, thinking, strict, calls=rules.calls_tools)
+                 for _ in range(request.n)]
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
                         adapters=resolve_adapters(loaded, request.lora), media=media,
                         cache_prompt=request.cache_prompt, prompt_logprobs=request.prompt_logprobs)
@@ -73,7 +74,7 @@ def rendered(request: GenerationRequest, loaded: LoadedModel) -> str:
     image or audio clip shows as <__media__>."""
     conversation = tuple(replace(m, content=tuple((MEDIA_TEXT, False) if isinstance(p, (Image, Audio)) else p
                                                   for p in m.content)) for m in request.messages)
-    return render_conversation(request, conversation, loaded).text
+    return render_conversation(request, conversation, loaded, constraints.codec_tools(request.output)).text
 
 
 def _media(messages: tuple[ChatMessage, ...], settings: Settings,
@@ -121,7 +122,9 @@ def _raw_tokens(request: GenerationRequest, loaded: LoadedModel) -> list[int]:
     return fim_tokens(vocab.fim, plain, request.prompt, request.suffix, bos=vocab.bos, extra=request.extra, budget=room)
 
 
-def _logit_bias(bias: dict[Any, float], n_vocab: int) -> dict[int, float]:
+def logit_bias(bias: dict[Any, float], n_vocab: int) -> dict[int, float]:
+    """The bias by token id: each key a token of the vocabulary, each value within -100..100 (a
+    request's, as the client wrote it; a peer's, peer.py)."""
     out: dict[int, float] = {}
     for key, value in bias.items():
         try:

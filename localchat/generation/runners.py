@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..engine import Stream
+from ..engine import Generate, Stream
 from ..errors import InvalidRequest
 from ..models import Settings
 from ..models.host import LoadedModel
@@ -57,16 +57,23 @@ class Tokens:
         if loosened:
             log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
             constraints.refuse_loosened(request.output, loosened, settings.schema_loosened == "refuse")
-        stream = loaded.engine.submit(generate)
-        # the engine took the request, or refused it: with media once they are read; an engine elsewhere says so
-        confirmed = generate.media or loaded.engine.confirms
-        return Started(stream, await stream.prepared() if confirmed else len(generate.tokens), made.splitters, loosened)
+        stream, n_prompt = await submitted(loaded, generate)
+        return Started(stream, n_prompt, made.splitters, loosened)
 
     def render(self, request: GenerationRequest, loaded: LoadedModel) -> str:
         return rendered(request, loaded)
 
     def count(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> int:
         return len(prepare(request, loaded, settings).generate.tokens)
+
+
+async def submitted(loaded: LoadedModel, generate: Generate) -> tuple[Stream, int]:
+    """The engine took the request, or refused it (raised here): its stream and the prompt's
+    length. With media, once they are read; an engine elsewhere (`confirms`) says so first. For
+    this server's own requests and a peer's alike (peer.py)."""
+    stream = loaded.engine.submit(generate)
+    confirmed = generate.media or loaded.engine.confirms
+    return stream, await stream.prepared() if confirmed else len(generate.tokens)
 
 
 class Chat:

@@ -40,8 +40,9 @@ def call_id(neutral: str) -> str:
 def routes(chat: Chat) -> list[Route]:
     async def completions(request: Request) -> Response:
         req = await read_chat_request(request, chat.settings)
-        with schema_named(req.schema_source()[1]):
-            turn = await chat.start(await asyncio.to_thread(req.to_request))  # (images decoded: off the loop)
+        schema = req.schema_source()  # the answer's schema, and the field it came in (an error about it names that)
+        with schema_named(schema[1]):
+            turn = await chat.start(await asyncio.to_thread(req.to_request, schema))  # (images decoded: off the loop)
         meta = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": turn.model}
         form = _Form(req.logprobs, req.return_tokens_as_token_ids, echoed(req),
                      bool(req.stream_options and req.stream_options.include_usage))

@@ -18,8 +18,9 @@ from ..common import Lenient as _Lenient, openai_reasoning, sampling
 from ..fields import LoraField, SamplingFields, lora_choice
 from .messages import Message, said
 
-__all__ = ["ChatCompletionRequest", "StreamOptions", "read_chat_request"]
+__all__ = ["ChatCompletionRequest", "SchemaSource", "StreamOptions", "read_chat_request"]
 
+SchemaSource = tuple[dict[str, Any] | bool | None, str | None]  # the answer's JSON schema, the field it came in
 
 
 class StreamOptions(_Lenient):
@@ -90,10 +91,11 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     cache_prompt: bool = True  # extension (llama.cpp's): false: the slot's prompt cache is neither read nor kept
     prompt_logprobs: int | None = Field(None, ge=0, le=20)  # extension (vLLM's): the prompt tokens' log-probabilities
 
-    def to_request(self) -> GenerationRequest:
+    def to_request(self, schema: SchemaSource | None = None) -> GenerationRequest:
         """The neutral request. Without max_tokens a choice gets the model's default
         (models.toml) if it has one, else it runs until the model ends its turn, never past the
-        server's cap or the context (generation applies both, and every other limit)."""
+        server's cap or the context (generation applies both, and every other limit). `schema`:
+        what schema_source() found, when the caller has asked it already."""
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
         if self.prompt_logprobs is not None and self.stream:
@@ -105,7 +107,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             messages=tuple(said(i, m) for i, m in enumerate(self.messages)),
             model=self.model,
             sampling=sampling(knobs, stop=self.stop, logit_bias=self.logit_bias, ignore_eos=self.ignore_eos),
-            output=self._output_rules(),
+            output=self._output_rules(schema or self.schema_source()),
             reasoning=self._reasoning(kwargs.pop("enable_thinking", None)),
             n=self.n,
             logprobs=(self.top_logprobs or 0) if self.logprobs else None,
@@ -146,12 +148,12 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
                                  param="chat_template_kwargs.enable_thinking")
         return effort or Reasoning(enable_thinking)
 
-    def _output_rules(self) -> OutputRules:
+    def _output_rules(self, source: SchemaSource) -> OutputRules:
         fmt = self.response_format
         if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is None:
             raise InvalidRequest("response_format.json_schema is required when type is 'json_schema'",
                                  param="response_format.json_schema")
-        choice, (schema, _) = self.tool_choice, self.schema_source()
+        choice, (schema, _) = self.tool_choice, source
         return OutputRules(
             tools=tuple(ToolSpec(t.function.name, t.function.description, t.function.parameters, bool(t.function.strict))
                         for t in self.tools or []),
@@ -163,12 +165,12 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             grammar=self.grammar,
         )
 
-    def schema_source(self) -> tuple[dict[str, Any] | bool | None, str | None]:
+    def schema_source(self) -> SchemaSource:
         """The answer's JSON schema and the field it came from: `response_format.json_schema.schema`,
         llama.cpp's `response_format.schema` (type json_object) or its top-level `json_schema`
         (which may repeat the response format's schema, not contradict it)."""
         fmt, top = self.response_format, self.json_schema
-        found: tuple[dict[str, Any] | bool | None, str | None] = (None, None)
+        found: SchemaSource = (None, None)
         if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
             found = (fmt.json_schema.schema_, "response_format.json_schema.schema")
         elif fmt is not None and fmt.type == "json_object" and fmt.schema_ is not None:
