@@ -118,3 +118,21 @@ def test_a_cancel_frees_the_slot_at_the_next_step_and_keeps_the_prompt(model: ob
         assert s.between_steps(lambda: "now") == "now"  # no thread: between two of the caller's steps
     finally:
         s.close()
+
+
+def test_a_retry_sent_with_the_cancel_is_admitted_into_the_slot_the_cancel_frees(model: object, tmp_path: Path):
+    """A client that leaves and asks again at once: both reach the scheduler before its next step.
+    The cancelled request leaves first, so the retry finds its prompt (not the other, empty slot)."""
+    s = make(model, tmp_path)  # two slots
+    try:
+        job = s.submit(ask(30, 50), Seen())
+        s.step()
+        s.step()
+        s.cancel(job)
+        again = Seen()
+        s.submit(ask(30, 1), again)
+        while not again.ended:
+            s.step()
+        assert again.done.cached_tokens >= 29
+    finally:
+        s.close()

@@ -195,9 +195,9 @@ class Scheduler:
                     self._woken = False
 
     def step(self) -> bool:
-        """One turn, on the caller's thread: the commands asked for between steps, then the queue's
-        head admitted into free slots (their cached prompts reused, moved or restored), the
-        cancelled dropped, and one decode of every running request (a token each, prompt chunks,
+        """One turn, on the caller's thread: the commands asked for between steps, then the
+        cancelled dropped, the queue's head admitted into free slots (their cached prompts reused,
+        moved or restored), and one decode of every running request (a token each, prompt chunks,
         drafts); the step hook after it. Idle, with the step costs still unmeasured: one decode of
         that measurement instead. Returns whether a decode ran (False: nothing to do, or every
         running request waits for its media)."""
@@ -212,6 +212,7 @@ class Scheduler:
                 future.set_result(fn())
             except BaseException as exc:  # noqa: BLE001 - the caller raises it
                 future.set_exception(exc)
+        self._drop_cancelled()  # before admitting: a client's retry sent with its cancel finds the prompt it left
         with self._cond:
             admitted = self._admit()
         for job in admitted:
@@ -228,6 +229,8 @@ class Scheduler:
     def _admit(self) -> list[Job]:
         """Take queued jobs, first come first served, while enough slots are free."""
         admitted = []
+        if any(j.cancelled for j in self.running):  # cancelled since the drop: the next step frees its slot first
+            return admitted
         while self.queue:
             job = self.queue[0]
             if job.cancelled:  # its client left while it waited: it never starts
