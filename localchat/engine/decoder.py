@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp as C
-import numpy as np
 
 from ..errors import EngineError, ModelUnavailable
 from . import draft_cost
+from .batch import Batch
 from .job import Adapters, Job, apply_adapters, read_prompt_logprobs
 from .media_feed import MediaFeed
 from .model import Model
@@ -76,12 +76,7 @@ class Decoder:
                  media: MediaFeed | None, step_costs: str | None) -> None:
         self.model, self.ctx, self.n_batch, self.n_ctx, self.media = model, ctx, n_batch, n_ctx, media
         self.mem = C.llama_get_memory(ctx)
-        self.batch = C.llama_batch_init(n_batch, 0, 1)
-        self._token = np.ctypeslib.as_array(self.batch.token, shape=(n_batch,))
-        self._pos = np.ctypeslib.as_array(self.batch.pos, shape=(n_batch,))
-        self._logits = np.ctypeslib.as_array(self.batch.logits, shape=(n_batch,))
-        np.ctypeslib.as_array(self.batch.n_seq_id, shape=(n_batch,))[:] = 1
-        self._seq = [self.batch.seq_id[i] for i in range(n_batch)]
+        self.batch = Batch(n_batch)
         self._adapters: Adapters = ()  # the LoRA adapters applied to the context now
         # what a step of k rows costs here (draft_cost.py): read from `step_costs`, else measured while idle
         self._costs_file = Path(step_costs) if step_costs else None
@@ -93,7 +88,7 @@ class Decoder:
     def close(self) -> None:
         if self.probe is not None:
             self.probe.close()  # its context is freed
-        C.llama_batch_free(self.batch)
+        self.batch.close()
 
     def measure(self) -> None:
         """One step of the measurement of what a step costs (draft_cost.probe); at its end, the
@@ -114,9 +109,8 @@ class Decoder:
 
     def decode_one(self, seq: int, pos: int) -> bool:
         """One token at `pos` of sequence `seq`, no logits (the prefix cache turns moved cells so)."""
-        self._token[0], self._pos[0], self._seq[0][0], self._logits[0] = 0, pos, seq, False
-        self.batch.n_tokens = 1
-        return C.llama_decode(self.ctx, self.batch) == 0
+        self.batch.set(0, 0, pos, seq, False)
+        return self.batch.decode(self.ctx, 1) == 0
 
     def use(self, adapters: Adapters) -> None:
         """Apply a set of LoRA adapters to the context (a no-op when it is already applied)."""
@@ -181,11 +175,10 @@ class Decoder:
                 self._add(n, slot, token, every is not None or bool(drafts))
                 n += 1
             if who is not None:
-                self._logits[n - 1] = True
+                self.batch.logits[n - 1] = True
                 outputs.append((who, n - 1 - len(drafts), drafts))
-        self.batch.n_tokens = n
         self.use(adapters)
-        rc = C.llama_decode(self.ctx, self.batch)
+        rc = self.batch.decode(self.ctx, n)
         if rc != 0:
             for job in jobs:
                 fail(job, EngineError(f"llama_decode returned {rc}"))
@@ -242,10 +235,7 @@ class Decoder:
         seq.drafter.verified(len(drafts), kept)
 
     def _add(self, i: int, slot: Slot, token: int, logits: bool) -> None:
-        self._token[i] = token
-        self._pos[i] = slot.next_pos
-        self._seq[i][0] = slot.seq_id
-        self._logits[i] = logits
+        self.batch.set(i, token, slot.next_pos, slot.seq_id, logits)
         slot.cached.append(token)
 
     def _prompt_done(self, job: Job, idx: int) -> None:

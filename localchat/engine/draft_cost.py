@@ -35,6 +35,8 @@ from pathlib import Path
 
 import llama_cpp as C
 
+from .batch import Batch
+
 _log = logging.getLogger("localchat.engine")
 
 KS = (1, 2, 4, 8, 16, 32, 64)  # the step sizes measured: a draft of k - 1 tokens is a step of k
@@ -212,20 +214,18 @@ def probe(model_ptr, n_threads: int, n_vocab: int) -> Iterator[None]:
     ctx = C.llama_init_from_model(model_ptr, cp)
     if not ctx:
         return {}
-    batch = C.llama_batch_init(max(KS), 0, 1)
+    batch = Batch(max(KS))
     try:
         mem = C.llama_get_memory(ctx)
         tokens = [(i * 7919) % max(n_vocab - 200, 1) + 100 for i in range(PROBE_PROMPT + max(KS))]
 
-        def fill(at: int, k: int) -> None:
-            batch.n_tokens = k
+        def fill(at: int, k: int) -> int:
             for i in range(k):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tokens[at + i], at + i, 1, 1
-                batch.seq_id[i][0] = 0
+                batch.set(i, tokens[at + i], at + i, 0, True)
+            return k
 
         for at in range(0, PROBE_PROMPT, max(KS)):
-            fill(at, min(max(KS), PROBE_PROMPT - at))
-            if C.llama_decode(ctx, batch) != 0:
+            if batch.decode(ctx, fill(at, min(max(KS), PROBE_PROMPT - at))) != 0:
                 return {}
             yield
         best: dict[int, float] = {}
@@ -233,7 +233,7 @@ def probe(model_ptr, n_threads: int, n_vocab: int) -> Iterator[None]:
             for k in KS:
                 fill(PROBE_PROMPT, k)
                 start = time.perf_counter()
-                rc = C.llama_decode(ctx, batch)
+                rc = batch.decode(ctx, k)
                 took = time.perf_counter() - start
                 C.llama_memory_seq_rm(mem, 0, PROBE_PROMPT, -1)
                 if rc != 0:
@@ -242,5 +242,5 @@ def probe(model_ptr, n_threads: int, n_vocab: int) -> Iterator[None]:
                 yield
         return best
     finally:
-        C.llama_batch_free(batch)
+        batch.close()
         C.llama_free(ctx)

@@ -22,6 +22,7 @@ import llama_cpp as C
 import numpy as np
 
 from ..errors import ModelUnavailable
+from .batch import Batch
 from .model import Model
 from .params import N_BATCH, SWA_FULL, Draft
 
@@ -78,12 +79,7 @@ class DraftContext:
             raise ModelUnavailable(f"llama.cpp could not create {parallel} draft slots of {n_ctx} tokens for "
                                    f"{model.path}")
         self.mem = C.llama_get_memory(self.ctx)
-        self.batch = C.llama_batch_init(N_BATCH, 0, 1)
-        self._token = np.ctypeslib.as_array(self.batch.token, shape=(N_BATCH,))
-        self._pos = np.ctypeslib.as_array(self.batch.pos, shape=(N_BATCH,))
-        self._logits = np.ctypeslib.as_array(self.batch.logits, shape=(N_BATCH,))
-        np.ctypeslib.as_array(self.batch.n_seq_id, shape=(N_BATCH,))[:] = 1
-        self._seq = [self.batch.seq_id[i] for i in range(N_BATCH)]
+        self.batch = Batch(N_BATCH)
         self.cached: list[list[int]] = [[] for _ in range(parallel)]
 
     def drafter(self, seq_id: int, history: list[int]) -> "ModelDrafter":
@@ -138,11 +134,8 @@ class DraftContext:
     def _decode(self, seq_id: int, tokens: list[int], pos: int) -> bool:
         """Decode tokens at positions pos…, logits for the last; False (and the sequence emptied) on failure."""
         for i, token in enumerate(tokens):
-            self._token[i], self._pos[i], self._logits[i] = token, pos + i, False
-            self._seq[i][0] = seq_id
-        self._logits[len(tokens) - 1] = True
-        self.batch.n_tokens = len(tokens)
-        if C.llama_decode(self.ctx, self.batch) != 0:
+            self.batch.set(i, token, pos + i, seq_id, i == len(tokens) - 1)
+        if self.batch.decode(self.ctx, len(tokens)) != 0:
             self.forget(seq_id)
             return False
         self.cached[seq_id].extend(tokens)
@@ -150,7 +143,7 @@ class DraftContext:
 
     def close(self) -> None:
         if self.ctx:
-            C.llama_batch_free(self.batch)
+            self.batch.close()
             C.llama_free(self.ctx)
             self.ctx = None
 

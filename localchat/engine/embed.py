@@ -14,6 +14,7 @@ import llama_cpp as C
 import numpy as np
 
 from ..errors import EngineError, InvalidRequest, ModelUnavailable
+from .batch import Batch
 from .model import Model
 from .params import EMBED_BATCH
 
@@ -44,7 +45,7 @@ class Embedder:
         self.n_embd = C.llama_model_n_embd(model.ptr)
         self._encode = C.llama_model_has_encoder(model.ptr) and not C.llama_model_has_decoder(model.ptr)
         self._mem = C.llama_get_memory(self.ctx)
-        self._batch = C.llama_batch_init(n_batch, 0, 1)
+        self._batch = Batch(n_batch)
         self._lock = threading.Lock()
 
     def _configure(self, cparams: Any) -> None:
@@ -79,16 +80,13 @@ class Embedder:
 
     def _run(self, group: list[list[int]]) -> list[Any]:
         C.llama_memory_clear(self._mem, True)
-        b, n, last = self._batch, 0, []
+        n, last = 0, []
         for seq, tokens in enumerate(group):
             for pos, token in enumerate(tokens):
-                b.token[n], b.pos[n], b.n_seq_id[n] = token, pos, 1
-                b.logits[n] = not self.last_only or pos == len(tokens) - 1
-                b.seq_id[n][0] = seq
+                self._batch.set(n, token, pos, seq, not self.last_only or pos == len(tokens) - 1)
                 n += 1
             last.append(n - 1)
-        b.n_tokens = n
-        rc = (C.llama_encode if self._encode else C.llama_decode)(self.ctx, b)
+        rc = self._batch.decode(self.ctx, n, encode=self._encode)
         if rc != 0:
             raise EngineError(f"llama.cpp could not embed ({'llama_encode' if self._encode else 'llama_decode'} "
                               f"returned {rc})")
@@ -102,5 +100,5 @@ class Embedder:
         return (v / norm if norm > 0 else v).tolist()
 
     def close(self) -> None:
-        C.llama_batch_free(self._batch)
+        self._batch.close()
         C.llama_free(self.ctx)
