@@ -31,10 +31,11 @@ LOOP = {"messages": HI, "grammar": 'root ::= (" hello")+', "logit_bias": {str(HE
 @pytest.fixture(scope="module")
 def looping(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server whose models are the tiny chatml model: with the engine's default, with the
-    detector off, with a short span; and one for the cancelled requests (its own log lines)."""
+    detector off, with a short span; and one for the cancelled requests (its own log lines). All
+    four stay loaded: no test here waits for another's model to go."""
     path = tmp_path_factory.mktemp("runaway") / "models.toml"
     model = f'path = "{tiny_models["chatml"]}"\ncontext_length = {TINY_CTX}\n'
-    path.write_text(f'default = "loop-default"\n[models.loop-default]\n{model}'
+    path.write_text(f'default = "loop-default"\nmax_loaded_models = 4\n[models.loop-default]\n{model}'
                     f'[models.loop-off]\n{model}[models.loop-off.sampling]\nrepetition_stop = 0\n'
                     f'[models.loop-short]\n{model}[models.loop-short.sampling]\nrepetition_stop = 40\n'
                     f'[models.loop-cancel]\n{model}')
@@ -57,6 +58,18 @@ def log_line(server: Server, model: str, path: str = "/v1/chat/completions", bef
             return lines[-1]
         time.sleep(0.1)
     raise AssertionError(f"no access-log line for {model}:\n{server.output()[-2000:]}")
+
+
+def loaded(health: Server | dict) -> tuple[int, list[tuple[str, object]]]:
+    """/health's count of model loads, and each loaded model's worker (pid, state, crashes)."""
+    if isinstance(health, Server):
+        health = httpx.get(health.url + "/health", timeout=10).json()
+    return health["loads"], [(m["name"], m["worker"]) for m in health["loaded"]]
+
+
+def server_lines(server: Server) -> list[str]:
+    """What the server printed beside its access log (loads, unloads, a worker restarted)."""
+    return [line for line in server.output().splitlines() if not re.match(r"\d\d:\d\d:\d\d (GET|POST) ", line)][-30:]
 
 
 def chat(server: Server, model: str, max_tokens: int, **extra: object) -> tuple[str, int]:
@@ -104,6 +117,7 @@ def test_a_cancelled_stream_is_logged_with_what_it_generated(looping: Server):
     body = {**LOOP, "model": "loop-cancel", "max_tokens": 1500, "repetition_stop": 0, "ngram_draft": 0, "stream": True}
     for attempt in range(2):
         seen, before = 0, len(log_lines(looping, "loop-cancel"))
+        health = httpx.get(looping.url + "/health", timeout=10).json()
         with httpx.Client(timeout=60) as h, h.stream("POST", looping.url + "/v1/chat/completions", json=body) as r:
             for line in r.iter_lines():
                 seen += '"content":" hello"' in line  # a token a chunk
@@ -113,7 +127,8 @@ def test_a_cancelled_stream_is_logged_with_what_it_generated(looping: Server):
         generated = int(re.search(r"generated=(\d+)", line).group(1))  # type: ignore[union-attr]
         prompt, cached = (int(re.search(rf"{k}=(\d+)", line).group(1)) for k in ("prompt", "cached"))  # type: ignore[union-attr]
         assert seen <= generated < 1500 and "finish=cancelled" in line, line
-        assert cached == prompt - 1 if attempt else cached >= 0, line  # all but the last token, which makes the logits
+        # all but the last token, which makes the logits (what else the server did meanwhile, if not)
+        assert cached == prompt - 1 if attempt else cached >= 0, (line, loaded(health), loaded(looping), server_lines(looping))
 
 
 def test_an_abandoned_answer_is_logged_with_what_it_generated(looping: Server):
