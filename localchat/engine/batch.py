@@ -10,7 +10,6 @@ import numpy as np
 
 class Batch:
     def __init__(self, size: int) -> None:
-        self.size = size
         self.raw = C.llama_batch_init(size, 0, 1)
         self.token = np.ctypeslib.as_array(self.raw.token, shape=(size,))
         self.pos = np.ctypeslib.as_array(self.raw.pos, shape=(size,))
