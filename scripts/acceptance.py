@@ -238,6 +238,11 @@ class Run:
                     pass
         return events
 
+    def remove(self) -> None:
+        """The throw-away HOME and folder, once judged (the transcript is kept elsewhere)."""
+        self.reap()
+        shutil.rmtree(self.home, ignore_errors=True)
+        shutil.rmtree(self.work, ignore_errors=True)
 
     def reap(self) -> None:
         """End what the client left running (Cline's hub daemon, a shell it started): every process with this HOME."""
@@ -623,6 +628,7 @@ def main() -> int:
                     why = "" if ok else classify(run, server.output()[mark:], recorder.declared(since))
                     matrix.setdefault((client, case), []).append((ok, why))
                     (logs / f"{client}-{case}-{n + 1}.txt").write_text(run.output)
+                    run.remove()
                     print(f"{client:8} {case:5} {n + 1}  {'PASS' if ok else 'FAIL'} {seconds:7.1f} s  "
                           f"{why + ' — ' if why else ''}{seen}"[:400].replace("\n", " "), flush=True)
         print(f"\n({time.monotonic() - started:.0f} s in all)\n")

@@ -111,6 +111,8 @@ def main() -> None:
         ap.exit(2, f"families: no template {'matches --only' if args.only else 'found in ' + str(templates(cache))}\n")
     work = args.keep or Path(tempfile.mkdtemp(prefix="localchat-families-"))
     work.mkdir(parents=True, exist_ok=True)
+    for name in ("CONFIG", "DATA", "PROMPT_CACHE"):  # the server's own folders, beside the tiny models, not the user's
+        os.environ[f"LOCALCHAT_{name}_DIR"] = str(work / name.lower())
     started = time.monotonic()
     prepared = [prepare(path, work) for path in sources]
     config = work / "models.toml"

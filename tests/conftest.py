@@ -3,8 +3,10 @@ models, and a real `localchat serve` process on a free loopback port."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,6 +60,9 @@ _HOME = Path(tempfile.mkdtemp(prefix="localchat-tests-"))
 os.environ["LOCALCHAT_CONFIG_DIR"] = str(_HOME / "config")
 os.environ["LOCALCHAT_DATA_DIR"] = str(_HOME / "data")
 os.environ["LOCALCHAT_PROMPT_CACHE_DIR"] = str(_HOME / "prompts")
+# Gone when the tests (or a script using this launcher: acceptance, bench) end: its saved prompts are
+# a shipped model's K/V cells, hundreds of MB each, and /tmp is not emptied between runs.
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
