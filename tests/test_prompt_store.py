@@ -58,6 +58,27 @@ def test_a_longer_prompt_supersedes_its_prefix_and_the_limit_drops_the_least_rec
 
 
 @pytest.mark.fast
+def test_the_limit_holds_for_every_models_prompts_together(tmp_path: Path):
+    one = tmp_path / "one.gguf"
+    one.write_bytes(b"GGUF one")
+    gone = PromptStore(tmp_path / "prompts", one, 1 << 30)  # a model file since replaced: nobody restores these
+    for k in range(2):
+        gone._write(np.full(100, k, dtype=np.int32), bytearray(1000))
+    gone.close()
+    size = next((tmp_path / "prompts" / gone.key).glob("*.kv")).stat().st_size
+    s = store(tmp_path, limit=3 * size)
+    s._write(np.full(100, 7, dtype=np.int32), bytearray(1000))  # three in all: within the limit
+    assert len(list((tmp_path / "prompts").glob("*/*.kv"))) == 3
+    s._write(np.full(100, 8, dtype=np.int32), bytearray(1000))  # four: the least recent, the other model's, goes
+    left = {p.parent.name: p for p in (tmp_path / "prompts").glob("*/*.kv")}
+    assert len(list((tmp_path / "prompts").glob("*/*.kv"))) == 3 and len(s.entries) == 2
+    s._write(np.full(100, 9, dtype=np.int32), bytearray(1000))
+    assert not (tmp_path / "prompts" / gone.key).exists()  # its last prompt gone, its folder too
+    assert sorted(int(e.tokens[0]) for e in s.entries) == [7, 8, 9] and gone.key in left
+    s.close()
+
+
+@pytest.mark.fast
 def test_torn_corrupt_and_foreign_files_are_skipped_and_removed(tmp_path: Path):
     s = store(tmp_path)
     s._write(np.arange(100, dtype=np.int32), bytearray(b"x" * 5000))

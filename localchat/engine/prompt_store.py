@@ -7,8 +7,10 @@ thread puts it in a file of its own under the cache folder. A later request whos
 at least `RESTORE_MIN` tokens more with an entry than with its slot's own cache has that entry's
 cells put back into the slot (`llama_state_seq_set_data`) and reads only the rest: after a
 restart, an unload, or when the slot was given to other work. The OS page cache keeps recent
-entries in RAM; `limit_bytes` bounds the folder (least recently used entries go first), and an
-entry whose tokens are a prefix of a newer one's is dropped as superseded.
+entries in RAM; `limit_bytes` bounds the whole cache folder, every model's entries together (the
+least recently used go first, whichever model's; a model file replaced or deleted leaves entries
+nobody restores, and they go too), and an entry whose tokens are a prefix of a newer one's is
+dropped as superseded.
 
 A file is: MAGIC, one JSON line (the model's key, token count, state bytes, the state's CRC-32),
 the tokens (int32), the state (`write_file`, `read_file`: the one format, also of the slot files
@@ -182,7 +184,10 @@ class PromptStore:
         state = self._read_state(entry)
         if state is None or not put_state(ctx, seq_id, state):
             C.llama_memory_seq_rm(C.llama_get_memory(ctx), seq_id, -1, -1)
-            _log.warning("prompt cache: could not restore %s; removed it", entry.path.name)
+            if entry.path.exists():
+                _log.warning("prompt cache: could not restore %s; removed it", entry.path.name)
+            else:  # another model's server made room
+                _log.info("prompt cache: %s was removed to keep the folder under its limit", entry.path.name)
             self._drop(entry)
             return None
         entry.used = time.time()
@@ -236,23 +241,50 @@ class PromptStore:
     def _write(self, tokens: np.ndarray, state: bytearray) -> None:
         name = hashlib.sha256(tokens.tobytes()).hexdigest()[:32]
         path = self.folder / f"{name}.kv"
+        self.folder.mkdir(parents=True, exist_ok=True)  # (another model's store removes folders it empties)
         write_file(path, self.key, tokens, state)
         entry = Entry(path, tokens, path.stat().st_size, time.time())
         with self._lock:
             superseded = [e for e in self.entries if e.path == path
                           or (len(e.tokens) <= len(tokens) and common(e.tokens, tokens) == len(e.tokens))]
             self.entries = [e for e in self.entries if e not in superseded] + [entry]
-            total = sum(e.size for e in self.entries)
-            evict = []
-            for e in sorted(self.entries, key=lambda e: e.used):
+            # the limit holds for the whole folder: every model's prompts, those of model files gone or
+            # replaced since included (another process's store finds a file it lost gone, and reads again)
+            others = self._others()
+            total = sum(e.size for e in self.entries) + sum(size for _, size, _ in others)
+            candidates = sorted([(e.used, e.size, e) for e in self.entries] + [(t, size, f) for f, size, t in others],
+                                key=lambda c: c[0])
+            evict: list[Entry | Path] = []
+            for _, size, what in candidates:
                 if total <= self.limit:
                     break
-                evict.append(e)
-                total -= e.size
+                evict.append(what)
+                total -= size
             self.entries = [e for e in self.entries if e not in evict]
-        for e in superseded + evict:
-            if e.path != path or e in evict:
+        for e in superseded:
+            if e.path != path:
                 e.path.unlink(missing_ok=True)
+        for what in evict:
+            (what.path if isinstance(what, Entry) else what).unlink(missing_ok=True)
+            if isinstance(what, Path) and what.parent != self.folder:
+                try:
+                    what.parent.rmdir()  # the last of another model's prompts: its folder too
+                except OSError:
+                    pass
+
+    def _others(self) -> list[tuple[Path, int, float]]:
+        """Other model files' saved prompts in the cache folder: each file, its size and its time."""
+        found = []
+        for folder in self.folder.parent.iterdir():
+            if folder == self.folder or not folder.is_dir():
+                continue
+            for path in folder.glob("*.kv"):
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue  # removed meanwhile
+                found.append((path, st.st_size, st.st_mtime))
+        return found
 
     # -- the file (read_file checks it) ---------------------------------------------------
 
