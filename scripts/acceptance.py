@@ -623,7 +623,7 @@ def main() -> int:
         raise SystemExit("acceptance needs npm (Node.js 20 or newer)")
     bins = install()
     RUNS.mkdir(parents=True, exist_ok=True)
-    logs = Path(tempfile.mkdtemp(prefix="localchat-acceptance-"))  # each run's transcript
+    logs = Path(tempfile.mkdtemp(prefix="localchat-acceptance-"))  # each run's transcript and requests
     server = Running(args.url) if args.url else Serve(args.config)
     recorder = Recorder(server.url)  # the clients talk to it: which tools they declared, for the failures' classes
     started = time.monotonic()
@@ -648,6 +648,9 @@ def main() -> int:
                     why = "" if ok else classify(run, server.output()[mark:], recorder.declared(since))
                     matrix.setdefault((client, case), []).append((ok, why))
                     (logs / f"{client}-{case}-{n + 1}.txt").write_text(run.output)
+                    (logs / f"{client}-{case}-{n + 1}.requests.jsonl").write_text("".join(  # what it sent, in order
+                        json.dumps({"path": path, "body": body.decode(errors="replace")}) + "\n"
+                        for path, body in recorder.bodies[since:]))
                     run.remove()
                     print(f"{client:8} {case:5} {n + 1}  {'PASS' if ok else 'FAIL'} {seconds:7.1f} s  "
                           f"{why + ' — ' if why else ''}{seen}"[:400].replace("\n", " "), flush=True)

@@ -110,6 +110,19 @@ def test_family_template_renders_the_conversation(name: str):
     assert prompt.text == EXPECTED[name]
 
 
+@pytest.mark.fast
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_last_message_is_where_the_turn_being_answered_begins(name: str):
+    """Prompt.last_turn: the segment a shifted cache reuse never moves cells into (engine/job.py)."""
+    f = FAMILIES[name]
+    prompt = render_prompt(f.template, CONVERSATION, bos_token=f.bos_token, eos_token=f.eos_token)
+    assert prompt.segments[prompt.last_turn] == ("and the world", True)
+    assert "the sea" in "".join(text for text, _ in prompt.segments[:prompt.last_turn])
+    prefilled = render_prompt(f.template, [*CONVERSATION, {"role": "assistant", "content": "Sure"}],
+                              bos_token=f.bos_token, eos_token=f.eos_token)
+    assert prefilled.segments[prefilled.last_turn] == ("and the world", True)  # (the prefill continues it)
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_family_is_detected_from_gguf_metadata(name: str, tiny_models: dict[str, Path]):
     info = inspect(tiny_models[name])

@@ -34,6 +34,23 @@ def test_the_cached_tokens_are_met_again_after_a_span():
                                                       (len(head) + 1 + len(mid) + 2, 1, len(tail))]
 
 
+@pytest.mark.fast
+def test_no_cached_cell_moves_into_the_turn_being_answered():
+    """aider ends each new message with the same long rules: its "Say hi." cached, then "run this
+    command" read with the rules' cells moved, answered "Ok." as to the old message (cold: the
+    command). Nothing from the last message's first token (fresh_from) on is moved: it is read."""
+    rng = random.Random(2)
+    head, rules = [rng.randrange(1000) for _ in range(40)], [rng.randrange(1000) for _ in range(400)]
+    old, new = [*head, 7, 7, *rules, 5], [*head, 8, 8, 8, *rules, 6]
+    assert shifted_matches(old, new, len(head)) == [(len(head) + 2, 3, len(rules))]  # (no turn given)
+    assert shifted_matches(old, new, len(head), fresh_from=len(head)) == []  # the message is the span on
+    # a path in the system prompt, the message after the rules: the rules move, the message is read
+    path_old, path_new = [*head, 7, 7, *rules, *head[:30], 5], [*head, 8, 8, 8, *rules, *head[:30], 6]
+    turn = len(head) + 3 + len(rules)
+    assert shifted_matches(path_old, path_new, len(head), fresh_from=turn) == [(len(head) + 2, 3, len(rules))]
+    assert shifted_matches(path_old, path_new, len(head), fresh_from=turn - len(rules) + SHIFT_MIN - 1) == []
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory) -> LocalEngine:
     path = write_tiny_model(tmp_path_factory.mktemp("reuse") / "m.gguf", FAMILIES["chatml"], n_ctx=2048)

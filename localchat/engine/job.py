@@ -86,8 +86,8 @@ def reuse(slot: Slot, job: Job) -> int:
     if slot.adapters != job.request.adapters or not job.request.cache_prompt:
         return 0
     common = common_prefix(slot.cached, tokens)
-    if shifts(slot, job):
-        common += sum(length for _, _, length in shifted_matches(slot.cached, tokens, common))  # (they serve too)
+    if shifts(slot, job):  # (the moved stretches serve too)
+        common += sum(length for _, _, length in shifted_matches(slot.cached, tokens, common, job.request.fresh_from))
     return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0
 
 
@@ -115,12 +115,16 @@ def shifts(slot: Slot, job: Job) -> bool:
             and not req.media and not slot.media and slot.pos_delta == 0)
 
 
-def shifted_match(cached: list[int], tokens: list[int], c: int, t: int) -> tuple[int, int, int] | None:
+def shifted_match(cached: list[int], tokens: list[int], c: int, t: int,
+                  fresh_from: int | None = None) -> tuple[int, int, int] | None:
     """Where the cached tokens from c on meet the new ones from t on again: (where in `cached`,
     the new span's length, how many tokens match from there) for the first meeting within
     SHIFT_SPAN tokens on each side that serves SHIFT_MIN tokens (never the prompt's last token:
-    it is read for the logits); None if there is none."""
-    if len(cached) - c < SHIFT_MIN or len(tokens) - t <= SHIFT_MIN:
+    it is read for the logits; nothing from `fresh_from` on, the turn being answered: moved cells
+    saw the old span, and a request whose own text came after it would be answered as the old
+    one was — aider's rules follow each new message); None if there is none."""
+    end = len(tokens) - 1 if fresh_from is None else min(len(tokens) - 1, fresh_from)
+    if len(cached) - c < SHIFT_MIN or end - t < SHIFT_MIN:
         return None
     keys: dict[tuple[int, ...], int] = {}
     for j in range(c, min(c + SHIFT_SPAN, len(cached) - SHIFT_KEY) + 1):
@@ -129,18 +133,19 @@ def shifted_match(cached: list[int], tokens: list[int], c: int, t: int) -> tuple
         j = keys.get(tuple(tokens[t + d:t + d + SHIFT_KEY]))
         if j is None or (j == c and d == 0):
             continue
-        length = min(common_prefix(cached[j:], tokens[t + d:]), len(tokens) - 1 - (t + d))
+        length = min(common_prefix(cached[j:], tokens[t + d:]), end - (t + d))
         if length >= SHIFT_MIN:
             return j, d, length
     return None
 
 
-def shifted_matches(cached: list[int], tokens: list[int], n: int) -> list[tuple[int, int, int]]:
+def shifted_matches(cached: list[int], tokens: list[int], n: int,
+                    fresh_from: int | None = None) -> list[tuple[int, int, int]]:
     """After a common prefix of n tokens, every stretch of the cached tokens the new ones meet
     again, in order (shifted_match, from the end of the one before): a path and a date that
     differ at two places in a prompt are two spans."""
     hits, c, t = [], n, n
-    while hit := shifted_match(cached, tokens, c, t):
+    while hit := shifted_match(cached, tokens, c, t, fresh_from):
         hits.append(hit)
         c, t = hit[0] + hit[2], t + hit[1] + hit[2]
     return hits

@@ -62,7 +62,7 @@ class PrefixCache:
         lead = job.slots[0]
         if not self.shiftable or not shifts(lead, job):
             return False
-        hits = shifted_matches(lead.cached, job.tokens, n)
+        hits = shifted_matches(lead.cached, job.tokens, n, job.request.fresh_from)
         if not hits:
             return False
         seq, mem, far = lead.seq_id, self.mem, 1 << 24

@@ -31,6 +31,9 @@ class Prompt:
 
     segments: tuple[tuple[str, bool], ...]
     dropped: frozenset[int] = frozenset()  # messages whose text the template left out
+    # the segment where the last message shown begins (its first piece of text; len(segments): none): what
+    # follows is the turn being answered, which a shifted cache reuse always reads (engine/job.py)
+    last_turn: int | None = None
 
     @property
     def text(self) -> str:
@@ -112,7 +115,7 @@ def render_prompt(
     prompt = _render(template, messages, context, prefill)
     if folded:  # message k of the folded conversation is message k + 1 (the first holds both)
         dropped = {k + 1 for k in prompt.dropped} | ({0} if 0 in prompt.dropped else set())
-        prompt = Prompt(prompt.segments, frozenset(dropped))
+        prompt = Prompt(prompt.segments, frozenset(dropped), prompt.last_turn)
     return prompt
 
 
@@ -148,16 +151,20 @@ def _render(template: str, messages: list[dict[str, Any]], context: dict[str, An
 
     segments: list[tuple[str, bool]] = []
     shown: set[int] = set()
+    starts: dict[int, int] = {}  # each message shown: the segment its first piece is
     for i, part in enumerate(re.split(f"\ue000{nonce}:(\\d+)\ue001", rendered)):
         if i % 2:
-            segments.append(texts[int(part)])
+            if texts[int(part)][0]:
+                starts.setdefault(owner[int(part)], len(segments))
+                segments.append(texts[int(part)])
             shown.add(owner[int(part)])
         elif part:
             segments.append((part, False))
+    last_turn = starts[max(starts)] if starts else len(segments)
     if prefill:
         segments.append((prefill, True))
     dropped = frozenset(set(owner) - shown)
-    return Prompt(tuple(s for s in segments if s[0]), dropped)
+    return Prompt(tuple(segments), dropped, last_turn)
 
 
 def _masked(message: dict[str, Any], hide: Callable[[Content], str]) -> dict[str, Any]:

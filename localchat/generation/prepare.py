@@ -38,6 +38,7 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     tools = constraints.codec_tools(rules)  # made once: for the prompt, the grammar and the splitters
     family, tokenizer = loaded.family, loaded.engine.tokenizer
     media: tuple[Media, ...] = ()
+    fresh_from = None
     if request.prompt is not None:
         tokens, thinking = _raw_tokens(request, loaded), False
     else:
@@ -50,6 +51,9 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
             tokens, media = place_media(tokenizer, prompt.segments, media)
         else:
             tokens = tokenizer.tokenize(list(prompt.segments))
+            # the segments are tokenized one by one, so the last message's first token is found exactly
+            if prompt.last_turn is not None and prompt.last_turn < len(prompt.segments):
+                fresh_from = len(tokenizer.tokenize(list(prompt.segments[:prompt.last_turn])))
     # the server's grammar limit, read here for every protocol (the raw grammar and those made from schemas)
     constraint = constraints.build(rules, tools, family, thinking, settings.max_grammar_bytes)
     params = request.sampling.over(SamplingParams(**loaded.spec.sampling.model_dump()))
@@ -62,7 +66,8 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
                  for _ in range(request.n)]
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
                         adapters=resolve_adapters(loaded, request.lora), media=media,
-                        cache_prompt=request.cache_prompt, prompt_logprobs=request.prompt_logprobs)
+                        cache_prompt=request.cache_prompt, prompt_logprobs=request.prompt_logprobs,
+                        fresh_from=fresh_from)
     return PreparedGeneration(generate, splitters)
 
 
