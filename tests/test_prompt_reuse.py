@@ -38,17 +38,21 @@ def test_the_cached_tokens_are_met_again_after_a_span():
 def test_no_cached_cell_moves_into_the_turn_being_answered():
     """aider ends each new message with the same long rules: its "Say hi." cached, then "run this
     command" read with the rules' cells moved, answered "Ok." as to the old message (cold: the
-    command). Nothing from the last message's first token (fresh_from) on is moved: it is read."""
+    command). A moved stretch starts before the last message (fresh_from) and ends at its first
+    difference at the latest: from there on all is read."""
     rng = random.Random(2)
     head, rules = [rng.randrange(1000) for _ in range(40)], [rng.randrange(1000) for _ in range(400)]
     old, new = [*head, 7, 7, *rules, 5], [*head, 8, 8, 8, *rules, 6]
     assert shifted_matches(old, new, len(head)) == [(len(head) + 2, 3, len(rules))]  # (no turn given)
     assert shifted_matches(old, new, len(head), fresh_from=len(head)) == []  # the message is the span on
-    # a path in the system prompt, the message after the rules: the rules move, the message is read
-    path_old, path_new = [*head, 7, 7, *rules, *head[:30], 5], [*head, 8, 8, 8, *rules, *head[:30], 6]
+    # a stretch that starts before the message runs on into it up to the message's first difference (the same
+    # reminders open each new task): those cells saw only the old span; the rules after the new text are read
+    reminder = [rng.randrange(1000) for _ in range(100)]
+    old = [*head, 7, 7, *rules, *reminder, 5, 5, *rules, 5]
+    new = [*head, 8, 8, 8, *rules, *reminder, 6, *rules, 6]
     turn = len(head) + 3 + len(rules)
-    assert shifted_matches(path_old, path_new, len(head), fresh_from=turn) == [(len(head) + 2, 3, len(rules))]
-    assert shifted_matches(path_old, path_new, len(head), fresh_from=turn - len(rules) + SHIFT_MIN - 1) == []
+    assert shifted_matches(old, new, len(head), fresh_from=turn) == [(len(head) + 2, 3, len(rules) + len(reminder))]
+    assert shifted_matches(old, new, len(head), fresh_from=len(head) + 3) == []  # (it would start in the message)
 
 
 @pytest.fixture(scope="module")

@@ -120,20 +120,24 @@ def shifted_match(cached: list[int], tokens: list[int], c: int, t: int,
     """Where the cached tokens from c on meet the new ones from t on again: (where in `cached`,
     the new span's length, how many tokens match from there) for the first meeting within
     SHIFT_SPAN tokens on each side that serves SHIFT_MIN tokens (never the prompt's last token:
-    it is read for the logits; nothing from `fresh_from` on, the turn being answered: moved cells
-    saw the old span, and a request whose own text came after it would be answered as the old
-    one was — aider's rules follow each new message); None if there is none."""
-    end = len(tokens) - 1 if fresh_from is None else min(len(tokens) - 1, fresh_from)
-    if len(cached) - c < SHIFT_MIN or end - t < SHIFT_MIN:
+    it is read for the logits). A stretch starts before `fresh_from`, where the turn being
+    answered (the last message) begins, and may run on into it up to its first difference: from
+    a difference inside that message on, everything is read. Moved cells saw the old span, and
+    cells after the old message's own text would answer the new one as the old was — aider's
+    rules follow each new message; the same start of a message (Qwen Code's and Claude Code's
+    reminders before the task) saw only what every moved cell saw. None if there is none."""
+    last = len(tokens) - 1
+    starts_before = last if fresh_from is None else min(last, fresh_from)
+    if len(cached) - c < SHIFT_MIN or last - t < SHIFT_MIN:
         return None
     keys: dict[tuple[int, ...], int] = {}
     for j in range(c, min(c + SHIFT_SPAN, len(cached) - SHIFT_KEY) + 1):
         keys.setdefault(tuple(cached[j:j + SHIFT_KEY]), j)
-    for d in range(0, min(SHIFT_SPAN, len(tokens) - t - SHIFT_KEY) + 1):
+    for d in range(0, min(SHIFT_SPAN, len(tokens) - t - SHIFT_KEY, starts_before - 1 - t) + 1):
         j = keys.get(tuple(tokens[t + d:t + d + SHIFT_KEY]))
         if j is None or (j == c and d == 0):
             continue
-        length = min(common_prefix(cached[j:], tokens[t + d:]), end - (t + d))
+        length = min(common_prefix(cached[j:], tokens[t + d:]), last - (t + d))
         if length >= SHIFT_MIN:
             return j, d, length
     return None

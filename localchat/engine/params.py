@@ -98,8 +98,8 @@ class Generate:
     media: tuple[Media, ...] = ()  # images and audio (the model needs a projector, `mmproj`)
     cache_prompt: bool = True  # False: the prompt is decoded whole, in an empty or the least used slot, and not kept
     prompt_logprobs: int | None = None  # k: each prompt token's log-probability and the k most likely (no cache read)
-    # where the turn being answered (the last message) begins in `tokens`: a shifted reuse moves no cached cells
-    # from there on, so the request itself is always read after what changed (None: the whole prompt may move)
+    # where the turn being answered (the last message) begins in `tokens`: a shifted reuse's stretches start before
+    # it and end at the message's first difference, so the request is read from there (None: the whole prompt may move)
     fresh_from: int | None = None
 
 
