@@ -650,7 +650,7 @@ def agent_bench(config: Path, spec: ModelSpec) -> None:
             their.stop()
     cold = ours[0][1]
     print(f"model {spec.name}: an agent's prompt of {ours[0][2].get('prompt_tokens')} tokens, 24 tools; "
-          "time to first token (goal: <= 5% of cold for all but cold)")
+          "time to first token (goal: <= 5% of cold for all but cold and the moved block, read whole)")
     print(f"{'case':18} {'localchat':>10} {'cached':>7} {'of cold':>8}  {'llama-server':>12} {'ratio':>6}  goal")
     for i, (case, seconds, usage) in enumerate(ours):
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
@@ -660,7 +660,8 @@ def agent_bench(config: Path, spec: ModelSpec) -> None:
         share = seconds / cold
         them = theirs[i][1] if theirs else None
         ratio = f"{them / seconds:5.1f}x" if them else "     -"
-        goal = "" if case == "cold" else ("PASS" if share <= 0.05 else "FAIL")
+        # the block moved into the last message: that message is read whole, by design (docs/operations.md)
+        goal = "" if case in ("cold", "env block moved") else ("PASS" if share <= 0.05 else "FAIL")
         print(f"{case:18} {seconds:9.2f}s {cached:7} {share:7.1%}  "
               f"{(f'{them:11.2f}s' if them else '           -')} {ratio}  {goal}")
 

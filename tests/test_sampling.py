@@ -79,3 +79,17 @@ def test_nothing_to_adjust_returns_the_logits_themselves():
     adjust = Adjustments(SamplingParams(repeat_penalty=1.0))
     adjust.accept(3)
     assert adjust.apply(logits) is logits
+
+
+def test_the_prompt_counts_toward_the_penalties():
+    """As llama-server's sampler, which accepts every prompt token before the first pick: the
+    prompt's last penalty_last_n tokens are penalized as if sampled."""
+    logits = np.full(10, 4.0, dtype=np.float32)
+    adjust = Adjustments(SamplingParams(repeat_penalty=2.0, penalty_last_n=2), prompt=[1, 2, 3])
+    assert adjust.apply(logits)[1:4].tolist() == [4.0, 2.0, 2.0]  # the last two of the prompt
+    adjust.accept(5)
+    assert adjust.apply(logits)[1:6].tolist() == [4.0, 4.0, 2.0, 4.0, 2.0]
+    everything = Adjustments(SamplingParams(repeat_penalty=2.0, penalty_last_n=-1), prompt=[1, 2, 3])
+    assert everything.apply(logits)[1:4].tolist() == [2.0] * 3
+    off = Adjustments(SamplingParams(repeat_penalty=1.0), prompt=[1, 2, 3])
+    assert off.apply(logits) is logits

@@ -54,7 +54,8 @@ def make_sequence(job: Job, i: int, slot: Slot, model: Model, n_ctx: int) -> Seq
         banned = dict.fromkeys(model.eog | req.stop_tokens, float("-inf"))
         params = replace(params, logit_bias={**params.logit_bias, **banned})
     sampler = Sampler(params, model.vocab, model.n_vocab, req.constraint, model.piece,
-                      lambda text: model.tokenize_bytes(text.encode(), parse_special=True), model.utf8_tables)
+                      lambda text: model.tokenize_bytes(text.encode(), parse_special=True), model.utf8_tables,
+                      job.tokens)
     budget = n_ctx - len(job.tokens)
     if params.max_tokens is not None:
         budget = min(budget, params.max_tokens)

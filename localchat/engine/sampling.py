@@ -18,7 +18,7 @@ import functools
 import random
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import llama_cpp as C
 import numpy as np
@@ -35,10 +35,10 @@ _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float3
 class Sampler:
     def __init__(self, params: SamplingParams, vocab, n_vocab: int, constraint: Constraint | None,
                  piece: Callable[[int], bytes], tokenize: Callable[[str], list[int]],
-                 utf8: Callable[[], Utf8Tables] | None = None) -> None:
+                 utf8: Callable[[], Utf8Tables] | None = None, prompt: Sequence[int] = ()) -> None:
         self.n_vocab, self.vocab = n_vocab, vocab
         self.constraint = constraint
-        self.adjust = Adjustments(params)
+        self.adjust = Adjustments(params, prompt)
         self.greedy = params.temperature <= 0
         self.chain = _chain(params, constraint is not None and not (constraint.triggers or constraint.loose))
         self.grammar = self.pick = None
@@ -223,10 +223,13 @@ class Sampler:
 
 class Adjustments:
     """Logit bias, then repetition/frequency/presence penalties over the last `penalty_last_n`
-    sampled tokens (-1: all of them), in llama.cpp's order and float32 arithmetic, applied to a
-    copy of the logits at the tokens they touch."""
+    tokens of the prompt and what was sampled after it (-1: all of them), in llama.cpp's order
+    and float32 arithmetic, applied to a copy of the logits at the tokens they touch. The prompt
+    counts as in llama-server (its sampler accepts every prompt token first) and transformers
+    (whose repetition_penalty, the one Qwen's generation_config sets, sees the whole input). A
+    tool call counts from its own start (the grammar's arguments are not the prose's)."""
 
-    def __init__(self, p: SamplingParams) -> None:
+    def __init__(self, p: SamplingParams, prompt: Sequence[int] = ()) -> None:
         self.bias_ids = np.fromiter(p.logit_bias, dtype=np.int64, count=len(p.logit_bias))
         self.bias = np.fromiter(p.logit_bias.values(), dtype=np.float32, count=len(p.logit_bias))
         self.repeat = np.float32(p.repeat_penalty)
@@ -236,6 +239,9 @@ class Adjustments:
                                               or p.presence_penalty != 0.0)
         self.window: deque[int] = deque()
         self.counts: dict[int, int] = {}
+        if self.penalize:
+            for token in prompt[-self.last_n:] if self.last_n > 0 else prompt:
+                self.accept(token)
 
     def apply(self, logits: np.ndarray) -> np.ndarray:
         """`logits` itself when nothing applies, else an adjusted copy."""
