@@ -661,7 +661,7 @@ def agent_bench(config: Path, spec: ModelSpec) -> None:
         share = seconds / cold
         them = theirs[i][1] if theirs else None
         ratio = f"{them / seconds:5.1f}x" if them else "     -"
-        # the block moved into the last message: that message is read whole, by design (docs/operations.md)
+        # the block after the task in the last message: read from the message's first difference, by design
         goal = "" if case in ("cold", "env block moved") else ("PASS" if share <= 0.05 else "FAIL")
         print(f"{case:18} {seconds:9.2f}s {cached:7} {share:7.1%}  "
               f"{(f'{them:11.2f}s' if them else '           -')} {ratio}  {goal}")
