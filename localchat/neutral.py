@@ -59,6 +59,7 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    resampled_tokens: int = 0  # written, then taken back: a value broke the schema (not in completion_tokens)
 
     @property
     def total_tokens(self) -> int:

@@ -1,4 +1,5 @@
-"""An agent-sized tool set, as coding agents send them: 100 tools, ~200 KB of schemas, with
+"""An agent-sized tool set, as coding agents send them: 100 tools, ~200 KB of schemas (no keys
+beyond those listed, but in a free-form `options`), with
 long maxLength strings, empty `properties`, `$ref`s into `$defs`, and `anyOf` branches that
 carry `properties`. Used by the tests and by scripts/bench --tools."""
 
@@ -35,6 +36,7 @@ def _tool(i: int) -> dict[str, Any]:
             "note": {"type": ["string", "null"], "description": "Why. " * 10},
         },
         "required": ["path"],
+        "additionalProperties": False,  # as Claude Code's and Codex's tools say (zod's JSON schemas)
     }
     for k in range(i % 4):
         params["properties"][f"extra_{k}"] = {"type": "string", "maxLength": 8000, "description": "x" * 120}

@@ -121,7 +121,8 @@ class Grammar:
                 one = cost[item.value]  # type: ignore[index]
             else:
                 one = min(self._seq_cost(s, cost) for s in item.value)  # type: ignore[union-attr]
-            total += one * item.low
+            if item.low:  # (an optional part costs nothing, however long: inf * 0 would be nan)
+                total += one * item.low
         return total
 
     def sample(self, rng: random.Random, budget: int = 300, start: str = "root") -> str:

@@ -15,7 +15,8 @@ from localchat.grammars import validate
 from localchat.families.codecs.base import GrammarOptions, Tool
 from tinymodels import vocabulary, write_tiny_model
 
-ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"],
+       "additionalProperties": False}
 STRADDLE = "x<tool_call>y"  # one token: text, the whole trigger, and more text
 
 

@@ -28,14 +28,19 @@ class Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+Headers = dict[str, str] | Callable[[], dict[str, str]] | None
+
+
 async def respond(request: Request, stream: bool, chunks: Callable[[], AsyncIterator[bytes]],
                   collect: Callable[[], Awaitable[dict[str, Any]]], close: Callable[[], None],
-                  headers: dict[str, str] | None = None, keepalive: Keepalive = COMMENT,
-                  media_type: str = SSE) -> Response:
+                  headers: Headers = None, keepalive: Keepalive = COMMENT, media_type: str = SSE) -> Response:
     """The answer, streamed (`chunks`, with keepalives while nothing comes) or at once
-    (`collect`); `close` ends the turn(s) whatever happens."""
+    (`collect`); `close` ends the turn(s) whatever happens. `headers` may be a function: a
+    streamed answer's are known before it starts, a whole one's once it is written (what the
+    checking of written values gave up on, x-localchat-loosened)."""
     if stream:
-        return EventStream(chunks(), on_close=close, keepalive=keepalive, headers=headers, media_type=media_type)
+        made = headers() if callable(headers) else headers
+        return EventStream(chunks(), on_close=close, keepalive=keepalive, headers=made, media_type=media_type)
     return await json_answer(request.receive, collect, close, headers)
 
 

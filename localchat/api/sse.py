@@ -62,31 +62,41 @@ async def until_disconnect(receive: Receive, work: Callable[[], Awaitable[T]]) -
 
 
 async def json_answer(receive: Receive, work: Callable[[], Awaitable[Any]], close: Callable[[], None],
-                      headers: dict[str, str] | None = None) -> Response:
+                      headers: dict[str, str] | Callable[[], dict[str, str]] | None = None) -> Response:
     """A non-streamed answer: `work` builds the JSON body, `close` ends the request's turn(s)
-    whatever happens; a client that left first gets no body (499, "client closed request")."""
+    whatever happens; a client that left first gets no body (499, "client closed request").
+    `headers` may be a function, called once the body is made."""
     try:
         body = await until_disconnect(receive, work)
     finally:
         close()
-    return JSONResponse(body, headers=headers) if body else Response(status_code=499)
+    made = headers() if callable(headers) else headers
+    return JSONResponse(body, headers=made) if body else Response(status_code=499)
 
 
 LOOSENED_HEADER = "x-localchat-loosened"
-_LOOSENED_MAX = 64  # entries in the header; the server log has them all
+CHECKED_HEADER = "x-localchat-checked"
+_LOOSENED_MAX = 64  # entries in a header; the server log has them all
 
 
 def loosened_headers(*turns: Any) -> dict[str, str]:
-    """The x-localchat-loosened header for the schema keywords the turns' grammars do not
-    enforce: `[tool name]#/json/pointer:keyword`, comma-separated, with a pointer's characters
-    outside printable ASCII (and `%`, `,`, space) percent-encoded."""
-    entries = list(dict.fromkeys(e for turn in turns for e in getattr(turn, "loosened", ())))
-    if not entries:
-        return {}
+    """The schema keywords the turns' grammars do not hold exactly, `[tool name]#/json/pointer:keyword`
+    comma-separated (a pointer's characters outside printable ASCII, and `%`, `,`, space,
+    percent-encoded): x-localchat-checked for those a check of each written value holds (a
+    value that breaks them is written again), x-localchat-loosened for those nothing holds,
+    and those whose checking gave up (known once the answer is written)."""
+    checked = list(dict.fromkeys(e for turn in turns for e in getattr(turn, "checked", ())))
+    loosened = list(dict.fromkeys(e for turn in turns for e in (*getattr(turn, "loosened", ()),
+                                                               *getattr(turn, "unchecked", ()))))
+    return {name: _listed(entries) for name, entries in ((CHECKED_HEADER, checked), (LOOSENED_HEADER, loosened))
+            if entries}
+
+
+def _listed(entries: list[str]) -> str:
     shown = [quote(e, safe="#/:~!$&'()*+;=@[]{}|^`<>?.-_") for e in entries[:_LOOSENED_MAX]]
     if len(entries) > _LOOSENED_MAX:
         shown.append(f"+{len(entries) - _LOOSENED_MAX} more")
-    return {LOOSENED_HEADER: ", ".join(shown)}
+    return ", ".join(shown)
 
 
 class EventStream:

@@ -225,10 +225,12 @@ class Decoder:
         seq.sample(self.ctx, idx)
         kept = 0
         for token in drafts:
-            if seq.next_token != token:
+            if seq.next_token != token or seq.cut:
                 break
             kept += 1
             seq.sample(self.ctx, idx + kept)
+        if seq.cut:  # the answer was cut back before the drafts: their cells went with it, its drafter too
+            return
         if kept < len(drafts):
             slot = seq.slot
             C.llama_memory_seq_rm(self.mem, slot.seq_id, slot.keep(len(slot.cached) - (len(drafts) - kept)), -1)

@@ -3,6 +3,7 @@ only; the context that decodes with it belongs to the scheduler."""
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import hashlib
 import logging
@@ -76,6 +77,7 @@ class Model:
         self._bos = C.llama_vocab_bos(self.vocab)
         self._add_bos = C.llama_vocab_get_add_bos(self.vocab)
         self._pieces: dict[int, bytes] = {}
+        self._by_text: tuple[list[bytes], list[int]] | None = None  # (every token's text sorted, their ids): starting_with
         self._long: OrderedDict[tuple[bytes, bool], tuple[int, ...]] = OrderedDict()
         self._lock = threading.Lock()
         self.visible: set[int] = set()
@@ -174,6 +176,20 @@ class Model:
                 n = C.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
             cached = self._pieces[token] = buf.raw[:n]
         return cached
+
+    def starting_with(self, prefix: bytes) -> list[int]:
+        """The tokens whose text starts with `prefix` (a sorted index of every token's text, made
+        on first use)."""
+        if self._by_text is None:
+            pieces = [self.piece(t) for t in range(self.n_vocab)]
+            order = sorted(range(self.n_vocab), key=pieces.__getitem__)
+            self._by_text = ([pieces[t] for t in order], order)
+        texts, ids = self._by_text
+        lo = bisect.bisect_left(texts, prefix)
+        hi = lo
+        while hi < len(texts) and texts[hi].startswith(prefix):
+            hi += 1
+        return ids[lo:hi]
 
     def utf8_tables(self) -> Utf8Tables:
         if self._utf8 is None:  # built on the first constrained request (0.4 s for 262k tokens)

@@ -55,6 +55,16 @@ KNOBS: dict[str, dict[str, float]] = {f.name: f.metadata["bounds"] for f in fiel
 
 
 @dataclass(frozen=True)
+class Check:
+    """A value of the output checked against a schema as it is written (checking.py)."""
+
+    anchor: str  # a regular expression for the text just before the value; "" for where the grammar starts
+    schema: str  # the schema, as JSON
+    fails: tuple[str, ...] = ()  # JSON pointers of the sub-schemas whose values can break it once complete
+    entries: tuple[str, ...] = ()  # what it holds ("[tool]#/path:keyword"), for the answer's report
+
+
+@dataclass(frozen=True)
 class Constraint:
     """A GBNF grammar (start rule `root`) the output must follow; checked by the caller
     before it gets here. With triggers it is lazy: the text is free until it contains one of
@@ -66,7 +76,8 @@ class Constraint:
     # another form than the syntax's own ({"name": "TOOL" in a code fence) is forced valid from there.
     loose: tuple[tuple[str, str], ...] = ()
     after: str = ""  # the triggers count only once this text has been written (a think block's end)
-    loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce ("path:keyword"; not used here)
+    loosened: tuple[str, ...] = ()  # schema keywords neither the grammar nor a check holds ("path:keyword"; not used here)
+    checks: tuple[Check, ...] = ()  # what the grammar holds only in part, checked as it is written (checking.py)
 
 
 @dataclass(frozen=True)
@@ -196,6 +207,8 @@ class Done:
     why: str | None = None  # "repetition": a "length" end before the budget, the output having looped
     drafted: int = 0  # tokens drafted (from the text, drafts.py, or by a draft model, draft_model.py) and verified
     kept: int = 0  # of those, the ones the model wrote
+    resampled: int = 0  # tokens written, then taken back because a value broke the schema (checking.py)
+    unchecked: tuple[str, ...] = ()  # what the checking gave up holding ("[tool]#/path:keyword")
 
 
 @dataclass(frozen=True)

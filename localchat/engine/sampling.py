@@ -39,6 +39,7 @@ class Sampler:
         self.n_vocab, self.vocab = n_vocab, vocab
         self.constraint = constraint
         self.adjust = Adjustments(params, prompt)
+        self._prompt = prompt
         self.greedy = params.temperature <= 0
         self.chain = _chain(params, constraint is not None and not (constraint.triggers or constraint.loose))
         self.grammar = self.pick = None
@@ -72,8 +73,28 @@ class Sampler:
         if self._utf8 is not None:
             self.guard = Utf8Guard(self._utf8())
 
-    def sample(self, ctx, idx: int = -1) -> int:
-        """The next token, from the logits at batch index `idx`."""
+    def rewind(self, written: Sequence[int]) -> None:
+        """The grammar's state again as it was after `written` (the tokens written since it
+        started): a value the checker refused is written again (checking.py)."""
+        assert self.grammar is not None
+        C.llama_sampler_free(self.grammar)
+        grammar = self._own or self.constraint.grammar
+        self.grammar = C.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root")
+        if not self.grammar:
+            raise EngineError("llama.cpp rejected the grammar")
+        lazy = bool(self.constraint.triggers or self.constraint.loose)
+        self.adjust = Adjustments(self._params) if lazy else Adjustments(self._params, self._prompt)
+        if self._utf8 is not None:
+            self.guard = Utf8Guard(self._utf8())
+        for token in written:
+            C.llama_sampler_accept(self.grammar, token)
+            self.adjust.accept(token)
+            if self.guard is not None:
+                self.guard.accept(self._piece(token))
+
+    def sample(self, ctx, idx: int = -1, reject: Callable[[int], bool] | None = None) -> int:
+        """The next token, from the logits at batch index `idx`; under the grammar, never one
+        `reject` refuses (the next best, or another draw, instead: GrammarDeadEnd if none is left)."""
         if self._forced:
             return self._next_forced()
         logits = self.adjust.apply(np.ctypeslib.as_array(C.llama_get_logits_ith(ctx, idx), shape=(self.n_vocab,)))
@@ -96,6 +117,21 @@ class Sampler:
             self._grammar_first(logits)
         C.llama_sampler_apply(self.pick, ctypes.byref(self.cur))
         token = int(self._kept()[self.cur.selected]["id"])
+        refused: list[int] = []
+        while reject is not None and reject(token):
+            refused.append(token)
+            kept = self._kept()
+            left = kept[kept["id"] != token]
+            if not len(left):  # every candidate refused: the grammar chooses among the rest of the vocabulary
+                logits = logits.copy()  # (a copy: the array may be llama.cpp's own buffer)
+                logits[refused] = -np.inf
+                self._grammar_first(logits)
+            else:
+                self.buf[: len(left)] = left
+                self.cur.data = self.buf.ctypes.data_as(C.llama_token_data_p)
+                self.cur.size, self.cur.selected = len(left), -1
+            C.llama_sampler_apply(self.pick, ctypes.byref(self.cur))
+            token = int(self._kept()[self.cur.selected]["id"])
         C.llama_sampler_accept(self.grammar, token)
         C.llama_sampler_accept(self.chain, token)
         self.adjust.accept(token)

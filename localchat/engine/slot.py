@@ -15,13 +15,17 @@ import llama_cpp as C
 import numpy as np
 
 from ..errors import GrammarDeadEnd
+from .checking import Cut, OutputCheck, squeeze
 from .draft_model import DraftContext
 from .drafts import Drafter, TextDrafter, json_view
 from .model import Model
-from .params import Done, Event, TokenLogprob, TopLogprob, Text
+from .params import Check, Done, Event, TokenLogprob, TopLogprob, Text
 from .repetition import LoopDetector
 from .sampling import Sampler
 from .text import LineLimits, StopMatcher, Utf8Stream
+
+
+_NUMBER = frozenset("0123456789.eE+-")  # what may go on writing a number
 
 
 @dataclass
@@ -55,7 +59,7 @@ class Slot:
 class Sequence:
     def __init__(self, index: int, slot: Slot, model: Model, sampler: Sampler, stop_tokens: frozenset[int],
                  stops: tuple[str, ...], budget: int, logprobs: int | None, emit: Callable[[Event], None],
-                 loop: LoopDetector | None = None) -> None:
+                 loop: LoopDetector | None = None, checks: tuple[Check, ...] = ()) -> None:
         self.index, self.slot, self.model = index, slot, model
         self.sampler, self.stop_tokens, self.budget = sampler, stop_tokens, budget
         self.logprobs, self.emit, self.loop = logprobs, emit, loop
@@ -70,6 +74,22 @@ class Sequence:
         self._pending_logprobs: list[TokenLogprob] = []
         self.drafter: Drafter | None = None  # made at the first step that may draft (scheduler)
         self.draft_model: DraftContext | None = None  # the model's draft model, if it has one (scheduler)
+        self.drafts = (0, 0)  # drafted and kept by drafters dropped (a cut starts a new one)
+        # What the grammar does not hold, checked as it is written (checking.py): the tokens sampled,
+        # where the grammar's text began among them, the checked text passed on so far, the tokens
+        # banned after a cut (first token of the value, the tokens from there, the banned one)
+        self.out: list[int] = []
+        self.checking = OutputCheck(checks) if checks else None
+        self.grammar_from: int | None = None
+        self.n_prompt: int | None = None
+        self.sent = 0
+        # (a cut's first token, whether it starts inside a JSON string, the text from there that may not be written
+        # again, its insignificant whitespace left out: checking.squeeze, whether it ends in a number: then only
+        # that number is banned, not a longer one it begins)
+        self.bans: list[tuple[int, bool, str, bool]] = []
+        self.failed: dict[int, int] = {}  # values cut back, by their first token: how often
+        self.resampled = 0  # tokens written, then taken back by a cut
+        self.cut = False  # the last sample cut the answer back (the decoder's verification stops)
 
     def draft(self, room: int) -> tuple[list[int], list[float] | None]:
         """Tokens that could be decoded after next_token this step, to be verified, and the chances
@@ -100,27 +120,49 @@ class Sequence:
 
     def sample(self, ctx, idx: int) -> None:
         """Sample from the logits at batch index `idx`; emit its text; finish or queue the token."""
+        self.cut = False
+        if self.n_prompt is None:
+            self.n_prompt = len(self.slot.cached)
+        checked = self.checking is not None and self.sampler.grammar is not None and not self.checking.given_up
+        if checked and self.grammar_from is None:
+            self.grammar_from = len(self.out)
+        reject = self._rejects if checked and self.bans else None
         try:
-            token = self.sampler.sample(ctx, idx)
+            token = self.sampler.sample(ctx, idx, reject)
         except GrammarDeadEnd:
+            if reject is not None:  # every token allowed here writes a banned text: go back further
+                return self._dead_end(ctx, idx)
             if not self.sampler.params.ignore_eos:
                 raise
             # the grammar is complete: only the end of generation could follow, which ignore_eos bans
             return self._end("stop", flush=True)
         if token in self.stop_tokens or token in self.model.eog:
+            if checked and (cut := self.checking.finish()) is not None:  # type: ignore[union-attr]
+                if self.checking.starts[cut.token] >= self.sent and self.checking.allow_cut():  # type: ignore[union-attr]
+                    return self._cut_back(ctx, cut)
+                self._give_up()
             return self._end("stop", flush=True)  # text held back as a possible stop string was text
         if self.logprobs is not None:  # content tokens only, as OpenAI does: not the end-of-turn token
             self._pending_logprobs.append(self._logprob(ctx, idx, token))
         self.generated += 1
+        self.out.append(token)
         piece = self.model.piece(token)
         if self.sampler.grammar is None:
             text, stopped = self.stopper.push(self.utf8.push(piece))
         else:  # under a grammar the grammar says where the output ends: a stop string could cut JSON
             text, stopped = self.stopper.flush() + self.utf8.push(piece), False
+        if checked:
+            assert self.checking is not None
+            cut = self.checking.push(text)
+            if cut is not None and self.checking.starts[cut.token] >= self.sent and self.checking.allow_cut():
+                return self._cut_back(ctx, cut)
+            if cut is not None:  # passed on already (no cut was foreseen there), or too many cuts: as written
+                self._give_up()
+            text = self._release()
         limited = False
         if self.lines is not None:
             text, limited = self.lines.push(text, time.monotonic())
-        if text or (self._pending_logprobs and not stopped):
+        if text or (self._pending_logprobs and not stopped and not self._holding()):
             self._text(text)
         if stopped:
             return self._end("stop", flush=False)
@@ -135,6 +177,100 @@ class Sequence:
         if self.drafter is not None:
             self.drafter.push(token)
 
+    # -- what the grammar does not hold (checking.py) -----------------------------------------
+
+    def _rejects(self, token: int) -> bool:
+        """Whether `token` would write again, from where a cut went back to, a text that broke the
+        schema (in any spelling and spacing)."""
+        piece = self.model.piece(token).decode("utf-8", errors="ignore")
+        for first, inside, text, number in self.bans:
+            written = self._written_since(first)
+            if written is None:
+                continue
+            after = squeeze(written + piece, inside)
+            if after.startswith(text) and not (number and len(after) > len(text) and after[len(text)] in _NUMBER):
+                return True
+        return False
+
+    def _written_since(self, first: int) -> str | None:
+        """The checked text written from token `first` on (None: that token was taken back)."""
+        assert self.checking is not None and self.grammar_from is not None
+        at = first - self.grammar_from
+        if at > len(self.checking.starts):
+            return None
+        return self.checking.text[self.checking.starts[at] if at < len(self.checking.starts) else len(self.checking.text):]
+
+    def _dead_end(self, ctx, idx: int) -> None:
+        """Every token the grammar allows here completes a banned text: what was written since
+        the innermost cut is banned too, and written again from there; with nothing written since,
+        the checking gives up and the grammar alone holds."""
+        assert self.checking is not None
+        active = [(first, inside, squeeze(written, inside)) for first, inside, text, _ in self.bans
+                  if (written := self._written_since(first)) is not None and text.startswith(squeeze(written, inside))]
+        first, inside, written = max(active)
+        if not written or not self.checking.allow_cut():
+            self._give_up()
+            return self.sample(ctx, idx)
+        self.bans.append((first, inside, written, False))
+        self._rewind_to(ctx, first)
+
+    def _give_up(self) -> None:
+        """Stop checking: what was held goes out as written."""
+        assert self.checking is not None
+        self.checking.give_up()
+        if self.sent < len(self.checking.text):
+            held, self.sent = self.checking.text[self.sent:], len(self.checking.text)
+            self._text(held)
+
+    def _holding(self) -> bool:
+        return self.checking is not None and self.sent < len(self.checking.text)
+
+    def _release(self) -> str:
+        """The checked text that no cut can take back now, not passed on before."""
+        assert self.checking is not None
+        safe = self.checking.safe()
+        if safe <= self.sent:
+            return ""
+        text, self.sent = self.checking.text[self.sent:safe], safe
+        return text
+
+    def _cut_back(self, ctx, cut: Cut) -> None:
+        """A value broke the schema: go back to the token it began in and sample from there again,
+        with its text banned. An array or an object broken again: its last member, then the one
+        before it…, is what is written again."""
+        assert self.grammar_from is not None and self.checking is not None
+        again = self.failed.get(cut.token, 0)
+        self.failed[cut.token] = again + 1
+        if cut.members and again < len(cut.members):
+            cut = cut.members[len(cut.members) - 1 - again]
+        at = self.checking.starts[cut.token]
+        inside = self.checking.inside_string(at)
+        text = self.checking.text[at:cut.end]
+        self.bans.append((self.grammar_from + cut.token, inside, squeeze(text, inside), text[-1:] in _NUMBER))
+        self._rewind_to(ctx, self.grammar_from + cut.token)
+
+    def _rewind_to(self, ctx, first: int) -> None:
+        """Take back the tokens from `first` on: their cells go, and the token before them is
+        decoded again for the logits to sample from (the prompt's last, at the very start)."""
+        assert self.checking is not None and self.grammar_from is not None and self.n_prompt is not None
+        back = len(self.out) - first
+        self.resampled += back
+        self.generated -= back
+        if self.logprobs is not None:
+            del self._pending_logprobs[max(0, len(self._pending_logprobs) - back):]
+        del self.out[first:]
+        self.checking.rewind(first - self.grammar_from)
+        self.sent = min(self.sent, len(self.checking.text))
+        self.sampler.rewind(self.out[self.grammar_from:])
+        self.utf8 = Utf8Stream()
+        replay = self.out[-1] if self.out else self.slot.cached[self.n_prompt - 1]
+        keep = self.n_prompt + len(self.out) - 1
+        C.llama_memory_seq_rm(C.llama_get_memory(ctx), self.slot.seq_id, self.slot.keep(keep), -1)
+        self.next_token, self.cut = replay, True
+        if self.drafter is not None:  # its history holds what was taken back: a new one starts
+            self.drafts = (self.drafts[0] + self.drafter.drafted, self.drafts[1] + self.drafter.kept)
+            self.drafter = None
+
     def cancel(self) -> None:
         self.finish = "cancelled"
         self.next_token = None
@@ -144,6 +280,9 @@ class Sequence:
         self._pending_logprobs = []
 
     def _end(self, reason: str, flush: bool) -> None:
+        if self.checking is not None and self.sent < len(self.checking.text):  # held text: the answer ends
+            held, self.sent = self.checking.text[self.sent:], len(self.checking.text)
+            self._text(held)
         if flush:
             tail = (self.lines.flush() if self.lines else "") + self.stopper.flush() + self.utf8.flush()
             if tail:
@@ -153,8 +292,12 @@ class Sequence:
         self.finish, self.next_token = reason, None
 
     def done(self, prompt_tokens: int, cached_tokens: int) -> Done:
+        drafted, kept = self.drafts
+        if self.drafter is not None:
+            drafted, kept = drafted + self.drafter.drafted, kept + self.drafter.kept
+        unchecked = tuple(self.checking.given_up) if self.checking is not None else ()
         return Done(self.finish or "cancelled", prompt_tokens, self.generated, cached_tokens, self.index,
-                    self.stopper.matched, self.why, *((self.drafter.drafted, self.drafter.kept) if self.drafter else ()))
+                    self.stopper.matched, self.why, drafted, kept, self.resampled, unchecked)
 
     def _logprob(self, ctx, idx: int, token: int) -> TokenLogprob:
         return token_logprob(self.model, ctx, idx, token, max(self.logprobs or 0, 0))

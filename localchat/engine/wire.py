@@ -15,10 +15,10 @@ from typing import Any
 
 from .. import errors
 from ..errors import EngineError, InvalidRequest, LocalchatError
-from .params import (Constraint, Done, Generate, Media, Prepared, PromptLogprobs, SamplingParams, Started, Text,
+from .params import (Check, Constraint, Done, Generate, Media, Prepared, PromptLogprobs, SamplingParams, Started, Text,
                      TokenLogprob, TopLogprob)
 
-TYPES: dict[str, type] = {cls.__name__: cls for cls in (Generate, SamplingParams, Constraint, Media, Text, Done,
+TYPES: dict[str, type] = {cls.__name__: cls for cls in (Generate, SamplingParams, Constraint, Check, Media, Text, Done,
                                                         PromptLogprobs, TokenLogprob, TopLogprob, Prepared, Started)}
 ITEMS = ("Text", "Done", "PromptLogprobs", "Prepared", "Started")  # what a generate stream carries
 _HINTS: dict[type, dict[str, Any]] = {}

@@ -12,13 +12,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ..engine import Constraint
+from ..engine.checking import fail_points
+from ..engine.params import Check
 from ..errors import InvalidRequest
 from ..families import Family
 from ..errors import GrammarError
 from ..grammars import validate
 from ..neutral import OutputRules, ToolSpec  # noqa: F401 - re-exported (the tests build tool specs from here)
 from ..grammars.schema import assemble, convert
-from ..grammars.tools import after_reasoning
+from ..grammars.tools import after_reasoning, arguments_schema
 from ..families.codecs.base import GrammarOptions, Tool
 from ..models import Settings
 
@@ -49,15 +51,15 @@ def build(rules: OutputRules, tools: list[Tool], family: Family, thinking: bool,
         return Constraint(rules.grammar)
     answer = {"type": "object"} if rules.json_object else rules.json_schema  # the final answer's JSON, if any
     if answer is not None and not rules.calls_tools:
-        def make_json() -> tuple[str, tuple[str, ...]]:
+        def make_json() -> tuple[str, tuple[Check, ...]]:
             grammar, loosened = (assemble("object", {}), ()) if rules.json_object else _schema(rules, max_bytes)
             grammar = after_reasoning(grammar) if after_think else grammar
             _validate_made(grammar, max_bytes, "json_schema" if rules.json_schema is not None else "json_object")
-            return grammar, loosened
+            return grammar, (value_check("", answer, loosened),) if loosened else ()
 
         key = ("json", rules.json_schema, rules.json_object, bool(after_think), max_bytes)
-        grammar, loosened = cached(key, make_json)
-        return Constraint(grammar, after_think, loosened=loosened)
+        grammar, checks = cached(key, make_json)
+        return Constraint(grammar, after_think, checks=checks)
     if not rules.calls_tools:
         return None
     chosen = _chosen(rules)
@@ -67,7 +69,7 @@ def build(rules: OutputRules, tools: list[Tool], family: Family, thinking: bool,
     if lazy and not codec.trigger:
         return None  # no text that starts a call: free output, read leniently
 
-    def make_tools() -> tuple[str, tuple[str, ...], list[tuple[str, str]]]:
+    def make_tools() -> tuple[str, tuple[str, ...], list[tuple[str, str]], tuple[Check, ...]]:
         loosened: list[str] = []
         options = GrammarOptions(parallel=rules.parallel_tool_calls, lazy=lazy, lead=bool(after_think) and not lazy,
                                  answer=answer, loosened=loosened, max_bytes=max_bytes)
@@ -79,15 +81,28 @@ def build(rules: OutputRules, tools: list[Tool], family: Family, thinking: bool,
             raise neutral(exc, field) from None
         for made in (grammar, *dict.fromkeys(g for _, g in loose)):
             _validate_made(made, max_bytes, "tools")
-        return grammar, tuple(loosened), loose
+        checks, unchecked = [], list(loosened)
+        for tool in tools:  # a tool's arguments are checked where the syntax writes them as one JSON value
+            entries = [e for e in loosened if e.partition("#")[0] == tool.name]
+            anchor = codec.arguments_anchor(tool, tools) if entries else None
+            if anchor is not None:
+                checks.append(value_check(anchor, arguments_schema(tool.parameters), entries))
+                unchecked = [e for e in unchecked if e not in entries]
+        return grammar, tuple(unchecked), loose, tuple(checks)
 
     key = ("tools", [(t.name, t.parameters) for t in tools], codec.name, lazy, answer, rules.parallel_tool_calls,
            bool(after_think), max_bytes)
-    grammar, loosened, loose = cached(key, make_tools)
+    grammar, loosened, loose, checks = cached(key, make_tools)
     if lazy:  # free text, then the calls once a trigger is written (the syntax's own, or a call begun otherwise)
         return Constraint(grammar, (codec.trigger,), tuple(loose), after=after_think[0] if after_think else "",
-                          loosened=loosened)
-    return Constraint(grammar, after_think, loosened=loosened)
+                          loosened=loosened, checks=checks)
+    return Constraint(grammar, after_think, loosened=loosened, checks=checks)
+
+
+def value_check(anchor: str, schema: Any, entries: list[str] | tuple[str, ...]) -> Check:
+    """What the grammar of `schema` holds only in part (`entries`), checked as the value after
+    `anchor` is written (engine/checking.py)."""
+    return Check(anchor, json.dumps(schema), fail_points(list(entries)), tuple(entries))
 
 
 def codec_tools(rules: OutputRules) -> list[Tool]:

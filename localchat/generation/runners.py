@@ -44,7 +44,8 @@ class Started:
     stream: Stream
     prompt_tokens: int
     readers: Sequence[Reader]
-    loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce
+    loosened: tuple[str, ...] = ()  # schema keywords neither the grammar nor a check holds
+    checked: tuple[str, ...] = ()  # schema keywords the grammar holds in part and a check of written values holds
 
 
 class Tokens:
@@ -54,11 +55,12 @@ class Tokens:
         made = await asyncio.to_thread(prepare, request, loaded, settings)
         generate = made.generate
         loosened = generate.constraint.loosened if generate.constraint else ()
+        checked = tuple(e for c in generate.constraint.checks for e in c.entries) if generate.constraint else ()
         if loosened:
             log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
             constraints.refuse_loosened(request.output, loosened, settings.schema_loosened == "refuse")
         stream, n_prompt = await submitted(loaded, generate)
-        return Started(stream, n_prompt, made.splitters, loosened)
+        return Started(stream, n_prompt, made.splitters, loosened, checked)
 
     def render(self, request: GenerationRequest, loaded: LoadedModel) -> str:
         return rendered(request, loaded)

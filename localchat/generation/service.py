@@ -13,6 +13,7 @@ Beside it, the other use-cases of a model, each in its module: `embed` (embed.py
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
@@ -29,6 +30,8 @@ from .rerank import Ranking, RerankRequest, rerank
 from .runners import Reader, runner
 from .tokens import Tokenized, detokenize, tokenize
 
+log = logging.getLogger("localchat.generation")
+
 
 
 @dataclass
@@ -43,7 +46,9 @@ class Turn:
     _lease: Lease
     _stream: Stream
     _readers: Sequence[Reader]  # one per choice (runners.py)
-    loosened: tuple[str, ...] = ()  # schema keywords the grammar does not enforce: "[tool]#/path:keyword"
+    loosened: tuple[str, ...] = ()  # schema keywords neither the grammar nor a check holds: "[tool]#/path:keyword"
+    checked: tuple[str, ...] = ()  # those the grammar holds in part, checked as written (a broken value written again)
+    unchecked: tuple[str, ...] = ()  # of the checked, those the checking gave up on (known once the answer ends)
     _record: RequestRecord | None = None
     _running: set[int] = field(default_factory=set)  # the choices whose Finish has not been given yet
     _closed: bool = False
@@ -73,7 +78,11 @@ class Turn:
                     for piece in split.finish():
                         yield event.index, piece
                     reason = "length" if event.finish_reason == "length" else "stop" if event.stop is not None else "end"
-                    usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens)
+                    usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens, event.resampled)
+                    if event.unchecked:
+                        self.unchecked = tuple(dict.fromkeys((*self.unchecked, *event.unchecked)))
+                        log.warning("schema keywords no longer checked after %d tokens written again (the answer "
+                                    "may break them): %s", event.resampled, ", ".join(event.unchecked))
                     self._running.discard(event.index)
                     if record is not None:
                         record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens, reason,
@@ -97,7 +106,8 @@ class Turn:
 
 def total_usage(finishes: list[Finish]) -> Usage:
     first = finishes[0].usage
-    return Usage(first.prompt_tokens, sum(f.usage.completion_tokens for f in finishes), first.cached_tokens)
+    return Usage(first.prompt_tokens, sum(f.usage.completion_tokens for f in finishes), first.cached_tokens,
+                 sum(f.usage.resampled_tokens for f in finishes))
 
 
 class Chat:
@@ -135,7 +145,7 @@ class Chat:
         if (record := current_request()) is not None:
             record.model, record.prompt_tokens = loaded.spec.name, started.prompt_tokens
         return Turn(loaded.spec.name, request.n, started.prompt_tokens, lease, started.stream, started.readers,
-                    started.loosened)
+                    started.loosened, started.checked)
 
     async def render(self, request: GenerationRequest) -> str:
         """The chat prompt as text, as `start` would render it (nothing is generated)."""

@@ -22,8 +22,11 @@ def array_rule(conv: Converting, schema: dict[str, Any], path: str) -> str:
     items = schema.get("items", True)
     prefix = schema.get("prefixItems") or (items if isinstance(items, list) and items else None)
     more = schema.get("additionalItems", True) if isinstance(items, list) else items
-    if prefix is not None and "items" not in schema and "unevaluatedItems" in schema:
-        more = schema["unevaluatedItems"]  # past prefixItems, the items nothing else evaluated
+    if "items" not in schema and "unevaluatedItems" in schema:  # the items nothing else evaluated
+        if any(k in schema for k in ("if", "contains", "anyOf", "oneOf", "not", "$ref", "dependentSchemas")):
+            conv.loose(path, "unevaluatedItems")  # a condition may evaluate more of them: any item, checked
+        else:
+            more = schema["unevaluatedItems"]
     if schema.get("uniqueItems") is True and (high is None or high > 1):
         conv.loose(path, "uniqueItems")
     for keyword in ("contains", "minContains", "maxContains"):

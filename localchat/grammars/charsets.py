@@ -11,9 +11,9 @@ from .gbnf import literal
 Ranges = tuple[tuple[int, int], ...]  # sorted, disjoint, inclusive
 
 MAX = 0x10FFFF
-# What a JSON string holds unescaped (less DEL, which the `char` rule leaves out) and UTF-8 can
-# encode: no quote, backslash, control characters or surrogates.
-_RAW: Ranges = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E), (0x80, 0xD7FF), (0xE000, MAX))
+# What a JSON string holds unescaped and UTF-8 can encode: no quote, backslash, control
+# characters or surrogates.
+_RAW: Ranges = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, MAX))
 _ASCII: Ranges = ((0x20, 0x7E),)
 DIGIT: Ranges = ((0x30, 0x39),)
 WORD: Ranges = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
@@ -63,20 +63,27 @@ def json_char(cp: int) -> str:
     """The text a JSON string holds for the character `cp`."""
     if cp in _ESCAPES:
         return _ESCAPES[cp]
-    if cp < 0x20 or cp == 0x7F:
+    if cp < 0x20:
         return f"\\u{cp:04x}"
     return chr(cp)
 
 
 def to_gbnf(ranges: Ranges) -> str | None:
     """GBNF for one character of `ranges` as written inside a JSON string; None if it holds none.
-    Characters that JSON must escape are kept only when the set has few of them."""
+    A character JSON must escape is taken in each way a JSON writer escapes it (`\\n` and
+    `\\u000a`, either case), a slash raw or as `\\/`."""
     raw = intersect(ranges, _RAW)
-    escaped = [cp for lo, hi in ranges for cp in range(lo, min(hi, 0x7F) + 1) if cp < 0x20 or cp in (0x22, 0x5C, 0x7F)]
-    if len(escaped) > 4:  # a negated class, or a range of control characters: fewer (stricter)
-        escaped = [] if raw else escaped[:4]
+    inside = lambda cp: any(lo <= cp <= hi for lo, hi in ranges)  # noqa: E731
     parts = [_class(raw)] if raw else []
-    parts += [literal(json_char(cp)) for cp in escaped]
+    named = "".join(c for cp, c in ((0x08, "b"), (0x09, "t"), (0x0A, "n"), (0x0C, "f"), (0x0D, "r"), (0x22, '"'),
+                                    (0x5C, "\\\\"), (0x2F, "/")) if inside(cp))
+    if named:
+        parts.append(f'"\\\\" [{named}]')
+    for high in (0, 1):
+        lows = [cp & 0xF for cp in range(high * 16, high * 16 + 16) if inside(cp)]
+        if lows:
+            digits = "".join(sorted({f"{low:x}" for low in lows} | {f"{low:X}" for low in lows}))
+            parts.append(f'"\\\\u00{high}" [{digits}]')
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else "( " + " | ".join(parts) + " )"
@@ -86,8 +93,8 @@ def _class(raw: Ranges) -> str:
     """The shorter of `[...]` and `[^...]` for a set within _RAW."""
     inside = "".join(_span(lo, hi) for lo, hi in raw)
     missing = intersect(complement(raw), ((0x20, 0xD7FF), (0xE000, MAX)))  # surrogates never occur
-    outside = '"\\\\\\x7F\\x00-\\x1F' + "".join(_span(lo, hi) for lo, hi in missing
-                                              if (lo, hi) not in ((0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F)))
+    outside = '"\\\\\\x00-\\x1F' + "".join(_span(lo, hi) for lo, hi in missing
+                                         if (lo, hi) not in ((0x22, 0x22), (0x5C, 0x5C)))
     return f"[^{outside}]" if len(outside) < len(inside) else f"[{inside}]"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 Schema = dict[str, Any] | bool
@@ -63,7 +64,42 @@ def merge(a: Schema, b: Schema) -> Schema:
             return False
         if combined is not None:
             out[key] = combined
+    _listed_by_one(a, b, out)
     return out
+
+
+def _listed_by_one(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any]) -> None:
+    """A key that one of two object schemas lists is, for the other, one of its other keys: its
+    value must also hold for that one's patternProperties or additionalProperties."""
+    for mine, theirs in ((a, b), (b, a)):
+        props = mine.get("properties")
+        if not isinstance(props, dict) or not any(k in theirs for k in ("additionalProperties", "patternProperties")):
+            continue
+        listed = theirs.get("properties") if isinstance(theirs.get("properties"), dict) else {}
+        for key in props:
+            if key in listed:
+                continue
+            extra = _extra_for(theirs, key)
+            if extra is True or extra == {}:
+                continue
+            merged = dict(out["properties"])
+            merged[key] = False if extra is False else {"allOf": [merged[key], extra]}
+            out["properties"] = merged
+
+
+def _extra_for(schema: dict[str, Any], key: str) -> Any:
+    """What `schema` asks of the value of a key it does not list."""
+    patterns = schema.get("patternProperties")
+    matched = []
+    for pattern, sub in (patterns.items() if isinstance(patterns, dict) else ()):
+        try:
+            if re.search(pattern, key):
+                matched.append(sub)
+        except (re.error, RecursionError, OverflowError):
+            continue
+    if matched:
+        return matched[0] if len(matched) == 1 else {"allOf": matched}
+    return schema.get("additionalProperties", True)
 
 
 def _combine(key: str, mine: Any, theirs: Any, out: dict[str, Any]) -> Any:

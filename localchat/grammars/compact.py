@@ -113,9 +113,22 @@ def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
     return out
 
 
+def reachable(root_body: str, rules: dict[str, str]) -> dict[str, str]:
+    """The rules `root_body` reaches (a state no path leads to is dropped)."""
+    seen: set[str] = set()
+    todo = [root_body]
+    while todo:
+        for name in library.references(todo.pop()):
+            if name in rules and name not in seen:
+                seen.add(name)
+                todo.append(rules[name])
+    return {n: b for n, b in rules.items() if n in seen}
+
+
 def assemble(root_body: str, rules: dict[str, str]) -> str:
-    """A whole grammar: `root`, the generated rules, and the library rules they use."""
+    """A whole grammar: `root`, the generated rules it reaches, and the library rules they use."""
     root_body, rules = compact(root_body, rules)
+    rules = reachable(root_body, rules)
     lines = [f"root ::= {root_body}"] + [f"{n} ::= {b}" for n, b in rules.items()]
     needed = set().union(*(library.references(b) for b in [root_body, *rules.values()]))
     lines += [f"{n} ::= {b}" for n, b in library.closure(needed).items()]

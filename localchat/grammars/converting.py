@@ -3,15 +3,19 @@ schema.py's `Converter`, which imports them. Named here as a protocol so that ne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..errors import GrammarError
 from .regex import PatternError
+from .refs import Document
 
 Schema = dict[str, Any] | bool
 
 
 class Converting(Protocol):
+    doc: Document  # the whole schema, for `$ref`s
+
     def add(self, path: str, body: str) -> str:
         """A rule for `body` (reusing an identical one), named after `path`."""
         ...
@@ -29,3 +33,19 @@ class Converting(Protocol):
         ...
 
     def invalid_pattern(self, where: str, exc: PatternError) -> GrammarError: ...
+
+    def shared(self, key: Any, make: Callable[[], str]) -> str:
+        """The rule `make` makes, made once per `key`."""
+        ...
+
+    def reserve(self, path: str) -> str:
+        """A rule's name, given before its body (a rule that refers to itself)."""
+        ...
+
+    def fill(self, name: str, body: str) -> None:
+        """The body of a reserved rule (empty: Unsatisfiable)."""
+        ...
+
+    def valid(self, value: Any, schema: Schema) -> bool:
+        """Whether `value` holds for `schema` (True when that cannot be told)."""
+        ...

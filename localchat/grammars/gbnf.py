@@ -12,7 +12,7 @@ import re
 
 from ..errors import GrammarError
 
-MAX_BYTES = 256 * 1024  # the default; a server's `max_grammar_bytes` setting overrides it
+MAX_BYTES = 1024 * 1024  # the default; a server's `max_grammar_bytes` setting overrides it
 MAX_REPETITION = 2000  # llama.cpp's own threshold
 MAX_RULES = 20_000
 MAX_DEPTH = 64

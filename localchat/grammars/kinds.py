@@ -18,20 +18,36 @@ _IMPLIED = {
 
 
 def kinds(schema: dict[str, Any]) -> set[str] | None:
-    """The types `schema` allows; None for any. Without `type`, the keywords present tell
-    (`minLength` alone: a string), which is stricter than "any value", and still valid."""
+    """The types `schema` allows; None for any (without `type`, `minLength` constrains the
+    strings among them and lets every other value through)."""
     declared = schema.get("type")
     if isinstance(declared, str):
         types = {declared}
     elif isinstance(declared, list):
         types = {t for t in declared if isinstance(t, str)}
     else:
-        types = {kind for kind, words in _IMPLIED.items() if any(w in schema for w in words)} or None
+        types = None
     if types is not None and schema.get("nullable") is True:
         types.add("null")
     if types is not None and {"number", "integer"} <= types:
         types.discard("integer")
     return types
+
+
+def implied(schema: dict[str, Any]) -> bool:
+    """Whether keywords of some type (`minLength`, `properties`) constrain a schema without `type`."""
+    return any(w in schema for words in _IMPLIED.values() for w in words)
+
+
+def family_of(words: set[str]) -> set[str] | None:
+    """The types whose keywords these are; None if some keyword belongs to no one type."""
+    families = set()
+    for word in words:
+        owners = {kind for kind, owned in _IMPLIED.items() if word in owned}
+        if not owners:
+            return None
+        families |= owners
+    return families or None
 
 
 def _values(schema: dict[str, Any]) -> list[str] | None:

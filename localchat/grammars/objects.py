@@ -1,44 +1,57 @@
-"""Objects: the shapes an object may take (its properties, which are required, what else may
-appear) once anyOf/oneOf branches, `not: {required}` and dependencies are worked out, and the
-rule for each shape.
+"""Objects: the shapes an object may take (its keys, which are required, which must not appear,
+what other keys may hold, how many keys in all) once anyOf/oneOf branches, `not: {required}`
+and dependencies are worked out, and the rule for each shape.
 
-Each shape is a plain object layout that satisfies the schema: a oneOf branch leaves out the
-optional keys that another branch requires, so no object matches two branches."""
+Keys come in the order the schema lists them (`properties`), required or not; a key the
+schema does not list may stand anywhere among them, unless `additionalProperties` is false
+(JSON Schema's default is true, so that is the default here too). Small objects take their
+keys in any order (ANY_ORDER_MAX listed keys at most: the grammar tracks which were written).
+Counts (`minProperties`, `maxProperties`) are counted by the grammar. What a grammar cannot
+hold exactly (oneOf branches that may overlap, a key matched by two patterns) it holds loosely
+and says so (`loose`): the checker of completed values (check.py) does the rest."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import product
 from typing import Any
 
 from .combine import merge
 from .converting import Converting
 from .gbnf import literal
-from .kinds import kinds
+from .keys import string_not_in
+from .kinds import disjoint, kinds
 from .refrules import Unsatisfiable
 from .refs import pointer
-from .regex import PatternError, Unsupported, compile_pattern
+from .regex import PatternError, Unsupported, search_pattern
 
 Schema = dict[str, Any] | bool
 Loose = Callable[[str], None]
+ANY_ORDER_MAX = 4  # objects listing at most this many keys take them in any order
+MAX_SHAPES = 16  # shapes of one object (anyOf branches × `not` × dependencies) before some are held loosely
+MAX_COUNT_STATES = 600  # (key, count) states for minProperties / maxProperties
 
 
 @dataclass(frozen=True)
 class ObjectShape:
-    properties: dict[str, Schema]
+    properties: dict[str, Schema]  # the listed keys, in the schema's order
     required: list[str]
-    additional: Schema = False  # unspecified additionalProperties: no extra keys (stricter, still valid)
-    consts: dict[str, Any] = field(default_factory=dict)
+    additional: Schema = True  # keys neither listed nor matching a pattern
     patterns: dict[str, Schema] = field(default_factory=dict)  # patternProperties
     names: Schema = True  # propertyNames
+    excluded: frozenset[str] = frozenset()  # keys that must not appear
+    low: int = 0  # minProperties
+    high: int | None = None  # maxProperties
 
 
 def object_rule(conv: Converting, schema: dict[str, Any], path: str) -> str:
     def resolve(branch: Schema) -> Schema:
         branch = conv.flatten(branch, path)
-        for keyword in [k for k in ("anyOf", "oneOf", "if", "$ref") if isinstance(branch, dict) and k in branch]:
-            loose(keyword)  # a combinator inside a branch: not looked into
+        for keyword in [k for k in ("anyOf", "oneOf", "if", "$ref", "not") if isinstance(branch, dict) and k in branch]:
+            loose(keyword)  # a combinator inside a branch: not looked into (looser)
         if isinstance(branch, dict) and (types := kinds(branch)) is not None and "object" not in types:
             return False  # a branch for another type: no object matches it
         values = [branch.get("const")] if isinstance(branch, dict) and "const" in branch else \
@@ -50,205 +63,331 @@ def object_rule(conv: Converting, schema: dict[str, Any], path: str) -> str:
     def loose(keyword: str) -> None:
         conv.loose(path, keyword)
 
+    if isinstance(schema.get("oneOf"), list) and len(schema["oneOf"]) > 1 and \
+            not disjoint(schema["oneOf"], conv.doc):  # type: ignore[attr-defined]
+        loose("oneOf")  # one of them, held as any of them
     bodies = []
     for shape in object_shapes(schema, resolve, loose):
         try:
             bodies.append(_body(conv, shape, path, loose))
         except Unsatisfiable:
             continue
-    if not bodies:  # the combinators contradict each other: drop them (looser), say so
-        combinators = [k for k in ("anyOf", "oneOf", "not", "dependentSchemas") if k in schema]
-        if not combinators:
-            raise Unsatisfiable
-        for keyword in combinators:
-            loose(keyword)
-        plain = {k: v for k, v in schema.items() if k not in combinators}
-        bodies = [_body(conv, object_shapes(plain, resolve, loose)[0], path, loose)]
+    if not bodies:
+        raise Unsatisfiable
     return conv.add(path, " | ".join(dict.fromkeys(bodies)))
 
 
-def _body(conv: Converting, shape: ObjectShape, path: str, loose: Loose) -> str:
-    def pair(key: str, value: Schema) -> str:
-        where = pointer(path, "properties", key)
-        return conv.add(pointer(where, "kv"), f'{literal(_dump(key))} ":" ws {conv.child(value, where)}')
-
-    fallback = True if shape.additional is False else shape.additional
-    required = [pair(k, shape.properties.get(k, fallback)) for k in shape.required]
-    optional = []
-    for key, value in shape.properties.items():
-        if key not in shape.required:
-            try:
-                optional.append(pair(key, value))
-            except Unsatisfiable:
-                continue
-    extra = _extra(conv, shape, path)
-    tail = f' ( "," ws {extra} )*' if extra else ""
-    if required:
-        body = " ".join([required[0], *(f'"," ws {r}' for r in required[1:])])
-        body += "".join(f' ( "," ws {o} )?' for o in optional) + tail
-        return conv.add(path, f'"{{" ws {body} "}}" ws')
-    if not optional and not extra:
-        return conv.add(path, '"{" ws "}" ws')
-    # No required keys: whichever key comes first has no comma before it.
-    rest = conv.add(pointer(path, "rest"), f'( "," ws {extra} )*') if extra else None
-    starts = []
-    for i in range(len(optional) - 1, -1, -1):
-        after = rest
-        starts.append(optional[i] + (f" {after}" if after else ""))
-        if i:  # the chain of optional keys that may follow key i-1
-            rest = conv.add(pointer(path, f"rest{i}"), f'( "," ws {optional[i]} )?' + (f" {after}" if after else ""))
-    if extra:
-        starts.append(f'{extra} ( "," ws {extra} )*')
-    return conv.add(path, f'"{{" ws ( {" | ".join(reversed(starts))} )? "}}" ws')
-
-
-def _extra(conv: Converting, shape: ObjectShape, path: str) -> str | None:
-    """One key-value pair beyond the listed properties, or None if there may be none: keys for
-    patternProperties' patterns (others are left out: stricter), else any key (within
-    propertyNames) for additionalProperties."""
-    pairs = []
-    sources = [(p, v, pointer(path, "patternProperties", p)) for p, v in shape.patterns.items()] if shape.patterns \
-        else [] if shape.additional is False else [(None, shape.additional, pointer(path, "additionalProperties"))]
-    for pattern, value, where in sources:
-        key: Schema = {"type": "string"}
-        if pattern is not None:
-            try:
-                compile_pattern(pattern)
-            except Unsupported:
-                continue  # no keys for it: stricter
-            except PatternError as exc:
-                raise conv.invalid_pattern(where, exc) from None
-            key = {"type": "string", "pattern": pattern}
-        try:
-            key_rule = conv.child(merge(key, shape.names), pointer(path, "propertyNames"))
-            pairs.append(conv.add(pointer(where, "kv"), f'{key_rule} ":" ws {conv.child(value, where)}'))
-        except Unsatisfiable:
-            continue
-    return conv.add(pointer(path, "extra"), " | ".join(pairs)) if pairs else None
-
+# -- shapes --------------------------------------------------------------------------------------
 
 def object_shapes(schema: dict[str, Any], resolve: Callable[[Schema], Schema], loose: Loose) -> list[ObjectShape]:
-    base = _shape(schema)
-    shapes: list[ObjectShape | None] = [base]
+    shapes = [_shape(schema, loose)]
     for key in ("oneOf", "anyOf"):
         branches = [resolve(b) for b in schema.get(key) or []]
         if branches:
-            shapes = [s for shape in shapes if shape for s in _branch(shape, branches, key == "oneOf", loose)]
-    shapes = [_apply_not(s, schema.get("not"), loose) for s in shapes]
-    shapes = [_apply_dependencies(s, schema, loose) for s in shapes if s is not None]
-    counted = [_count(s, schema, loose) for s in shapes if s is not None]
-    return [s for s in counted if s is not None]
+            shapes = [both for shape in shapes for b in branches if b is not False
+                      if (both := combine(shape, _shape(b, loose) if isinstance(b, dict) else _shape({}, loose),
+                                          loose)) is not None]
+    shapes = [s for shape in shapes for s in _apply_not(shape, schema.get("not"), loose)]
+    shapes = [s for shape in shapes for s in _apply_dependencies(shape, schema, loose)]
+    if len(shapes) > MAX_SHAPES:  # too many: the first ones, then the rest held loosely as one
+        loose("dependencies" if "dependencies" in schema or "dependentRequired" in schema else "anyOf")
+        shapes = shapes[:MAX_SHAPES]
+    return shapes
 
 
-def _shape(schema: dict[str, Any]) -> ObjectShape:
-    props = dict(schema.get("properties") or {})
-    consts = {k: v["const"] if "const" in v else v["enum"][0] for k, v in props.items()
-              if isinstance(v, dict) and ("const" in v or isinstance(v.get("enum"), list) and len(v["enum"]) == 1)}
+def _shape(schema: dict[str, Any], loose: Loose) -> ObjectShape:
+    props = schema.get("properties")
     patterns = schema.get("patternProperties")
-    return ObjectShape(props, list(dict.fromkeys(schema.get("required") or [])),
-                       schema.get("additionalProperties", False), consts,
-                       dict(patterns) if isinstance(patterns, dict) else {}, schema.get("propertyNames", True))
+    additional = schema.get("additionalProperties", True)
+    if "additionalProperties" not in schema and "unevaluatedProperties" in schema:
+        additional = schema["unevaluatedProperties"]  # the keys nothing else evaluated: those, here
+        if any(k in schema for k in ("if", "dependentSchemas", "not", "$ref", "$dynamicRef")):
+            loose("unevaluatedProperties")  # a condition may evaluate more keys: any key, checked
+            additional = True
+    low, high = _count(schema.get("minProperties")), schema.get("maxProperties")
+    return ObjectShape(dict(props) if isinstance(props, dict) else {},
+                       list(dict.fromkeys(k for k in schema.get("required") or [] if isinstance(k, str))),
+                       additional, dict(patterns) if isinstance(patterns, dict) else {},
+                       schema.get("propertyNames", True), low=low,
+                       high=_count(high) if isinstance(high, (int, float)) and not isinstance(high, bool) else None)
 
 
-def _branch(shape: ObjectShape, branches: list[Schema], exclusive: bool, loose: Loose) -> list[ObjectShape]:
-    parts = [_shape(b) if isinstance(b, dict) else None for b in branches]
-    out = []
-    for i, part in enumerate(parts):
-        if part is None:
-            continue
-        props = dict(shape.properties)
-        for key, sub in part.properties.items():
-            props[key] = merge(props[key], sub) if key in props else sub
-        required = list(dict.fromkeys(shape.required + part.required))
-        additional = shape.additional if "additionalProperties" not in branches[i] else part.additional
-        candidate: ObjectShape | None = replace(
-            shape, properties=props, required=required, additional=additional, consts={**shape.consts, **part.consts},
-            patterns={**shape.patterns, **part.patterns}, names=merge(shape.names, part.names))
-        candidate = _apply_not(candidate, branches[i].get("not"), loose)
-        if candidate is None:
-            continue
-        if exclusive:
-            candidate = _exclude_other_branches(candidate, [p for j, p in enumerate(parts) if j != i and p])
-            if candidate is None:
-                continue
-        out.append(candidate)
-    return out
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return max(int(-(-value // 1)), 0)
 
 
-def _exclude_other_branches(shape: ObjectShape, others: list[ObjectShape]) -> ObjectShape | None:
-    drop: set[str] = set()
-    for other in others:
-        if any(k in shape.consts and shape.consts[k] != v for k, v in other.consts.items()):
-            continue  # a discriminating const tells the branches apart
-        missing = [k for k in other.required if k not in shape.required]
-        if not missing:
-            return None  # every object of this shape would match the other branch too
-        drop.update(missing)
-    return _without(shape, drop)
+def key_schema(shape: ObjectShape, key: str) -> Schema:
+    """What the value of `key` must be in an object of this shape."""
+    if key in shape.excluded:
+        return False
+    matched = [s for p, s in shape.patterns.items() if _matches(p, key)]
+    own = shape.properties[key] if key in shape.properties else (True if matched else shape.additional)
+    for sub in matched:
+        own = merge(own, sub)
+    return own
 
 
-def _apply_not(shape: ObjectShape | None, negated: Any, loose: Loose) -> ObjectShape | None:
-    """`not: {required: [...]}` (or anyOf/oneOf of such): leave out the listed optional keys."""
-    if shape is None or negated is None:
-        return shape
+def combine(a: ObjectShape, b: ObjectShape, loose: Loose) -> ObjectShape | None:
+    """An object of both shapes (None if there is none). A key one lists and the other does not
+    meets the other's patterns or additionalProperties."""
+    props: dict[str, Schema] = {}
+    for key in [*a.properties, *(k for k in b.properties if k not in a.properties)]:
+        props[key] = merge(key_schema(a, key), key_schema(b, key))
+    if (a.patterns and (b.patterns or b.additional is not True)) or (b.patterns and a.additional is not True):
+        loose("patternProperties")  # two objects' patterns and extra keys at once: held as either's
+    required = list(dict.fromkeys(a.required + b.required))
+    excluded = a.excluded | b.excluded | {k for k, s in props.items() if s is False}
+    if any(k in excluded for k in required):
+        return None
+    high = b.high if a.high is None else a.high if b.high is None else min(a.high, b.high)
+    return ObjectShape({k: s for k, s in props.items() if s is not False}, required,
+                       merge(a.additional, b.additional), {**a.patterns, **b.patterns}, merge(a.names, b.names),
+                       excluded, max(a.low, b.low), high)
+
+
+def _apply_not(shape: ObjectShape, negated: Any, loose: Loose) -> list[ObjectShape]:
+    """`not: {required: [...]}` (or anyOf of such): one shape per listed key left out."""
+    if negated is None or negated is False:
+        return [shape]
+    if negated is True:
+        return []
     if not isinstance(negated, dict):
-        return None if negated is True else shape
-    groups = [negated] + [g for k in ("anyOf", "oneOf") for g in negated.get(k) or [] if isinstance(g, dict)]
-    if any(set(g) - {"required", "anyOf", "oneOf", "description", "title"} for g in groups):
+        return [shape]
+    groups = [negated] if "anyOf" not in negated else [g for g in negated["anyOf"] if isinstance(g, dict)]
+    if any(set(g) - {"required", "description", "title", "anyOf"} for g in groups) or \
+            "anyOf" in negated and set(negated) - {"anyOf", "description", "title"} or "oneOf" in negated:
         loose("not")
+        return [shape]
+    shapes = [shape]
     for group in groups:
-        keys = group.get("required") or []
-        if keys and all(k in shape.required for k in keys):
-            return None
-        shape = _without(shape, {k for k in keys if k not in shape.required})
-    return shape
+        keys = [k for k in group.get("required") or [] if isinstance(k, str)]
+        if not keys:
+            continue  # not {} : nothing passes... unless it had other keywords (loosened above)
+        shapes = [replace(s, excluded=s.excluded | {k}, properties={p: v for p, v in s.properties.items() if p != k})
+                  for s in shapes for k in keys if k not in s.required]
+    return shapes
 
 
-def _apply_dependencies(shape: ObjectShape, schema: dict[str, Any], loose: Loose) -> ObjectShape | None:
-    deps = {**(schema.get("dependencies") or {}), **(schema.get("dependentRequired") or {})}
-    deps.update({k: {"schema": v} for k, v in (schema.get("dependentSchemas") or {}).items()})
+def _apply_dependencies(shape: ObjectShape, schema: dict[str, Any], loose: Loose) -> list[ObjectShape]:
+    deps: dict[str, Any] = {}
+    for word in ("dependencies", "dependentRequired", "dependentSchemas"):
+        if isinstance(schema.get(word), dict):
+            deps.update(schema[word])
+    shapes = [shape]
     for key, needs in deps.items():
-        if key not in shape.properties and key not in shape.required:
-            continue
-        if key in shape.required and isinstance(needs, list):
-            shape = replace(shape, required=list(dict.fromkeys(shape.required + needs)))
-        elif key in shape.required:  # a schema that applies when the key is there: not enforced
-            loose("dependentSchemas" if "dependentSchemas" in schema else "dependencies")
-        elif not (isinstance(needs, list) and all(n in shape.required for n in needs)):
-            shape = _without(shape, {key})  # an optional key whose conditions are not met: left out
-    return shape
-
-
-def _count(shape: ObjectShape, schema: dict[str, Any], loose: Loose) -> ObjectShape | None:
-    """minProperties and maxProperties, met by making optional keys required or leaving them
-    out (stricter); None if they cannot be met."""
-    least, most = schema.get("minProperties"), schema.get("maxProperties")
-    optional = [k for k in shape.properties if k not in shape.required]
-    extras = shape.additional is not False or bool(shape.patterns)
-    if isinstance(least, int) and not isinstance(least, bool) and len(shape.required) < least:
-        need = least - len(shape.required)
-        if len(optional) >= need:
-            shape = replace(shape, required=shape.required + optional[:need])
-            optional = optional[need:]
-        elif extras:
-            loose("minProperties")
+        if isinstance(needs, list):
+            needed: ObjectShape | None = replace(_shape({}, loose), required=[n for n in needs if isinstance(n, str)])
+        elif isinstance(needs, dict):
+            if set(needs) - {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+                             "minProperties", "maxProperties", "type", "description", "title"} or \
+                    (kinds(needs) or {"object"}) != {"object"}:
+                loose("dependentSchemas" if "dependentSchemas" in schema else "dependencies")
+                continue
+            needed = _shape(needs, loose)
+        elif needs is False:
+            needed = None
         else:
-            return None
-    if isinstance(most, int) and not isinstance(most, bool):
-        if len(shape.required) > most:
-            return None
-        room = most - len(shape.required)
-        if extras or len(optional) > room:
-            shape = replace(_without(shape, set(optional[room:])), additional=False, patterns={})
-    return shape
+            continue
+        out = []
+        for s in shapes:
+            if key in s.excluded:
+                out.append(s)
+                continue
+            present = combine(replace(s, required=list(dict.fromkeys([*s.required, key]))), needed, loose) \
+                if needed is not None else None
+            if key in s.required:
+                out += [present] if present is not None else []
+                continue
+            out.append(replace(s, excluded=s.excluded | {key},
+                               properties={p: v for p, v in s.properties.items() if p != key}))
+            if present is not None:
+                out.append(present)
+        shapes = out
+    return shapes
 
 
-def _without(shape: ObjectShape, keys: set[str]) -> ObjectShape:
-    """The shape without these optional keys, and without extra keys (one could be one of them)."""
-    if not keys:
-        return shape
-    return replace(shape, properties={k: v for k, v in shape.properties.items() if k not in keys},
-                   additional=False, patterns={})
+# -- the rule for one shape ----------------------------------------------------------------------
+
+def _body(conv: Converting, shape: ObjectShape, path: str, loose: Loose) -> str:
+    keys = [k for k in shape.properties if k not in shape.excluded]
+    keys += [k for k in shape.required if k not in shape.properties]
+    members: list[tuple[str, bool]] = []
+    for key in keys:
+        required = key in shape.required
+        try:
+            if not _name_allowed(conv, key, shape.names):
+                raise Unsatisfiable
+            where = pointer(path, "properties", key)
+            value = conv.child(key_schema(shape, key), where)
+            members.append((conv.add(pointer(where, "kv"), f'{literal(_dump(key))} ":" ws {value}'), required))
+        except Unsatisfiable:
+            if required:
+                raise
+    extra = _extra(conv, shape, set(keys) | shape.excluded, path, loose)
+    low, high = shape.low, shape.high
+    if high is not None and high < sum(r for _, r in members) or extra is None and low > len(members):
+        raise Unsatisfiable
+    if extra is None and (high is None or high >= len(members)) and low <= sum(r for _, r in members):
+        low, high = 0, None  # the counts hold whatever is written
+    if len(members) <= ANY_ORDER_MAX and not (low or high is not None) and len(members) > 1:
+        return conv.shared(("any order", tuple(members), extra), lambda: _any_order(conv, members, extra, path))
+    if (len(members) + 1) * ((high if high is not None else low) + 1) > MAX_COUNT_STATES:
+        loose("maxProperties" if high is not None else "minProperties")
+        low, high = 0, None
+    return conv.shared(("in order", tuple(members), extra, low, high),
+                       lambda: _in_order(conv, members, extra, low, high, path))
+
+
+def _in_order(conv: Converting, members: list[tuple[str, bool]], extra: str | None, low: int, high: int | None,
+              path: str) -> str:
+    """The members in their order, each required one present, extra keys anywhere among them,
+    at least `low` and at most `high` keys in all. A state is (members passed, keys written):
+    the count stops at `low` when there is no `high`."""
+    n = len(members)
+    required_from = [sum(r for _, r in members[i:]) for i in range(n + 1)]
+    top = high if high is not None else low
+
+    def clamp(c: int) -> int:
+        return min(c, low) if high is None else c
+
+    def alive(i: int, c: int) -> bool:
+        if high is not None and c + required_from[i] > high:
+            return False
+        return extra is not None or c + (n - i) >= low
+
+    alive_states = {(i, c) for i in range(n + 1) for c in range(top + 1) if alive(i, c)}
+
+    def options(i: int, c: int) -> list[str]:
+        out = []
+        room = high is None or c < high
+        if extra is not None and room and (i, clamp(c + 1)) in alive_states:
+            out.append(f'"," ws {extra} {{{(i, clamp(c + 1))}}}')
+        if i < n and room and (i + 1, clamp(c + 1)) in alive_states:
+            out.append(f'"," ws {members[i][0]} {{{(i + 1, clamp(c + 1))}}}')
+        if i < n and not members[i][1] and (i + 1, c) in alive_states:
+            out.append(f"{{{(i + 1, c)}}}")
+        if i == n and c >= low:
+            out.append('""')
+        return out
+
+    while dead := {st for st in alive_states if not options(*st)}:  # states that cannot finish
+        alive_states -= dead
+    names = {st: conv.reserve(pointer(path, f"after{st[0]}" + (f"n{st[1]}" if top else "")))
+             for st in sorted(alive_states, reverse=True)}
+    for st, name in names.items():
+        body = " | ".join(options(*st))
+        conv.fill(name, re.sub(r"\{\((\d+), (\d+)\)\}", lambda m: names[(int(m[1]), int(m[2]))], body))
+
+    def state(i: int, c: int) -> str | None:
+        return names.get((i, clamp(c)))
+
+    firsts = []
+    if extra is not None and (high is None or high >= 1) and (nxt := state(0, 1)):
+        firsts.append(f"{extra} {nxt}")
+    for i, (rule, required) in enumerate(members):
+        if (high is None or high >= 1) and (nxt := state(i + 1, 1)):
+            firsts.append(f"{rule} {nxt}")
+        if required:
+            break
+    else:
+        if low == 0:
+            firsts.append('""')
+    if not firsts:
+        raise Unsatisfiable
+    return conv.add(path, f'"{{" ws ( {" | ".join(firsts)} ) "}}" ws')
+
+
+def _any_order(conv: Converting, members: list[tuple[str, bool]], extra: str | None, path: str) -> str:
+    """A few members in any order, each at most once, the required ones all present, extra keys
+    anywhere: a state is the set of members written so far."""
+    n = len(members)
+    required = frozenset(i for i, (_, r) in enumerate(members) if r)
+    names: dict[frozenset[int], str] = {}
+
+    def state(done: frozenset[int]) -> str:
+        if done not in names:
+            names[done] = conv.reserve(pointer(path, "set" + "".join(str(i) for i in sorted(done))))
+            options = [f'"," ws {members[i][0]} {state(done | {i})}' for i in range(n) if i not in done]
+            if extra is not None:
+                options.append(f'"," ws {extra} {names[done]}')
+            if required <= done:
+                options.append('""')
+            conv.fill(names[done], " | ".join(options))
+        return names[done]
+
+    firsts = [f"{members[i][0]} {state(frozenset({i}))}" for i in range(n)]
+    if extra is not None:
+        firsts.append(f"{extra} {state(frozenset())}")
+    if not required:
+        firsts.append('""')
+    return conv.add(path, f'"{{" ws ( {" | ".join(firsts)} ) "}}" ws')
+
+
+def _extra(conv: Converting, shape: ObjectShape, taken: set[str], path: str, loose: Loose) -> str | None:
+    """One key-value pair of a key the object does not list, or None if there can be none."""
+    pairs = []
+    patterns = list(shape.patterns.items())
+    if patterns and (len({_dump(s) for _, s in patterns}) > 1 or shape.additional is not False
+                     or any(_matches(p, k) for p, _ in patterns for k in taken)):
+        loose("patternProperties")  # a key two of them match, or one the object lists, is held by either
+    for pattern, value in patterns:
+        where = pointer(path, "patternProperties", pattern)
+        try:
+            key = f'"\\"" {search_pattern(pattern)} "\\""'
+        except Unsupported:
+            loose("patternProperties")
+            key = f'"\\"" {conv.add(pointer(where, "key"), "char*")} "\\""'
+        except PatternError as exc:
+            raise conv.invalid_pattern(where, exc) from None
+        try:
+            pairs.append(conv.add(pointer(where, "kv"), f'{key} ws ":" ws {conv.child(value, where)}'))
+        except Unsatisfiable:
+            continue
+    if shape.additional is not False:
+        where = pointer(path, "additionalProperties")
+        try:
+            value = conv.child(shape.additional, where)
+            listed = _names_listed(shape.names)
+            if listed is not None:  # propertyNames an enum: those of its names not taken
+                names = [n for n in listed if n not in taken]
+                if not names:
+                    raise Unsatisfiable
+                key = "( " + " | ".join(literal(_dump(n)) for n in names) + " ) ws"
+            elif shape.names is not True:
+                if taken:
+                    loose("propertyNames")  # the key's own rule: it may spell a listed key too
+                key = conv.child(merge({"type": "string"}, shape.names), pointer(path, "propertyNames"))
+            else:
+                key = string_not_in(taken, lambda body: conv.add(pointer(path, "key"), body)) + " ws"
+            pairs.append(conv.add(pointer(where, "kv"), f'{key} ":" ws {value}'))
+        except Unsatisfiable:
+            pass
+    return conv.add(pointer(path, "extra"), " | ".join(pairs)) if pairs else None
+
+
+def _names_listed(names: Schema) -> list[str] | None:
+    """The names a propertyNames schema that only lists them allows (None: it does more)."""
+    if not isinstance(names, dict) or set(names) - {"enum", "const", "type", "description", "title"}:
+        return None
+    values = [names["const"]] if "const" in names else names.get("enum")
+    if not isinstance(values, list) or names.get("type", "string") != "string":
+        return None
+    return list(dict.fromkeys(v for v in values if isinstance(v, str)))
+
+
+def _name_allowed(conv: Converting, key: str, names: Schema) -> bool:
+    if names is True or names == {}:
+        return True
+    return conv.valid(key, names)
+
+
+def _matches(pattern: str, key: str) -> bool:
+    try:
+        return re.search(pattern, key) is not None
+    except (re.error, RecursionError, OverflowError):
+        return False
 
 
 def _dump(value: Any) -> str:

@@ -46,10 +46,7 @@ class RefRules:
             if ref is None or not refs:
                 if not isinstance(schema.get("allOf"), list):
                     return schema
-                rest: Schema = {k: v for k, v in schema.items() if k != "allOf"}
-                for part in schema["allOf"]:
-                    rest = merge(rest, part)
-                schema = rest
+                schema = self._parts(schema, path, seen)
                 continue
             siblings = {k: v for k, v in schema.items() if k != "$ref"}
             if not isinstance(ref, str) or ref in seen:
@@ -57,8 +54,23 @@ class RefRules:
                 continue
             seen.add(ref)
             target, _ = self._resolve(ref, path)
-            schema = merge(target, siblings)
+            schema = in_order(schema, target, siblings)
         raise GrammarError(f"the schema at {path!r} combines too many allOf and $ref", param="schema")
+
+    def _parts(self, schema: dict[str, Any], path: str, seen: set[str], depth: int = 0) -> Schema:
+        """`schema` with its allOf's parts merged in, in their order: a part that is a `$ref`, or
+        an allOf of its own, is merged where it stands (its properties come there)."""
+        rest: Schema = {k: v for k, v in schema.items() if k != "allOf"}
+        for part in schema["allOf"]:
+            if is_plain_ref(part) and isinstance(part["$ref"], str):
+                if part["$ref"] in seen:
+                    continue  # A and A is A
+                seen.add(part["$ref"])
+                part, _ = self._resolve(part["$ref"], path)
+            if isinstance(part, dict) and isinstance(part.get("allOf"), list) and depth < 32:
+                part = self._parts(part, path, seen, depth + 1)
+            rest = merge(rest, part)
+        return rest
 
     def ref_rule(self, ref: str, path: str) -> str:
         """The rule of a `$ref`'s target: named now, converted later (from run's queue)."""
@@ -99,7 +111,7 @@ class RefRules:
             if self._pairs[id(target)] > MAX_PAIRS:
                 raise GrammarError(f"the schema at {path!r} combines {ref!r} with other keywords in more than "
                                    f"{MAX_PAIRS} ways", param="schema")
-            both = merge(target, siblings)
+            both = in_order(schema, target, siblings)
             if both is False or never(both):
                 raise Unsatisfiable
             name = self._refs[key] = self._name(path)
@@ -111,6 +123,15 @@ class RefRules:
         """The chain of a $ref target met here: the current one's and it, unless a value is between."""
         return self._chain | {target} if self._level == 0 else frozenset({target})
 
+
+
+def in_order(schema: dict[str, Any], target: Schema, siblings: dict[str, Any]) -> Schema:
+    """A `$ref`'s target and the keywords beside it, merged so that the properties come in the
+    order the schema writes them: the target's first when `$ref` stands before `properties`."""
+    keys = list(schema)
+    if "properties" in siblings and keys.index("properties") < keys.index("$ref"):
+        return merge(siblings, target)
+    return merge(target, siblings)
 
 
 def never(schema: Any) -> bool:

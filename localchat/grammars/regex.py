@@ -15,7 +15,8 @@ from . import charsets as cs
 from .gbnf import literal
 from .regex_parse import _EMPTY, MAX_REPEAT, Node, PatternError, Unsupported, _Parser
 
-__all__ = ["MAX_REPEAT", "PatternError", "Unsupported", "class_run", "compile_pattern", "pattern_to_gbnf"]
+__all__ = ["MAX_REPEAT", "PatternError", "Unsupported", "class_run", "compile_pattern", "pattern_to_gbnf",
+           "search_pattern"]
 
 
 def pattern_to_gbnf(pattern: str) -> str | None:
@@ -45,6 +46,36 @@ def compile_pattern(pattern: str) -> str:
     return body or '""'
 
 
+def search_pattern(pattern: str) -> str:
+    """GBNF for the strings in which `pattern` matches somewhere (JSON Schema's reading: only
+    `^` and `$` tie it to the start or the end), as the text between the quotes."""
+    try:
+        tree = _Parser(pattern).parse()
+    except PatternError:
+        if _python_accepts(pattern):
+            raise Unsupported("a dialect difference") from None
+        raise
+    except Unsupported:
+        if not _python_accepts(pattern):
+            raise PatternError(_python_error(pattern)) from None
+        raise
+    options = tree[1] if tree[0] == "alt" else (tree,)
+    bodies = []
+    for option in options:
+        items = option[1] if option[0] == "seq" else (option,)
+        start = bool(items) and items[0] == ("bol",)
+        end = bool(items) and items[-1] == ("eol",)
+        node = _anchored(option, start, end)
+        if nullable(node) and not (start and end):
+            return "char*"  # it matches (nothing) in every string
+        body = _emit(node) or '""'
+        bodies.append(" ".join(p for p in ("" if start else "char*", body, "" if end else "char*") if p))
+    body = bodies[0] if len(bodies) == 1 else "( " + " | ".join(bodies) + " )"
+    if nesting(body) > 48:
+        raise Unsupported("groups nested too deeply")
+    return body
+
+
 _TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[()]')
 
 
@@ -63,7 +94,10 @@ def nesting(body: str) -> int:
 def class_run(pattern: str) -> tuple[str, int, int | None] | None:
     """(GBNF for one character, least, most) when the pattern is one class repeated (`^[a-z]+$`)."""
     try:
-        tree = _anchored(_Parser(pattern).parse(), True, True)
+        tree = _Parser(pattern).parse()
+        if tree[0] != "seq" or len(tree[1]) < 2 or tree[1][0] != ("bol",) or tree[1][-1] != ("eol",):
+            return None  # not tied to both ends: it matches inside longer strings too
+        tree = _anchored(tree, True, True)
     except (PatternError, Unsupported):
         return None
     if tree[0] == "seq":
@@ -169,6 +203,12 @@ def _emit(node: Node) -> str:
     inner, lo, hi = node[1], node[2], node[3]
     if hi == 0:
         return ""
+    while inner[0] == "rep" and inner[3] is None and hi is None and inner[2] <= 1:
+        # (x*)*, (x+)*, (x+)+ and (x*)+ are x* or x+: nested loops make llama.cpp's stacks grow
+        # exponentially with the length of a run
+        inner, lo = inner[1], 0 if lo == 0 or inner[2] == 0 else 1
+    if inner[0] == "seq" and len(inner[1]) == 1:
+        return _emit(("rep", inner[1][0], lo, hi))
     if nullable(inner):  # x{lo,hi} over a nullable x is (x without "") {0,hi}
         inner, lo = _nonempty(inner), 0
         if inner is None:

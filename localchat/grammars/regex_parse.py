@@ -134,7 +134,7 @@ class _Parser:
             return ("set", _CLASS_ESCAPES[e])
         if e in "DWS":
             self.i += 1
-            return ("set", cs.ascii_only(cs.complement(_CLASS_ESCAPES[e.lower()])))
+            return ("set", cs.complement(_CLASS_ESCAPES[e.lower()]))
         if e in "bBAzZk" or e.isdigit() and e != "0":
             raise Unsupported("a word boundary, an anchor escape or a backreference")
         return ("lit", chr(self.char_escape()))
@@ -178,7 +178,6 @@ class _Parser:
         if self.peek() == "]":
             raise Unsupported("an empty class ([] or [^])")  # ECMAScript and Python read these differently
         ranges: list[tuple[int, int]] = []
-        narrow = False  # a negated \d, \w or \s: kept to ASCII
         while True:
             if self.i >= len(self.p):
                 raise self.fail("unterminated character set")
@@ -188,7 +187,6 @@ class _Parser:
             item = self.class_item()
             if isinstance(item, tuple):
                 ranges += item
-                narrow = narrow or negate
                 continue
             if self.peek() == "-" and self.p[self.i + 1:self.i + 2] not in ("]", ""):
                 self.i += 1
@@ -203,7 +201,6 @@ class _Parser:
         out = cs.normalize(ranges)
         if negate:
             out = cs.complement(out)
-            out = cs.ascii_only(out) if narrow else out
         return out
 
     def class_item(self) -> int | cs.Ranges:
@@ -219,7 +216,7 @@ class _Parser:
             return _CLASS_ESCAPES[e]
         if e in "DWS":
             self.i += 1
-            return cs.ascii_only(cs.complement(_CLASS_ESCAPES[e.lower()]))
+            return cs.complement(_CLASS_ESCAPES[e.lower()])
         if e == "b":
             self.i += 1
             return 0x08

@@ -6,20 +6,24 @@ returns a rule body, or None when no value satisfies the schema."""
 from __future__ import annotations
 
 import math
+import re
+from decimal import Decimal
 from collections.abc import Callable
 from typing import Any
 
 from .gbnf import literal
-from .numbers import integer_range, natural_range
-from .regex import Unsupported, class_run, compile_pattern
+from .numbers import Bound, decimal_range, integer_range, multiple_rules, multiples
+from .regex import Unsupported, class_run, search_pattern
 
 Loose = Callable[[str], None]
-STRING_FORMATS = {"date", "time", "date-time", "uuid", "email", "ipv4", "ipv6", "hostname", "uri",
-                  "uri-reference", "duration", "json-pointer", "relative-json-pointer", "regex"}
-FORMAT_ALIASES = {"idn-email": "email", "idn-hostname": "hostname", "iri": "uri", "iri-reference": "uri-reference",
-                  "uri-template": "uri"}  # a value of the second is one of the first
+Define = Callable[[str, str | None], str]  # (a name's hint, a body or None to name it first) → the rule's name
+STRING_FORMATS = {"date", "time", "date-time", "duration", "uuid", "email", "idn-email", "hostname", "idn-hostname",
+                  "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uri-template", "json-pointer",
+                  "relative-json-pointer", "regex"}
+CHECKED_FORMATS = {"regex", "idn-hostname"}  # their grammar lets more through: the checker holds them
 MAX_LENGTH = 2000  # GBNF repeats at most this many times (llama.cpp's limit)
-BIG = 10 ** 16  # numbers are written with at most 16 digits before the point
+BIG = 10 ** 39  # numbers are written with at most 40 digits before the point (numbers.MAX_DIGITS)
+MAX_STEP = 64  # multipleOf a whole number up to this is read digit by digit (a rule per remainder)
 
 
 def string_body(schema: dict[str, Any], loose: Loose) -> str | None:
@@ -28,12 +32,14 @@ def string_body(schema: dict[str, Any], loose: Loose) -> str | None:
     high = None if high is None else max(math.floor(high), 0)
     if high is not None and low > high:
         return None
-    fmt = FORMAT_ALIASES.get(schema.get("format"), schema.get("format"))
+    fmt = schema.get("format")
     pattern = schema.get("pattern")
     if fmt in STRING_FORMATS:
         for keyword in ("pattern", "minLength", "maxLength"):
             if keyword in schema and (keyword != "minLength" or low):
                 loose(keyword)
+        if fmt in CHECKED_FORMATS:
+            loose("format")
         return f'"\\"" {fmt} "\\"" ws'
     if isinstance(pattern, str):
         body = _pattern(pattern, low, high, loose)
@@ -51,7 +57,7 @@ def _pattern(pattern: str, low: int, high: int | None, loose: Loose) -> str | No
     """The pattern's body; with lengths, only when the pattern is one repeated class
     (`^[a-z]+$`), whose bounds then combine. Raises PatternError for a broken pattern."""
     try:
-        body = compile_pattern(pattern)
+        body = search_pattern(pattern)
     except Unsupported:
         loose("pattern")
         return None
@@ -69,81 +75,100 @@ def _pattern(pattern: str, low: int, high: int | None, loose: Loose) -> str | No
     return None if least > most else f"{one}{{{least},{most}}}"
 
 
-def number_body(schema: dict[str, Any], kind: str, loose: Loose) -> str | None:
-    """An integer or number within the schema's bounds. Bounds are rounded inwards to whole
-    numbers (stricter); `multipleOf` is enforced for whole steps between two bounds."""
+def number_body(schema: dict[str, Any], kind: str, loose: Loose, define: Define,
+                integral_floats: bool = True) -> str | None:
+    """A number (or integer) within the schema's bounds, exactly: decimals compared digit by
+    digit, written without an exponent once bounded. `multipleOf` a whole number is held by
+    listing the multiples between two bounds, or by reading the digits keeping the remainder
+    (`define` makes those rules); a fractional step is left to the checker (jsonschema divides
+    floats: 0.3 is no multiple of 0.1 there). An integer may be written `2.0` (draft 6 on) and,
+    unbounded, `2e3`."""
+    low, high = _bounds(schema)
+    if low is not None and high is not None and (low[0] > high[0] or low[0] == high[0] and not (low[1] and high[1])):
+        return None
+    for bound, keyword in ((low, "minimum"), (high, "maximum")):
+        if bound is not None and abs(bound[0]) >= BIG:  # past what a number's digits hold here
+            loose(keyword)
+            low, high = (None, high) if keyword == "minimum" else (low, None)
+    step = number(schema.get("multipleOf"))
+    whole_step = step is not None and step > 0 and float(step).is_integer()
+    if step is not None and step > 0 and not whole_step:
+        loose("multipleOf")
+    if kind == "integer" or whole_step:
+        a = None if low is None else math.ceil(low[0]) + (1 if not low[1] and low[0] == math.ceil(low[0]) else 0)
+        b = None if high is None else math.floor(high[0]) - (1 if not high[1] and high[0] == math.floor(high[0]) else 0)
+        if a is not None and b is not None and a > b:
+            return None
+        tail = ' ( "." "0"+ )?' if integral_floats else ""
+        k = int(step) if whole_step else 1
+        if k > 1:
+            listed = _multiples(k, a, b)
+            if listed is not None:
+                return f"( {listed} ){tail} ws" if listed else None
+            if a is None and b is None and k <= MAX_STEP:
+                return f'( "-"? {_multiple_rule(k, define)} ){tail} ws'
+            loose("multipleOf")
+        if a is None and b is None:
+            return "whole ws" if integral_floats else "integer ws"
+        return f"( {integer_range(a, b)} ){tail} ws"
+    if low is None and high is None:
+        return "number"
+    body = decimal_range(low, high)
+    signed = _exponent_form(low, high)
+    if signed is not None:  # 1e-06 within a bound at zero (Python's JSON writes small numbers so)
+        body = signed if body is None else f"{body} | {signed}"
+    return None if body is None else f"( {body} ) ws"
+
+
+def _exponent_form(low: Bound | None, high: Bound | None) -> str | None:
+    """Numbers written with an exponent where their sign alone decides a bound at zero (the
+    mantissa's sign is the number's): >= 0, > 0, <= 0, < 0 with no other bound."""
+    positive = '( [1-9] [0-9]* fraction? | "0" "." "0"* [1-9] [0-9]* )'
+    if high is None and low is not None and low[0] == 0:
+        return f"( {'natural fraction?' if low[1] else positive} ) exponent"
+    if low is None and high is not None and high[0] == 0:
+        return f'"-" ( {positive} ) exponent' + (' | "0" fraction? exponent' if high[1] else "")
+    return None
+
+
+def _bounds(schema: dict[str, Any]) -> tuple[Bound | None, Bound | None]:
+    """The tighter of minimum and exclusiveMinimum (draft 4: a flag on minimum), and of the maxima."""
     lo, xlo = number(schema.get("minimum")), schema.get("exclusiveMinimum")
     hi, xhi = number(schema.get("maximum")), schema.get("exclusiveMaximum")
-    if isinstance(xlo, bool):  # draft 4: a flag on minimum
+    if isinstance(xlo, bool):
         xlo, lo = (lo if xlo else None), (None if xlo else lo)
     if isinstance(xhi, bool):
         xhi, hi = (hi if xhi else None), (None if xhi else hi)
     xlo, xhi = number(xlo), number(xhi)
-    low = _pick(max, None if lo is None else math.ceil(lo), None if xlo is None else math.floor(xlo) + 1)
-    high = _pick(min, None if hi is None else math.floor(hi), None if xhi is None else math.ceil(xhi) - 1)
-    step = number(schema.get("multipleOf"))
-    if step is not None and step > 0 and step != 1:
-        listed = _multiples(step, low, high)
-        if listed is not None:
-            return listed or None
-        loose("multipleOf")
-    if low is not None and low >= BIG or high is not None and high <= -BIG:
-        loose("minimum" if low is not None and low >= BIG else "maximum")
-        return "number" if kind == "number" else "integer ws"
-    low = None if low is not None and low <= -BIG else low
-    high = None if high is not None and high >= BIG else high
-    if low is not None and high is not None and low > high:
-        if kind == "integer" or _empty_interval(lo, xlo, hi, xhi):
-            return None
-        loose("minimum" if lo is not None or xlo is not None else "maximum")  # no whole number between them
-        return "number"
-    if kind == "integer" or step == 1:
-        return "integer ws" if low is None and high is None else f"({integer_range(low, high)}) ws"
-    if low is None and high is None:
-        return "number"
-    parts = _bounded(low, high)
-    if xlo is not None and lo is None and float(xlo).is_integer() and xlo >= 0 and (high is None or xlo < high):
-        parts.append(f'"{int(xlo)}." [0-9]{{0,15}} [1-9]')  # just above an exclusive minimum
-    return f"( {' | '.join(parts)} ) ws"
+    lows = [(_dec(v), inclusive) for v, inclusive in ((lo, True), (xlo, False)) if v is not None]
+    highs = [(_dec(v), inclusive) for v, inclusive in ((hi, True), (xhi, False)) if v is not None]
+    low = max(lows, key=lambda b: (b[0], not b[1])) if lows else None
+    high = min(highs, key=lambda b: (b[0], b[1])) if highs else None
+    return low, high
 
 
-def _bounded(low: int | None, high: int | None) -> list[str]:
-    """Numbers from low to high (whole numbers, either may be None), fractions included."""
-    parts = []
-    if high is None or high >= 0:  # 0 and up
-        start = max(low, 0) if low is not None else 0
-        if high is None:
-            parts.append(f"({natural_range(start, None)}) fraction?")
-        else:
-            if high > start:
-                parts.append(f"({natural_range(start, high - 1)}) fraction?")
-            parts.append(literal(str(high)))
-    if low is None or low < 0:  # below 0: "-k.f" is -(k + f)
-        least = -high if high is not None and high < 0 else 0
-        if low is None:
-            parts.append(f'"-" ({natural_range(least, None)}) fraction?')
-        else:
-            if -low - 1 >= least:
-                parts.append(f'"-" ({natural_range(least, -low - 1)}) fraction?')
-            parts.append(literal(str(low)))
-    return parts
+def _dec(value: int | float) -> Decimal:
+    return Decimal(value) if isinstance(value, int) else Decimal(repr(value))
 
 
-def _multiples(step: float, low: int | None, high: int | None) -> str | None:
-    """The whole multiples of a whole `step` between two bounds, listed: "" if there are none,
-    None if they cannot be listed (no bounds, a fractional step, more than 100 of them)."""
-    if not float(step).is_integer() or low is None or high is None:
+def _multiple_rule(k: int, define: Define) -> str:
+    """The name of a rule for the non-negative multiples of k (digits read keeping the remainder)."""
+    names = {r: define(f"mod{k}-{r}", None) for r in range(k)}
+    for r, body in multiple_rules(k).items():
+        define(names[int(r.rsplit("-", 1)[1])], re.sub(r"mod\d+-(\d+)", lambda m: names[int(m[1])], body))
+    first = re.sub(r"mod\d+-(\d+)", lambda m: names[int(m[1])], multiples(k) or "")
+    return define(f"mod{k}", first)
+
+
+def _multiples(step: int, low: int | None, high: int | None) -> str | None:
+    """The multiples of `step` between two bounds, listed: "" if there are none, None if they
+    cannot be listed (a bound missing, more than 100 of them)."""
+    if low is None or high is None:
         return None
     first, last = math.ceil(low / step), math.floor(high / step)
     if last - first >= 100:
         return None
-    return "( " + " | ".join(literal(str(int(k * step))) for k in range(first, last + 1)) + " ) ws" if last >= first else ""
-
-
-def _empty_interval(lo: Any, xlo: Any, hi: Any, xhi: Any) -> bool:
-    bottom = max([v for v in (lo, xlo) if v is not None], default=-math.inf)
-    top = min([v for v in (hi, xhi) if v is not None], default=math.inf)
-    return bottom > top or bottom == top and (xlo == bottom or xhi == top)
+    return " | ".join(literal(str(k * step)) for k in range(first, last + 1)) if last >= first else ""
 
 
 def _count(value: Any) -> int:
@@ -157,8 +182,3 @@ def number(value: Any) -> int | float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return value if isinstance(value, int) or math.isfinite(value) else None
-
-
-def _pick(f: Callable[..., int], *xs: int | None) -> int | None:
-    vals = [x for x in xs if x is not None]
-    return f(vals) if vals else None

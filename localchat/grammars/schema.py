@@ -19,23 +19,25 @@ import json
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from jsonschema.validators import validator_for
 
 from ..errors import GrammarError
 from .arrays import array_rule
-from .combine import UNMERGED, constraining, is_plain_ref, merge
+from .combine import CONSTRAINING, UNMERGED, constraining, is_plain_ref, merge
 from . import library
 from .compact import assemble
-from .gbnf import MAX_BYTES, literal
+from .gbnf import MAX_BYTES
+from .values import value_literal
 from .metaschema import DEPTH_CAP
 from .objects import object_rule
 from .refrules import RefRules, Unsatisfiable
 from .refs import Document, pointer
 from .regex import PatternError
 from .scalars import number_body, string_body
-from .kinds import ALL_TYPES, disjoint, kinds
+from .kinds import ALL_TYPES, disjoint, family_of, implied, kinds
 
 MAX_TRIES = 8  # conversions of one schema, each knowing more $ref targets that nothing satisfies
 MAX_RULES = 20_000  # as many as the validator takes
@@ -72,6 +74,11 @@ class Converter(RefRules):
         self._reserved = set(library.rules()) | {"root"}
         self._validator: Any = None
         self.loosened: list[str] = []  # "path:keyword" for each keyword not enforced exactly
+        self._defined: dict[str, str] = {}  # shared rules (define) by their hint
+        self._shared: dict[Any, str] = {}  # rules made of the same rules (shared)
+        dialect = root.get("$schema") if isinstance(root, dict) else None
+        self._integral_floats = not (isinstance(dialect, str) and re.search(r"draft-0[34]/", dialect))  # 2.0 is an integer
+
         self.root_rule = ""
 
     # -- the whole schema --------------------------------------------------------------------
@@ -114,6 +121,43 @@ class Converter(RefRules):
             raise GrammarError(f"the grammar made from the schema is more than {self.max_bytes} bytes "
                                "(max_grammar_bytes)", param="schema")
         return name
+
+    def define(self, hint: str, body: str | None) -> str:
+        """A rule shared by the whole grammar, named after `hint`: named first (body None), then
+        filled; asked for again, the same rule."""
+        if body is None:
+            if hint not in self._defined:
+                self._defined[hint] = self.reserve("#/" + hint)
+            return self._defined[hint]
+        if hint in self.rules:
+            if not self.rules[hint]:
+                self.fill(hint, body)
+            return hint
+        if hint not in self._defined:
+            self._defined[hint] = self.add("#/" + hint, body)
+        return self._defined[hint]
+
+    def shared(self, key: Any, make: Callable[[], str]) -> str:
+        """The rule `make` makes, made once for each `key` (rules whose parts are the same rules:
+        an object written out twice with different descriptions)."""
+        if key not in self._shared:
+            self._shared[key] = make()
+        return self._shared[key]
+
+    def reserve(self, path: str) -> str:
+        """A rule's name, given before its body (a rule that refers to itself): see `fill`."""
+        name = self._name(path)
+        self.rules[name] = ""
+        return name
+
+    def fill(self, name: str, body: str) -> None:
+        if not body:
+            raise Unsatisfiable
+        self.rules[name] = body
+        self.size += len(name) + len(body) + 6
+        if self.size > 4 * self.max_bytes:
+            raise GrammarError(f"the grammar made from the schema is more than {self.max_bytes} bytes "
+                               "(max_grammar_bytes)", param="schema")
 
     def _name(self, path: str) -> str:
         words = [w for w in path.split("/") if w not in _PATH_WORDS and not w.isdigit()][-2:]
@@ -209,7 +253,9 @@ class Converter(RefRules):
         if ("anyOf" in schema or "oneOf" in schema) and types != {"object"}:
             return self._alternatives(schema, path)
         if types is None:
-            return "value"
+            if not implied(schema):
+                return "value"
+            types = set(ALL_TYPES)  # `minLength` without `type`: strings are held to it, other values pass
         if len(types) > 1:
             return self._union(schema, types, path)
         return self._single(schema, next(iter(types)), path)
@@ -225,7 +271,7 @@ class Converter(RefRules):
             except PatternError as exc:
                 raise self.invalid_pattern(pointer(path, "pattern"), exc) from None
         elif kind in ("number", "integer"):
-            body = number_body(schema, kind, lambda k: self.loose(path, k))
+            body = number_body(schema, kind, lambda k: self.loose(path, k), self.define, self._integral_floats)
         else:
             return "boolean" if kind == "boolean" else "null"
         if body is None:
@@ -248,14 +294,30 @@ class Converter(RefRules):
         return self.add(path, " | ".join(dict.fromkeys(names)))
 
     def _not(self, schema: dict[str, Any], types: set[str] | None, path: str) -> set[str] | None:
-        """`not: {type: ...}` takes those types away; any other `not` is not enforced."""
+        """`not: {type: ...}` takes those types away; a `not` whose keywords all belong to one type
+        (`not: {required: [...]}`) takes every other type away, since those values pass what it
+        negates (the object rule holds `required` in it; other keywords are not held)."""
         negated = schema["not"]
-        gone = kinds(negated) if isinstance(negated, dict) and set(constraining(negated)) == {"type"} else None
-        if not gone or "integer" in gone and "number" not in gone and "number" in (types or {"number"}):
-            self.loose(path, "not")  # (a number that is not an integer has no grammar here)
+        if negated is True or negated == {}:
+            return set()
+        if not isinstance(negated, dict):
             return types
-        gone = gone | ({"integer"} if "number" in gone else set())
-        return (types or set(ALL_TYPES)) - gone
+        words = set(constraining(negated))
+        if words == {"type"}:
+            gone = kinds(negated)
+            if not gone or "integer" in gone and "number" not in gone and "number" in (types or {"number"}):
+                self.loose(path, "not")  # (a number that is not an integer has no grammar here)
+                return types
+            gone = gone | ({"integer"} if "number" in gone else set())
+            return (types or set(ALL_TYPES)) - gone
+        families = family_of(words)
+        if families is not None and len(families) == 1:
+            family = next(iter(families))
+            if family != "object" or words - {"required", "anyOf"}:
+                self.loose(path, "not")
+            return (types or set(ALL_TYPES)) & ({family, "integer"} if family == "number" else {family})
+        self.loose(path, "not")
+        return types
 
     def _alternatives(self, schema: dict[str, Any], path: str) -> str:
         key = "anyOf" if isinstance(schema.get("anyOf"), list) else "oneOf"
@@ -286,10 +348,13 @@ class Converter(RefRules):
             values = [v for v in values if self._valid(v, rest)]
         if not values:
             raise Unsatisfiable
-        options = list(dict.fromkeys(literal(_dump(v)) for v in values))
+        options = list(dict.fromkeys(value_literal(v) for v in values))
         return self.add(path, f"{options[0]} ws" if len(options) == 1 else f"( {' | '.join(options)} ) ws")
 
-    def _valid(self, value: Any, schema: dict[str, Any]) -> bool:
+    def valid(self, value: Any, schema: Schema) -> bool:
+        return self._valid(value, schema)
+
+    def _valid(self, value: Any, schema: Schema) -> bool:
         """Whether an enum's value holds for the keywords beside it (when that can be told)."""
         try:
             if self._validator is None:
@@ -314,6 +379,7 @@ def convert(schema: Schema, prefix: str = "", rules: dict[str, str] | None = Non
     other parts of the schema.)"""
     before = dict(rules or {})
     dead: set[Any] = set()
+    schema = without_ref_siblings(schema)
     try:
         for _ in range(MAX_TRIES):  # each try learns of one more unsatisfiable $ref target
             converter = kind(schema, prefix, rules, max_depth=max_depth, max_bytes=max_bytes)
@@ -336,6 +402,28 @@ def convert(schema: Schema, prefix: str = "", rules: dict[str, str] | None = Non
     except GrammarError as exc:
         exc.param = param
         raise
+
+
+def without_ref_siblings(schema: Schema) -> Schema:
+    """Drafts 3 to 7 ignore the keywords beside a `$ref` (2019-09 on, they hold too): for those
+    drafts, the schema without them (`definitions` stay: a reference may point into them)."""
+    dialect = schema.get("$schema") if isinstance(schema, dict) else None
+    if not (isinstance(dialect, str) and re.search(r"draft-0[3467]/", dialect)):
+        return schema
+
+    def strip(node: Any, depth: int = 0) -> Any:
+        if depth > DEPTH_CAP * 4:
+            return node
+        if isinstance(node, list):
+            return [strip(v, depth + 1) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: strip(v, depth + 1) for k, v in node.items()}
+        if isinstance(node.get("$ref"), str):
+            out = {k: v for k, v in out.items() if k == "$ref" or k not in CONSTRAINING}
+        return out
+
+    return strip(schema)
 
 
 def schema_to_gbnf(schema: Schema) -> str:

@@ -73,7 +73,7 @@ class Settings(BaseModel):
     max_stop_chars: int = Field(1000, ge=1)  # characters in one stop string
     max_tools: int = Field(256, ge=0)  # entries in `tools`
     max_tool_schema_bytes: int = Field(1024 * 1024, ge=1024)  # all tools' `parameters` together, as compact JSON
-    max_grammar_bytes: int = Field(256 * 1024, ge=1024)  # a grammar: the raw `grammar`, or one made from schemas
+    max_grammar_bytes: int = Field(1024 * 1024, ge=1024)  # a grammar: the raw `grammar`, or one made from schemas
     max_schema_depth: int = Field(64, ge=2, le=96)  # JSON nesting of one schema (96: what Python's stack allows)
     schema_loosened: Literal["report", "refuse"] = "report"  # a schema keyword no grammar enforces: header, or 400
     max_media: int = Field(16, ge=0)  # images and audio clips in one request

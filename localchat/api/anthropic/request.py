@@ -290,7 +290,7 @@ def routes(chat: Chat) -> list[Route]:
         turn = await chat.start(ask)
         meta = {"id": f"msg_{secrets.token_hex(12)}", "type": "message", "role": "assistant", "model": turn.model}
         return await respond(request, req.stream, lambda: stream(turn, meta), lambda: collect(turn, meta), turn.close,
-                             {**hosted.headers(dropped), **loosened_headers(turn)}, keepalive=PING)
+                             lambda: {**hosted.headers(dropped), **loosened_headers(turn)}, keepalive=PING)
 
     async def tokens(request: Request) -> Response:
         _, ask, dropped = await read(request, CountRequest)

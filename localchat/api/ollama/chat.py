@@ -204,7 +204,7 @@ async def _answer(request: Request, turn: Turn, shape: LineShape, body: _Generat
     clock.ready = time.perf_counter()  # the model is loaded and the prompt prepared
     answer = Answer(body.thinks)
     return await respond(request, body.stream, lambda: stream(turn, shape, answer, clock),
-                         lambda: collect(turn, shape, answer, clock), turn.close, loosened_headers(turn),
+                         lambda: collect(turn, shape, answer, clock), turn.close, lambda: loosened_headers(turn),
                          keepalive=None, media_type="application/x-ndjson")
 
 

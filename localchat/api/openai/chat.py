@@ -47,7 +47,7 @@ def routes(chat: Chat) -> list[Route]:
         form = _Form(req.logprobs, req.return_tokens_as_token_ids, echoed(req),
                      bool(req.stream_options and req.stream_options.include_usage))
         return await respond(request, req.stream, lambda: _stream(turn, meta, form, request.url.path),
-                             lambda: _collect(turn, meta, form), turn.close, loosened_headers(turn))
+                             lambda: _collect(turn, meta, form), turn.close, lambda: loosened_headers(turn))
 
     async def models(request: Request) -> Response:
         models = chat.models
@@ -207,8 +207,13 @@ def logprob(t: Any, as_ids: bool = False) -> dict[str, Any]:
 
 
 def usage(u: Usage) -> dict[str, Any]:
-    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-            "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+    """OpenAI's usage; `completion_tokens_details.resampled_tokens` (localchat's own) counts the tokens
+    written and taken back because a value broke the schema, when there were any."""
+    out = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+           "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+    if u.resampled_tokens:
+        out["completion_tokens_details"] = {"resampled_tokens": u.resampled_tokens}
+    return out
 
 
 def _model_card(name: str, spec: ModelSpec, default: bool, context_length: int | None, loaded: bool,

@@ -81,7 +81,8 @@ def routes(chat: Chat) -> list[Route]:
 
         events = Numbered(shell)
         return await respond(request, req.stream, lambda: stream(turn, events, keep), lambda: collect(turn, shell, keep),
-                             turn.close, {**hosted.headers(dropped), **loosened_headers(turn)}, keepalive=events.keepalive)
+                             turn.close, lambda: {**hosted.headers(dropped), **loosened_headers(turn)},
+                             keepalive=events.keepalive)
 
     async def retrieve(request: Request) -> Response:
         entry = store.get(request.path_params["response_id"])

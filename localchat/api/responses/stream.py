@@ -199,7 +199,9 @@ class Shell:
                 "usage": usage and {
                     "input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
                     "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
-                    "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": usage.total_tokens}}
+                    "output_tokens_details": {"reasoning_tokens": 0, **({"resampled_tokens": usage.resampled_tokens}
+                                                                      if usage.resampled_tokens else {})},
+                    "total_tokens": usage.total_tokens}}
 
 
 async def collect(turn: Turn, shell: Shell, keep: Keep) -> dict[str, Any]:

@@ -75,6 +75,11 @@ class Codec(CallSyntax):
         """What splits output into reasoning, content and calls (tools None: no calls are read)."""
         return Splitter(self if tools is not None else None, reasoning, thinking, tools or (), strict)
 
+    def arguments_anchor(self, tool: Tool, tools: Sequence[Tool]) -> str | None:
+        """A regular expression for the text right before a call's arguments, when they are one
+        JSON value the checker of written values can follow (engine/checking.py); None if not."""
+        return None
+
     def loose_triggers(self, tools: Sequence[Tool], options: GrammarOptions) -> list[tuple[str, str]]:
         """Texts that begin a call in a form models write unasked (not this syntax's own), each
         with the GBNF that forces the rest of that call once it is written (for a lazy grammar)."""

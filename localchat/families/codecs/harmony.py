@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...grammars.gbnf import literal
+from ...grammars.tools import arguments_schema
 from ...grammars.schema import assemble, convert
 from ...grammars.text import excluding
 from .base import BlockParser, Call, Codec, GrammarOptions, Segments, Tool, tidy
@@ -52,7 +53,7 @@ class HarmonyCodec(Codec):
         loosened = options.loosened if options.loosened is not None else []
         choices = []
         for i, tool in enumerate(tools):
-            parameters = tool.parameters if tool.parameters is not None else {"type": "object"}
+            parameters = arguments_schema(tool.parameters)
             converter = convert(parameters, prefix=f"t{i}-", rules=rules, param=f"tools.{i}.parameters",
                                 max_bytes=options.max_bytes)
             loosened += [tool.name + entry for entry in converter.loosened]

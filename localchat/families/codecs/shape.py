@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...grammars.gbnf import literal
+from ...grammars.tools import arguments_schema
 from ...grammars.schema import assemble, convert
 from ...grammars.text import fixed
 from .base import BlockParser, Call, Codec, GrammarOptions, Segments, Tool, ToolSet, tidy
@@ -76,6 +77,12 @@ class Shape:
         start = (self.open or self.call_open).lstrip()
         cut = min([len(start)] + [m.start() for m in re.finditer(r"\s|\{index\}|\{id\}", start)])
         return start[:cut] or ('{ "' + self.name_key + '"' if self.json_form else "")  # (any spacing: pattern.py)
+
+
+def _placeholders(text: str) -> str:
+    """A regular expression for a syntax's fixed text, its `{index}` and `{id}` as text.fixed writes them."""
+    return "".join("[0-9]{1,3}" if p in ("{index}", "{number}") else "[a-zA-Z0-9]{9}" if p == "{id}" else re.escape(p)
+                   for p in re.split(r"(\{index\}|\{number\}|\{id\})", text) if p)
 
 
 def _json_type(value: Any) -> str:
@@ -186,7 +193,7 @@ class ShapeCodec(Codec):
         return assemble(f"{LEAD} ( {body} )" if options.lead else body, rules)
 
     def _args_rule(self, tool: Tool, i: int, rules: dict[str, str], loosened: list[str], max_bytes: int) -> str:
-        parameters = tool.parameters if tool.parameters is not None else {"type": "object"}
+        parameters = arguments_schema(tool.parameters)
         found: list[str] = []
         if self.shape.xml is not None:
             rule = args_rule(self.shape.xml, parameters, i, rules, found, max_bytes)
@@ -196,6 +203,20 @@ class ShapeCodec(Codec):
             rule, found = converter.root_rule, list(converter.loosened)
         loosened += [tool.name + entry for entry in found]
         return rule
+
+    def arguments_anchor(self, tool: Tool, tools: Sequence[Tool]) -> str | None:
+        """`"NAME", "arguments": ` (any spacing, `parameters` too, as the loose triggers write it), or
+        NAME and the text after it; none for arguments written as XML elements."""
+        s = self.shape
+        if s.xml is not None:
+            return None
+        if s.json_form:
+            quoted = json.dumps(tool.name, ensure_ascii=False)
+            name = f'"{ToolSet(tools).spellings(tool.name)}"' if quoted == f'"{tool.name}"' else re.escape(quoted)
+            keys = "|".join(re.escape(json.dumps(k)) for k in dict.fromkeys((s.args_key, "arguments", "parameters")))
+            return name + r"\s*,\s*(?:" + keys + r")\s*:\s*"
+        mids = "|".join(_placeholders(m) for m in s.mids)
+        return re.escape(tool.name) + f"(?:{mids})"
 
     @property
     def closers(self) -> tuple[str, ...]:
