@@ -3,7 +3,7 @@ invalid one?
 
     scripts/maskbench DATA [--sample N] [--seed S] [--split NAME] [--each] [--timeout SEC]
                            [--matchers localchat,llguidance] [--any-order] [--jobs J] [--model NAME]
-                           [--strict] [--generate N [--max-tokens M]]
+                           [--strict] [--generate N [--max-tokens M]] [--calls N] [--order-cost]
 
 DATA is MaskBench's data (guidance-ai/jsonschemabench, folder maskbench): a folder holding
 `data.tar.gz` or `data/*.json`, one schema per file with valid and invalid instances.
@@ -29,6 +29,15 @@ objects (those that list at most ANY_ORDER_MAX keys, objects.py) reversed (local
 counted apart. With --strict the script exits 1 when a valid instance is rejected or an invalid
 one accepted without a declared keyword (localchat), as the tests run it.
 
+With --calls N, N of the selected schemas become the tools of one request (tool_choice
+required, the generic `{"tool_calls": [...]}` syntax, what the server builds) and a call of each, with a valid
+instance as its arguments, is fed to llama.cpp's grammar sampler and to llguidance (reading the
+same GBNF): the time to judge the whole vocabulary at every token, p50 / p99, beside each other.
+
+With --order-cost: what taking an object's keys in any order costs against the schema's order,
+for objects of 2 to 8 listed keys (half of them required): grammar bytes, and the time to judge
+the whole vocabulary after the first key (llama.cpp), per bound (objects.ANY_ORDER_MAX).
+
 With --generate N, N of the selected schemas are filled in by the model (greedy) under what
 the server uses for a strict json_schema answer (the grammar and the checking of written values),
 and each answer is sorted: valid, NOT valid, cut by --max-tokens, refused.
@@ -50,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 MATCHERS = ("localchat", "llguidance")
+MASKS = 32  # whole-vocabulary masks timed per schema at most (a long instance would take minutes)
 
 
 # -- the data ------------------------------------------------------------------------------------
@@ -114,39 +124,58 @@ class Order:
         found = self._expand(schemas)
         if isinstance(value, dict):
             listed, found = self._key_order(found, value)
-            for s in found:  # a required key no schema lists comes after the listed ones
-                listed += [k for k in s.get("required") or [] if isinstance(k, str) and k not in listed]
             keys = [k for k in listed if k in value] + [k for k in value if k not in listed]
             if reverse and len(listed) <= self.small:
                 keys.reverse()
             return {k: self._walk(value[k], self._children(found, k), reverse) for k in keys}
         if isinstance(value, list):
+            arrays = [c for c in self._branches(found) if any("items" in s or "prefixItems" in s for s in c)]
+            found = arrays[0] if arrays else found
             return [self._walk(v, self._children(found, i), reverse) for i, v in enumerate(value)]
         return value
 
+    def _branches(self, found: list[dict]) -> list[list[dict]]:
+        """The schemas that hold for a value, once for each way through its anyOf / oneOf branches
+        (nested too; at most 64)."""
+        candidates = [found]
+        for _ in range(4):
+            grown = []
+            for schemas in candidates:
+                split = next(((i, s[k]) for i, s in enumerate(schemas) for k in ("oneOf", "anyOf")
+                              if isinstance(s.get(k), list) and not s.get("_seen_" + k)), None)
+                if split is None:
+                    grown.append(schemas)
+                    continue
+                i, branches = split
+                marked = dict(schemas[i])
+                marked["_seen_anyOf"] = marked["_seen_oneOf"] = True
+                rest = schemas[:i] + [marked] + schemas[i + 1:]
+                grown += [rest + self._expand([b]) for b in branches if isinstance(b, dict)][:16]
+            candidates = grown[:64]
+        return candidates
+
     def _key_order(self, found: list[dict], value: dict) -> tuple[list[str], list[dict]]:
         """The keys as the converter lists them: the schema's own (with what `$ref` and `allOf`
-        bring, in order), then those of the anyOf / oneOf branch that lists most of the value's
-        keys, then those of its dependent schemas; and the schemas that hold for the value."""
-        base: list[str] = []
-        for s in found:
-            base += [k for k in _props(s) if k not in base]
-        best, best_schemas = base, found
-        for s in found:
-            for key in ("oneOf", "anyOf"):
-                for branch in s.get(key) or [] if isinstance(s.get(key), list) else []:
-                    more = self._expand([branch])
-                    listed = list(base)
-                    for b in more:
-                        listed += [k for k in _props(b) if k not in listed]
-                    if sum(k in value for k in listed) > sum(k in value for k in best):
-                        best, best_schemas = listed, found + more
-        for s in found:
-            for key in ("dependentSchemas", "dependencies"):
-                for name, dep in (s[key].items() if isinstance(s.get(key), dict) else ()):
-                    if isinstance(dep, dict) and name in value:
-                        best = best + [k for k in _props(dep) if k not in best]
-        return best, best_schemas
+        bring, in order), then those of the anyOf / oneOf branches (nested too) that list most
+        of the value's keys, then those of its dependent schemas, then required keys no schema
+        lists; and the schemas that hold for the value."""
+        candidates = self._branches(found)
+
+        def listed_by(schemas: list[dict]) -> list[str]:
+            keys: list[str] = []
+            for s in schemas:
+                keys += [k for k in _props(s) if k not in keys]
+            for s in schemas:
+                for key in ("dependentSchemas", "dependencies"):
+                    for name, dep in (s[key].items() if isinstance(s.get(key), dict) else ()):
+                        if isinstance(dep, dict) and name in value:
+                            keys += [k for k in _props(dep) if k not in keys]
+            for s in schemas:
+                keys += [k for k in s.get("required") or [] if isinstance(k, str) and k not in keys]
+            return keys
+
+        best = max(candidates, key=lambda c: sum(k in value for k in listed_by(c)))
+        return listed_by(best), best
 
     def _expand(self, schemas: list, depth: int = 0) -> list[dict]:
         """The schemas, with what `$ref` and `allOf` bring, in the order the converter merges them
@@ -205,6 +234,7 @@ class Worker:
         self.vocab, self.n_vocab = self.model.vocab, self.model.n_vocab
         self.eos = C.llama_vocab_eos(self.vocab)
         self.mask_every = mask_every
+        self.max_masks = MASKS
         self._llg_tokenizer = None
         import numpy as np
 
@@ -315,7 +345,7 @@ class Worker:
                 tokens = self.tokens(text)
                 done = ""
                 for n, token in enumerate(tokens):
-                    if measure and self.mask_every and n % self.mask_every == 0:
+                    if measure and self.mask_every and n % self.mask_every == 0 and len(masks) < self.max_masks:
                         masks.append(mask(judge))
                     if not allowed(judge, token):
                         return f"grammar at {len(done)}: {done[-40:]!r} ⟶ {self.model.piece(token).decode(errors='replace')!r}"
@@ -366,7 +396,7 @@ class Worker:
             m = matcher.deep_copy()  # a matcher that refused a token stays in its error state
             tokens = self.tokens(text)
             for n, token in enumerate(tokens):
-                if measure and self.mask_every and n % self.mask_every == 0:
+                if measure and self.mask_every and n % self.mask_every == 0 and len(masks) < self.max_masks:
                     t = time.perf_counter()
                     m.compute_bitmask()
                     masks.append(1000 * (time.perf_counter() - t))
@@ -518,11 +548,15 @@ def main() -> None:
                                                          "invalid one accepted (localchat)")
     ap.add_argument("--generate", type=int, default=0, metavar="N", help="fill in N schemas with the model")
     ap.add_argument("--max-tokens", type=int, default=1024)
+    ap.add_argument("--calls", type=int, default=0, metavar="N", help="time masks for a call of N tools")
+    ap.add_argument("--order-cost", action="store_true", help="what any-order objects cost, 2 to 8 keys")
     args = ap.parse_args()
 
     from localchat.models import Registry
 
     spec = Registry.load(args.config).resolve(args.model)
+    if args.order_cost:
+        return order_cost(spec)
     data = load(args.data)
     names = sorted(data)
     if args.split:
@@ -534,6 +568,8 @@ def main() -> None:
         names = names[:args.sample]
     if args.generate:
         return generate(spec, [(n, data[n]["schema"]) for n in names[:args.generate]], args.max_tokens)
+    if args.calls:
+        return calls(spec, [(n, data[n]) for n in names[:args.calls]])
     matchers = [m.strip() for m in args.matchers.split(",") if m.strip()]
     tasks = [{"name": n, "matcher": m, "schema": data[n]["schema"], "tests": data[n]["tests"],
               "any_order": args.any_order} for n in names for m in matchers]
@@ -592,6 +628,76 @@ def main() -> None:
             sum(1 for r in mine if not r.get("declared") for ok, _ in r.get("invalid", []) if ok)
         if bad:
             sys.exit(f"maskbench: {bad} valid instances rejected or invalid ones accepted undeclared")
+
+
+# -- what any-order objects cost ---------------------------------------------------------------------
+
+def order_cost(spec) -> None:
+    from localchat.grammars import objects
+    from localchat.grammars.schema import convert
+
+    worker = Worker(str(spec.file()), 1)
+    print(f"{spec.name}'s vocabulary; an object of n string keys, the first n // 2 required; the mask after its "
+          "first key (median of 5)")
+    print("| keys | schema order: bytes | mask ms | any order: bytes | mask ms |")
+    print("| --- | --- | --- | --- | --- |")
+    for n in range(2, 9):
+        schema = {"type": "object", "properties": {f"key{i}": {"type": "string"} for i in range(n)},
+                  "required": [f"key{i}" for i in range(n // 2)], "additionalProperties": False}
+        row = [str(n)]
+        for bound in (0, n):
+            objects.ANY_ORDER_MAX = bound
+            converter = convert(schema)
+            grammar = converter.grammar(converter.root_rule)
+            feed = worker._llama(grammar)
+            times: list[float] = []
+            for _ in range(5):
+                masks: list[float] = []
+                worker.mask_every, worker.max_masks = 1, 1 << 30
+                feed('{"key0":"a"', True, masks)
+                times.append(masks[-1])
+            row += [f"{len(grammar):,}", f"{sorted(times)[2]:.2f}"]
+        print("| " + " | ".join(row) + " |")
+
+
+# -- a call of many tools: each matcher's mask time --------------------------------------------------
+
+def calls(spec, chosen: list[tuple[str, dict]]) -> None:
+    import numpy as np
+
+    from localchat.families import FAMILIES
+    from localchat.generation.constraints import build, codec_tools
+    from localchat.neutral import OutputRules, ToolSpec
+
+    tools, texts = [], []
+    for i, (name, doc) in enumerate(chosen):
+        schema = doc["schema"]
+        if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+            continue
+        valid = next((t["data"] for t in doc["tests"] if t["valid"] and isinstance(t["data"], dict)), None)
+        if valid is None:
+            continue
+        tools.append(ToolSpec(f"tool_{i}", name, schema))
+        texts.append(f'{{"tool_calls": [{{"name": "tool_{i}", "arguments": {compact(Order(schema).write(valid))}}}]}}')
+    rules = OutputRules(tools=tuple(tools), tool_choice="required", parallel_tool_calls=False)
+    constraint = build(rules, codec_tools(rules), FAMILIES["phi3"], False, 1 << 22)  # (plain JSON: no special token)
+    worker = Worker(str(spec.file()), 1)
+    worker.max_masks = 1 << 30  # every token
+    print(f"{len(tools)} tools ({sum(len(json.dumps(t.parameters)) for t in tools) / 1000:.0f} KB of schemas), "
+          f"a grammar of {len(constraint.grammar) / 1000:.0f} KB, {spec.name}'s vocabulary ({worker.n_vocab} tokens)")
+    for label, make in (("llama.cpp", worker._llama), ("llguidance (GBNF)", worker._llg_gbnf)):
+        started = time.perf_counter()
+        feed = make(constraint.grammar)
+        built = time.perf_counter() - started
+        masks: list[float] = []
+        verdicts = [feed(text, True, masks) for text in texts]
+        rejected = sum(1 for v in verdicts if v is not None)
+        if rejected:
+            print(f"    ({label} refused: {next(v for v in verdicts if v is not None)[:200]})")
+        masks.sort()
+        p = lambda q: masks[min(len(masks) - 1, int(q * len(masks)))]  # noqa: E731
+        print(f"  {label:18s}: mask p50 {p(0.5):7.2f} ms, p99 {p(0.99):7.2f} ms over {len(masks)} tokens "
+              f"(mean {float(np.mean(masks)):.2f}); grammar made in {1000 * built:.0f} ms; calls refused: {rejected}")
 
 
 # -- generation ------------------------------------------------------------------------------------

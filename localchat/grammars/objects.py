@@ -231,8 +231,10 @@ def _body(conv: Converting, shape: ObjectShape, path: str, loose: Loose) -> str:
         raise Unsatisfiable
     if extra is None and (high is None or high >= len(members)) and low <= sum(r for _, r in members):
         low, high = 0, None  # the counts hold whatever is written
-    if len(members) <= ANY_ORDER_MAX and not (low or high is not None) and len(members) > 1:
-        return conv.shared(("any order", tuple(members), extra), lambda: _any_order(conv, members, extra, path))
+    if 1 < len(members) <= ANY_ORDER_MAX and 2 ** len(members) * ((high if high is not None else low) + 1) \
+            <= MAX_COUNT_STATES:
+        return conv.shared(("any order", tuple(members), extra, low, high),
+                           lambda: _any_order(conv, members, extra, low, high, path))
     if (len(members) + 1) * ((high if high is not None else low) + 1) > MAX_COUNT_STATES:
         loose("maxProperties" if high is not None else "minProperties")
         low, high = 0, None
@@ -299,29 +301,46 @@ def _in_order(conv: Converting, members: list[tuple[str, bool]], extra: str | No
     return conv.add(path, f'"{{" ws ( {" | ".join(firsts)} ) "}}" ws')
 
 
-def _any_order(conv: Converting, members: list[tuple[str, bool]], extra: str | None, path: str) -> str:
+def _any_order(conv: Converting, members: list[tuple[str, bool]], extra: str | None, low: int, high: int | None,
+               path: str) -> str:
     """A few members in any order, each at most once, the required ones all present, extra keys
-    anywhere: a state is the set of members written so far."""
+    anywhere, between `low` and `high` keys in all: a state is the set of members written so far
+    and (when counted) how many keys; the count stops at `low` when there is no `high`."""
     n = len(members)
     required = frozenset(i for i, (_, r) in enumerate(members) if r)
-    names: dict[frozenset[int], str] = {}
+    counted = bool(low) or high is not None
+    names: dict[tuple[frozenset[int], int], str] = {}
 
-    def state(done: frozenset[int]) -> str:
-        if done not in names:
-            names[done] = conv.reserve(pointer(path, "set" + "".join(str(i) for i in sorted(done))))
-            options = [f'"," ws {members[i][0]} {state(done | {i})}' for i in range(n) if i not in done]
-            if extra is not None:
-                options.append(f'"," ws {extra} {names[done]}')
-            if required <= done:
+    def clamp(c: int) -> int:
+        return 0 if not counted else min(c, low) if high is None else c
+
+    def live(done: frozenset[int], c: int) -> bool:  # the object can still be closed from here
+        return high is None or c + len(required - done) <= high
+
+    def room(c: int) -> bool:
+        return high is None or c < high
+
+    def state(done: frozenset[int], c: int) -> str:
+        key = (done, clamp(c))
+        if key not in names:
+            names[key] = conv.reserve(pointer(path, "set" + "".join(str(i) for i in sorted(done))
+                                               + (f"n{key[1]}" if counted else "")))
+            options = [f'"," ws {members[i][0]} {state(done | {i}, c + 1)}' for i in range(n)
+                       if i not in done and room(c) and live(done | {i}, c + 1)]
+            if extra is not None and room(c) and live(done, c + 1):
+                options.append(f'"," ws {extra} {state(done, c + 1)}')
+            if required <= done and c >= low:
                 options.append('""')
-            conv.fill(names[done], " | ".join(options))
-        return names[done]
+            conv.fill(names[key], " | ".join(options))
+        return names[key]
 
-    firsts = [f"{members[i][0]} {state(frozenset({i}))}" for i in range(n)]
-    if extra is not None:
-        firsts.append(f"{extra} {state(frozenset())}")
-    if not required:
+    firsts = [f"{members[i][0]} {state(frozenset({i}), 1)}" for i in range(n) if room(0) and live(frozenset({i}), 1)]
+    if extra is not None and room(0) and live(frozenset(), 1):
+        firsts.append(f"{extra} {state(frozenset(), 1)}")
+    if not required and low == 0:
         firsts.append('""')
+    if not firsts:
+        raise Unsatisfiable
     return conv.add(path, f'"{{" ws ( {" | ".join(firsts)} ) "}}" ws')
 
 

@@ -20,7 +20,7 @@ Define = Callable[[str, str | None], str]  # (a name's hint, a body or None to n
 STRING_FORMATS = {"date", "time", "date-time", "duration", "uuid", "email", "idn-email", "hostname", "idn-hostname",
                   "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uri-template", "json-pointer",
                   "relative-json-pointer", "regex"}
-CHECKED_FORMATS = {"regex", "idn-hostname"}  # their grammar lets more through: the checker holds them
+CHECKED_FORMATS = {"regex", "idn-hostname", "hostname"}  # their grammar lets more through (a regex, IDNA, 253 characters): the checker holds them
 MAX_LENGTH = 2000  # GBNF repeats at most this many times (llama.cpp's limit)
 BIG = 10 ** 39  # numbers are written with at most 40 digits before the point (numbers.MAX_DIGITS)
 MAX_STEP = 64  # multipleOf a whole number up to this is read digit by digit (a rule per remainder)

@@ -39,7 +39,7 @@ from .regex import PatternError
 from .scalars import number_body, string_body
 from .kinds import ALL_TYPES, disjoint, family_of, implied, kinds
 
-MAX_TRIES = 8  # conversions of one schema, each knowing more $ref targets that nothing satisfies
+MAX_TRIES = 32  # conversions of one schema, each knowing more $ref targets that nothing satisfies
 MAX_RULES = 20_000  # as many as the validator takes
 TIME_BUDGET = 10.0  # seconds: a last guard; the grammar's size stops a large schema long before
 Schema = dict[str, Any] | bool
