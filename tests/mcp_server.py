@@ -63,7 +63,8 @@ def broken() -> str:
 
 # No keys beyond its (no) parameters, as the TypeScript SDK's zod schemas say: the SDK's own leaves other
 # keys allowed, and a random test model under the grammar would write them (JSON Schema allows them).
-app._tool_manager._tools["server_time"].parameters["additionalProperties"] = False
+for _name in ("server_time", "huge", "fail"):
+    app._tool_manager._tools[_name].parameters["additionalProperties"] = False
 
 _tool = Tool.from_function(broken)
 _tool.parameters = {"type": "object", "properties": {"x": {"type": "no-such-type"}}}

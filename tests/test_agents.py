@@ -90,7 +90,8 @@ BASH = {"name": "Bash", "description": "Run a command", "input_schema": {
     "type": "object", "properties": {"command": {"type": "string", "maxLength": 20}}, "required": ["command"],
     "additionalProperties": False}}
 DEFERRED = {"name": "WebFetch", "description": "Fetch a page", "defer_loading": True, "input_schema": {
-    "type": "object", "properties": {"url": {"type": "string", "maxLength": 20}}, "required": ["url"]}}
+    "type": "object", "properties": {"url": {"type": "string", "maxLength": 20}}, "required": ["url"],
+    "additionalProperties": False}}  # as Claude Code's tools are: a random model under an open object writes other keys
 SERVER_TOOL = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
 
 

@@ -150,7 +150,7 @@ def test_a_hundred_tools_are_checked_quickly():
     ({"tools": [tool(f"t{i}", {"type": "object", "description": "x" * 200_000}) for i in range(6)]}, "tools"),
     ({"stop": ["x"] * 17}, "stop"),
     ({"stop": ["x" * 1001]}, "stop"),
-    ({"grammar": 'root ::= "' + "a" * 300_000 + '"'}, "grammar"),
+    ({"grammar": 'root ::= "' + "a" * 1_100_000 + '"'}, "grammar"),
     ({"grammar": 'root ::= "a\ud800"'}, "grammar"),  # a lone surrogate: not UTF-8 for llama.cpp
     ({"tools": [tool("f", {"properties": {"a": {"enum": ["\udc00"]}}})]}, "tools"),  # in the grammar made from it
     ({"response_format": json_schema({"properties": {"\ud800": {}}, "required": ["\ud800"]})},

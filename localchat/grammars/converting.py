@@ -38,6 +38,10 @@ class Converting(Protocol):
         """The rule `make` makes, made once per `key`."""
         ...
 
+    def rules_at(self, path: str) -> tuple[Callable[[str], str], Callable[[], str], Callable[[str, str], None]]:
+        """(add a body, name one first, fill it), rules named after `path`."""
+        ...
+
     def reserve(self, path: str) -> str:
         """A rule's name, given before its body (a rule that refers to itself)."""
         ...

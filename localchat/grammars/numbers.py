@@ -119,27 +119,27 @@ def _number(whole: str, digits: str | None, bare: bool) -> str | None:
 
 def _ge(f: str, strict: bool, need: bool) -> str | None:
     if not f:
-        return '"0"* [1-9] [0-9]*' if strict else "[0-9]+" if need else "[0-9]*"
+        return '"0"{0,39} [1-9] digits' if strict else "[0-9] digits" if need else "digits"
     d = int(f[0])
-    options = [f"[{d + 1}-9] [0-9]*"] if d < 9 else []
+    options = [f"[{d + 1}-9] digits"] if d < 9 else []
     options.append(_then(str(d), _ge(f[1:], strict, False)))
     return _choice(options)
 
 
 def _le(f: str, strict: bool, need: bool) -> str | None:
     if not f:
-        return None if strict else '"0"+' if need else '"0"*'
+        return None if strict else "zeros" if need else "zeros?"
     d = int(f[0])
     options = [] if need else ['""']
     if d > 0:
-        options.append(f"[0-{d - 1}] [0-9]*")
+        options.append(f"[0-{d - 1}] digits")
     options.append(_then(str(d), _le(f[1:], strict, False)))
     return _choice(options)
 
 
 def _between(fa: str, fb: str, sa: bool, sb: bool, need: bool) -> str | None:
     if not fa and not fb:
-        return None if sa or sb else '"0"+' if need else '"0"*'
+        return None if sa or sb else "zeros" if need else "zeros?"
     options = []
     if not need and not fa and not sa:  # nothing more: 0.fa <= 0 holds, and 0 < 0.fb since fb is not empty
         options.append('""')
@@ -147,7 +147,7 @@ def _between(fa: str, fb: str, sa: bool, sb: bool, need: bool) -> str | None:
     for d in range(a0, b0 + 1):
         low_done, high_done = d > a0, d < b0
         if low_done and high_done:
-            rest: str | None = "[0-9]*"
+            rest: str | None = "digits"
         elif low_done:
             rest = _le(fb[1:], sb, False)
         elif high_done:

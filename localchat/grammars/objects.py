@@ -354,7 +354,7 @@ def _extra(conv: Converting, shape: ObjectShape, taken: set[str], path: str, loo
     for pattern, value in patterns:
         where = pointer(path, "patternProperties", pattern)
         try:
-            key = f'"\\"" {search_pattern(pattern)} "\\""'
+            key = f'"\\"" {search_pattern(pattern, conv.rules_at(where))} "\\""'
         except Unsupported:
             loose("patternProperties")
             key = f'"\\"" {conv.add(pointer(where, "key"), "char*")} "\\""'

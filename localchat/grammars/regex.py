@@ -10,10 +10,14 @@ expression at all raises `PatternError`."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from . import charsets as cs
 from .gbnf import literal
+from .dfa import ANY_CHAR, dfa_rules
 from .regex_parse import _EMPTY, MAX_REPEAT, Node, PatternError, Unsupported, _Parser
+
+Rules = tuple[Callable[[str], str], Callable[[], str], Callable[[str, str], None]]  # add, reserve, fill
 
 __all__ = ["MAX_REPEAT", "PatternError", "Unsupported", "class_run", "compile_pattern", "pattern_to_gbnf",
            "search_pattern"]
@@ -46,9 +50,11 @@ def compile_pattern(pattern: str) -> str:
     return body or '""'
 
 
-def search_pattern(pattern: str) -> str:
+def search_pattern(pattern: str, rules: Rules | None = None) -> str:
     """GBNF for the strings in which `pattern` matches somewhere (JSON Schema's reading: only
-    `^` and `$` tie it to the start or the end), as the text between the quotes."""
+    `^` and `$` tie it to the start or the end), as the text between the quotes. With `rules`
+    (add, reserve, fill: the converter's) it is written as a deterministic automaton where one
+    is small enough (dfa.py), so that llama.cpp reads each character one way."""
     try:
         tree = _Parser(pattern).parse()
     except PatternError:
@@ -60,7 +66,8 @@ def search_pattern(pattern: str) -> str:
             raise PatternError(_python_error(pattern)) from None
         raise
     options = tree[1] if tree[0] == "alt" else (tree,)
-    bodies = []
+    bodies, searched = [], []
+    anything = ("rep", ("set", ANY_CHAR), 0, None)
     for option in options:
         items = option[1] if option[0] == "seq" else (option,)
         start = bool(items) and items[0] == ("bol",)
@@ -70,6 +77,12 @@ def search_pattern(pattern: str) -> str:
             return "char*"  # it matches (nothing) in every string
         body = _emit(node) or '""'
         bodies.append(" ".join(p for p in ("" if start else "char*", body, "" if end else "char*") if p))
+        searched.append(("seq", tuple(p for p in ((None if start else anything), node, (None if end else anything))
+                                      if p is not None)))
+    if rules is not None:
+        made = dfa_rules([("alt", tuple(searched))], *rules)
+        if made is not None:
+            return made
     body = bodies[0] if len(bodies) == 1 else "( " + " | ".join(bodies) + " )"
     if nesting(body) > 48:
         raise Unsupported("groups nested too deeply")

@@ -13,7 +13,7 @@ from typing import Any
 
 from .gbnf import literal
 from .numbers import Bound, decimal_range, integer_range, multiple_rules, multiples
-from .regex import Unsupported, class_run, search_pattern
+from .regex import Rules, Unsupported, class_run, search_pattern
 
 Loose = Callable[[str], None]
 Define = Callable[[str, str | None], str]  # (a name's hint, a body or None to name it first) → the rule's name
@@ -26,7 +26,7 @@ BIG = 10 ** 39  # numbers are written with at most 40 digits before the point (n
 MAX_STEP = 64  # multipleOf a whole number up to this is read digit by digit (a rule per remainder)
 
 
-def string_body(schema: dict[str, Any], loose: Loose) -> str | None:
+def string_body(schema: dict[str, Any], loose: Loose, rules: Rules | None = None) -> str | None:
     low = _count(schema.get("minLength"))
     high = number(schema.get("maxLength"))
     high = None if high is None else max(math.floor(high), 0)
@@ -42,7 +42,7 @@ def string_body(schema: dict[str, Any], loose: Loose) -> str | None:
             loose("format")
         return f'"\\"" {fmt} "\\"" ws'
     if isinstance(pattern, str):
-        body = _pattern(pattern, low, high, loose)
+        body = _pattern(pattern, low, high, loose, rules)
         if body is not None:
             return f'"\\"" {body} "\\"" ws'
     if low > MAX_LENGTH:
@@ -53,11 +53,11 @@ def string_body(schema: dict[str, Any], loose: Loose) -> str | None:
     return f'"\\"" char{count} "\\"" ws'
 
 
-def _pattern(pattern: str, low: int, high: int | None, loose: Loose) -> str | None:
+def _pattern(pattern: str, low: int, high: int | None, loose: Loose, rules: Rules | None = None) -> str | None:
     """The pattern's body; with lengths, only when the pattern is one repeated class
     (`^[a-z]+$`), whose bounds then combine. Raises PatternError for a broken pattern."""
     try:
-        body = search_pattern(pattern)
+        body = search_pattern(pattern, rules if not low and high is None else None)
     except Unsupported:
         loose("pattern")
         return None
@@ -99,7 +99,7 @@ def number_body(schema: dict[str, Any], kind: str, loose: Loose, define: Define,
         b = None if high is None else math.floor(high[0]) - (1 if not high[1] and high[0] == math.floor(high[0]) else 0)
         if a is not None and b is not None and a > b:
             return None
-        tail = ' ( "." "0"+ )?' if integral_floats else ""
+        tail = ' ( "." zeros )?' if integral_floats else ""
         k = int(step) if whole_step else 1
         if k > 1:
             listed = _multiples(k, a, b)
@@ -123,7 +123,7 @@ def number_body(schema: dict[str, Any], kind: str, loose: Loose, define: Define,
 def _exponent_form(low: Bound | None, high: Bound | None) -> str | None:
     """Numbers written with an exponent where their sign alone decides a bound at zero (the
     mantissa's sign is the number's): >= 0, > 0, <= 0, < 0 with no other bound."""
-    positive = '( [1-9] [0-9]* fraction? | "0" "." "0"* [1-9] [0-9]* )'
+    positive = '( [1-9] [0-9]{0,39} fraction? | "0" "." "0"{0,39} [1-9] digits )'
     if high is None and low is not None and low[0] == 0:
         return f"( {'natural fraction?' if low[1] else positive} ) exponent"
     if low is None and high is not None and high[0] == 0:

@@ -144,6 +144,11 @@ class Converter(RefRules):
             self._shared[key] = make()
         return self._shared[key]
 
+    def rules_at(self, path: str) -> tuple[Callable[[str], str], Callable[[], str], Callable[[str, str], None]]:
+        """Ways to make rules named after `path`: (add a body, name one first, fill it) for a
+        pattern's automaton (dfa.py)."""
+        return (lambda body: self.add(path, body), lambda: self.reserve(path), self.fill)
+
     def reserve(self, path: str) -> str:
         """A rule's name, given before its body (a rule that refers to itself): see `fill`."""
         name = self._name(path)
@@ -267,7 +272,7 @@ class Converter(RefRules):
             return array_rule(self, schema, path)
         if kind == "string":
             try:
-                body = string_body(schema, lambda k: self.loose(path, k))
+                body = string_body(schema, lambda k: self.loose(path, k), self.rules_at(path))
             except PatternError as exc:
                 raise self.invalid_pattern(pointer(path, "pattern"), exc) from None
         elif kind in ("number", "integer"):
