@@ -51,6 +51,7 @@ import json
 import multiprocessing as mp
 import random
 import statistics
+import re
 import sys
 import tarfile
 import time
@@ -101,6 +102,14 @@ def _props(schema: dict) -> list[str]:
     return list(props) if isinstance(props, dict) else []
 
 
+def _matches(pattern: str, key: str) -> bool:
+    """Whether a patternProperties pattern matches a key (a pattern Python cannot read: yes)."""
+    try:
+        return re.search(pattern, key) is not None
+    except re.error:
+        return True
+
+
 def compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -136,7 +145,7 @@ class Order:
 
     def _branches(self, found: list[dict]) -> list[list[dict]]:
         """The schemas that hold for a value, once for each way through its anyOf / oneOf branches
-        (nested too; at most 64)."""
+        (nested too; at most 128)."""
         candidates = [found]
         for _ in range(4):
             grown = []
@@ -150,8 +159,8 @@ class Order:
                 marked = dict(schemas[i])
                 marked["_seen_anyOf"] = marked["_seen_oneOf"] = True
                 rest = schemas[:i] + [marked] + schemas[i + 1:]
-                grown += [rest + self._expand([b]) for b in branches if isinstance(b, dict)][:16]
-            candidates = grown[:64]
+                grown += [rest + self._expand([b]) for b in branches if isinstance(b, dict)][:64]
+            candidates = grown[:128]
         return candidates
 
     def _key_order(self, found: list[dict], value: dict) -> tuple[list[str], list[dict]]:
@@ -203,12 +212,15 @@ class Order:
         for s in found:
             if isinstance(step, str):
                 props = s.get("properties")
-                if isinstance(props, dict) and step in props:
+                listed = isinstance(props, dict) and step in props
+                if listed:
                     out.append(props[step])
-                for sub in (s.get("patternProperties") or {}).values():
-                    out.append(sub)
+                for pattern, sub in (s.get("patternProperties") or {}).items():
+                    if _matches(pattern, step):
+                        listed = True
+                        out.append(sub)
                 for key in ("additionalProperties", "unevaluatedProperties"):
-                    if isinstance(s.get(key), dict):
+                    if isinstance(s.get(key), dict) and not listed:
                         out.append(s[key])
             else:
                 items, prefix = s.get("items"), s.get("prefixItems")

@@ -100,3 +100,22 @@ def test_the_checker_names_the_value_that_breaks_the_schema():
     checker = ValueChecker({"type": "number", "multipleOf": 0.5})
     assert checker.feed("1.25") is None and checker.finish() is not None  # a number ends with the text
     assert ValueChecker({"type": "number", "multipleOf": 0.5}).feed("1.5 ") is None
+
+
+@pytest.mark.parametrize("schema, draft4, good, bad", [
+    ({"type": "integer"}, False, ["7", "-7", "7.0", "7.000", "2e3"], ["7.5", "7.", "1." + "0" * 41]),
+    ({"type": "integer"}, True, ["7", "-7"], ["7.0", "2e3"]),  # drafts 3 and 4: 7.0 is no integer
+    ({"type": "number", "multipleOf": 1}, True, ["6000", "6000.0", "2e3"], ["6000.5"]),  # a number in any draft
+    ({"type": "number", "multipleOf": 1, "minimum": 0, "maximum": 99}, True, ["0", "99.0"], ["100", "-1", "1.5"]),
+])
+def test_whole_numbers_are_written_with_or_without_zeros(schema: dict, draft4: bool, good: list[str], bad: list[str]):
+    from localchat.grammars.scalars import number_body
+    rules: dict[str, str] = {}
+
+    def define(hint: str, body: str | None) -> str:
+        rules[hint] = body or ""
+        return hint
+
+    body = number_body(schema, schema["type"], lambda keyword: None, define, integral_floats=not draft4)
+    rx = regex(body.removesuffix(" ws"), rules)
+    assert [g for g in good if not rx.fullmatch(g)] == [] and [b for b in bad if rx.fullmatch(b)] == []

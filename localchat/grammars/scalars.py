@@ -99,7 +99,7 @@ def number_body(schema: dict[str, Any], kind: str, loose: Loose, define: Define,
         b = None if high is None else math.floor(high[0]) - (1 if not high[1] and high[0] == math.floor(high[0]) else 0)
         if a is not None and b is not None and a > b:
             return None
-        tail = ' ( "." zeros )?' if integral_floats else ""
+        tail = ' ( "." zeros )?' if integral_floats or kind != "integer" else ""  # a number `multipleOf: 1` is 2.0 too
         k = int(step) if whole_step else 1
         if k > 1:
             listed = _multiples(k, a, b)
@@ -109,7 +109,7 @@ def number_body(schema: dict[str, Any], kind: str, loose: Loose, define: Define,
                 return f'( "-"? {_multiple_rule(k, define)} ){tail} ws'
             loose("multipleOf")
         if a is None and b is None:
-            return "whole ws" if integral_floats else "integer ws"
+            return "whole ws" if integral_floats or kind != "integer" else "integer ws"
         return f"( {integer_range(a, b)} ){tail} ws"
     if low is None and high is None:
         return "number"
