@@ -45,15 +45,20 @@ def run(data: Path, registry: Path, *extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=1200)
 
 
+def write_cases(data: Path) -> Path:
+    """The cases above as a MaskBench data folder."""
+    (data / "data").mkdir(parents=True)
+    for name, (schema, valid, invalid) in CASES.items():
+        tests = [{"valid": True, "data": v} for v in valid] + [{"valid": False, "data": v} for v in invalid]
+        (data / "data" / f"case---{name.replace(' ', '_')}.json").write_text(
+            json.dumps({"description": name, "schema": schema, "tests": tests}))
+    return data
+
+
 def test_a_fixed_sample_of_maskbench_passes(registry_file: Path, tmp_path: Path):
     data = CORPUS
     if not (CORPUS / "data.tar.gz").is_file():  # another machine: the cases above, in MaskBench's form
-        data = tmp_path / "maskbench"
-        (data / "data").mkdir(parents=True)
-        for name, (schema, valid, invalid) in CASES.items():
-            tests = [{"valid": True, "data": v} for v in valid] + [{"valid": False, "data": v} for v in invalid]
-            (data / "data" / f"case---{name.replace(' ', '_')}.json").write_text(
-                json.dumps({"description": name, "schema": schema, "tests": tests}))
+        data = write_cases(tmp_path / "maskbench")
     done = run(data, registry_file, "--sample", "300", "--seed", "7")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     table = next(line for line in done.stdout.splitlines() if line.startswith("| localchat"))
@@ -64,12 +69,7 @@ def test_a_fixed_sample_of_maskbench_passes(registry_file: Path, tmp_path: Path)
 
 def test_the_cases_pass(registry_file: Path, tmp_path: Path):
     """The cases above, always (the corpus sample may not hold them)."""
-    data = tmp_path / "cases"
-    (data / "data").mkdir(parents=True)
-    for name, (schema, valid, invalid) in CASES.items():
-        tests = [{"valid": True, "data": v} for v in valid] + [{"valid": False, "data": v} for v in invalid]
-        (data / "data" / f"case---{name.replace(' ', '_')}.json").write_text(
-            json.dumps({"description": name, "schema": schema, "tests": tests}))
+    data = write_cases(tmp_path / "cases")
     done = run(data, registry_file)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert f"| localchat → llama.cpp (+ checker) | {len(CASES)} (100.0%) |" in done.stdout, done.stdout

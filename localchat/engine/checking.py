@@ -36,22 +36,27 @@ class Cut:
     members: tuple[Cut, ...] = ()  # an array's items or an object's values, as cuts of their own
 
 
-def squeeze(text: str, inside: bool = False) -> str:
-    """JSON text without its insignificant whitespace (`inside`: it starts inside a string)."""
-    out, escaped = [], False
+def _states(text: str, inside: bool = False):
+    """Each character of JSON text, with whether it stands inside a string and whether the text
+    is inside one after it (`inside`: the text starts inside a string)."""
+    escaped = False
     for ch in text:
+        was = inside
         if inside:
-            out.append(ch)
             if escaped:
                 escaped = False
             elif ch == "\\":
                 escaped = True
             elif ch == '"':
                 inside = False
-        elif ch not in " \t\n\r":
-            out.append(ch)
-            inside = ch == '"'
-    return "".join(out)
+        elif ch == '"':
+            inside = True
+        yield ch, was, inside
+
+
+def squeeze(text: str, inside: bool = False) -> str:
+    """JSON text without its insignificant whitespace (`inside`: it starts inside a string)."""
+    return "".join(ch for ch, was, _ in _states(text, inside) if was or ch not in " \t\n\r")
 
 
 def fail_points(entries: list[str]) -> tuple[str, ...]:
@@ -162,17 +167,9 @@ class OutputCheck:
     def inside_string(self, at: int) -> bool:
         """Whether the text written under the grammar is inside a JSON string at `at` (read from the
         start of the value being checked, which is outside one)."""
-        inside, escaped = False, False
-        for ch in self.text[min(self.base, at):at]:
-            if inside:
-                if escaped:
-                    escaped = False
-                elif ch == "\\":
-                    escaped = True
-                elif ch == '"':
-                    inside = False
-            elif ch == '"':
-                inside = True
+        inside = False
+        for _, _, inside in _states(self.text[min(self.base, at):at]):
+            pass
         return inside
 
     def give_up(self) -> None:
