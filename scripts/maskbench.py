@@ -39,8 +39,10 @@ for objects of 2 to 8 listed keys (half of them required): grammar bytes, and th
 the whole vocabulary after the first key (llama.cpp), per bound (objects.ANY_ORDER_MAX).
 
 With --generate N, N of the selected schemas are filled in by the model (greedy) under what
-the server uses for a strict json_schema answer (the grammar and the checking of written values),
-and each answer is sorted: valid, NOT valid, cut by --max-tokens, refused.
+the server uses for a strict json_schema answer (the grammar, its objects closed to the keys they
+list, and the checking of written values), and each answer is sorted: valid, NOT valid, cut by
+--max-tokens, refused. (The instances are judged against the grammar of a json_schema answer
+that is not strict: JSON Schema's own meaning, other keys allowed.)
 """
 
 from __future__ import annotations
@@ -110,6 +112,19 @@ def _matches(pattern: str, key: str) -> bool:
         return True
 
 
+def _typed(schemas: list[dict], value: Any) -> bool:
+    """Whether every `type` among the schemas takes the value."""
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object",
+             type(None): "null"}
+    name = names.get(type(value))
+    for s in schemas:
+        kinds = s.get("type")
+        kinds = [kinds] if isinstance(kinds, str) else kinds if isinstance(kinds, list) else None
+        if kinds is not None and name not in kinds and not (name == "integer" and "number" in kinds):
+            return False
+    return True
+
+
 def compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -139,7 +154,9 @@ class Order:
             return {k: self._walk(value[k], self._children(found, k), reverse) for k in keys}
         if isinstance(value, list):
             arrays = [c for c in self._branches(found) if any("items" in s or "prefixItems" in s for s in c)]
-            found = arrays[0] if arrays else found
+            if arrays:  # the branch whose items' types hold for most of the value's items
+                found = max(arrays, key=lambda c: sum(_typed(self._expand(self._children(c, i)), v)
+                                                      for i, v in enumerate(value)))
             return [self._walk(v, self._children(found, i), reverse) for i, v in enumerate(value)]
         return value
 
@@ -183,7 +200,19 @@ class Order:
                 keys += [k for k in s.get("required") or [] if isinstance(k, str) and k not in keys]
             return keys
 
-        best = max(candidates, key=lambda c: sum(k in value for k in listed_by(c)))
+        def fits(schemas: list[dict]) -> bool:
+            """No key of the value breaks a `const` or `enum` a schema gives it (a request's `method`)."""
+            for s in schemas:
+                for key, sub in (s["properties"].items() if isinstance(s.get("properties"), dict) else ()):
+                    if key not in value:
+                        continue
+                    for part in self._expand([sub]):
+                        if "const" in part and part["const"] != value[key] or \
+                                isinstance(part.get("enum"), list) and value[key] not in part["enum"]:
+                            return False
+            return True
+
+        best = max(candidates, key=lambda c: (fits(c), sum(k in value for k in listed_by(c))))
         return listed_by(best), best
 
     def _expand(self, schemas: list, depth: int = 0) -> list[dict]:
@@ -715,7 +744,8 @@ def calls(spec, chosen: list[tuple[str, dict]]) -> None:
 # -- generation ------------------------------------------------------------------------------------
 
 def generate(spec, schemas: list[tuple[str, Any]], max_tokens: int) -> None:
-    """Each schema filled in by the model, greedy, as the server answers a strict json_schema."""
+    """Each schema filled in by the model, greedy, as the server answers a strict json_schema:
+    objects closed to the keys they list (objects.closed)."""
     import asyncio
 
     import jsonschema
@@ -740,7 +770,7 @@ def generate(spec, schemas: list[tuple[str, Any]], max_tokens: int) -> None:
         try:
             if problem is not None:
                 raise GrammarError(problem)
-            converter = convert(schema)
+            converter = convert(schema, closed=True)
             grammar = converter.grammar(converter.root_rule)
             validate(grammar)
         except GrammarError as exc:

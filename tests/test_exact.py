@@ -119,3 +119,20 @@ def test_whole_numbers_are_written_with_or_without_zeros(schema: dict, draft4: b
     body = number_body(schema, schema["type"], lambda keyword: None, define, integral_floats=not draft4)
     rx = regex(body.removesuffix(" ws"), rules)
     assert [g for g in good if not rx.fullmatch(g)] == [] and [b for b in bad if rx.fullmatch(b)] == []
+
+
+def test_strict_closes_only_objects_that_list_their_keys():
+    """A strict answer's object that lists keys takes no others (objects.closed); one that
+    lists none, or says what other keys take, or needs more keys than it lists, is as it was."""
+    from localchat.grammars.schema import convert
+
+    def grammar(schema: dict, closed: bool) -> str:
+        c = convert(schema, closed=closed)
+        return c.grammar(c.root_rule)
+
+    for same in [{"type": "object"}, {"type": "object", "additionalProperties": {"type": "integer"}},
+                 {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 2}]:
+        assert grammar(same, True) == grammar(same, False), same
+    listed = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert grammar(listed, True) != grammar(listed, False)
+    assert grammar(listed, True) == grammar({**listed, "additionalProperties": False}, False)

@@ -62,6 +62,21 @@ def test_strict_takes_what_the_checking_holds(client: openai.OpenAI):
     assert raw.headers["x-localchat-checked"] == ENTRY
 
 
+def test_strict_objects_take_only_the_keys_they_list(client: openai.OpenAI):
+    """Under strict, an object that lists its keys and does not say additionalProperties takes
+    no others (OpenAI's strict mode asks every object to say false); under the open object a
+    random model writes other keys, often without end."""
+    schema = {"type": "object", "properties": {"a": {"enum": [1, 2]}, "b": {"type": "boolean"}}, "required": ["a", "b"]}
+    for seed in range(8):
+        r = client.chat.completions.create(model="tiny-chatml", messages=[{"role": "user", "content": "x"}],
+                                           max_tokens=100, temperature=1.0, response_format=fmt(schema, strict=True),
+                                           extra_body={"seed": seed})
+        assert r.choices[0].finish_reason == "stop", r
+        value = json.loads(r.choices[0].message.content)
+        assert set(value) <= {"a", "b"}, value
+        jsonschema.validate(value, schema)
+
+
 def test_strict_refuses_what_nothing_holds(client: openai.OpenAI):
     """An XML-element syntax (Qwen3-Coder's) writes each argument on its own: what holds for a
     whole argument (a list's uniqueItems) is not checked there."""

@@ -57,7 +57,7 @@ def build(rules: OutputRules, tools: list[Tool], family: Family, thinking: bool,
             _validate_made(grammar, max_bytes, "json_schema" if rules.json_schema is not None else "json_object")
             return grammar, (value_check("", answer, loosened),) if loosened else ()
 
-        key = ("json", rules.json_schema, rules.json_object, bool(after_think), max_bytes)
+        key = ("json", rules.json_schema, rules.json_object, rules.strict, bool(after_think), max_bytes)
         grammar, checks = cached(key, make_json)
         return Constraint(grammar, after_think, checks=checks)
     if not rules.calls_tools:
@@ -72,7 +72,7 @@ def build(rules: OutputRules, tools: list[Tool], family: Family, thinking: bool,
     def make_tools() -> tuple[str, tuple[str, ...], list[tuple[str, str]], tuple[Check, ...]]:
         loosened: list[str] = []
         options = GrammarOptions(parallel=rules.parallel_tool_calls, lazy=lazy, lead=bool(after_think) and not lazy,
-                                 answer=answer, loosened=loosened, max_bytes=max_bytes)
+                                 answer=answer, closed=rules.strict, loosened=loosened, max_bytes=max_bytes)
         try:
             grammar = codec.grammar(tools, options)
             loose = codec.loose_triggers(tools, options) if lazy else []
@@ -90,8 +90,8 @@ def build(rules: OutputRules, tools: list[Tool], family: Family, thinking: bool,
                 unchecked = [e for e in unchecked if e not in entries]
         return grammar, tuple(unchecked), loose, tuple(checks)
 
-    key = ("tools", [(t.name, t.parameters) for t in tools], codec.name, lazy, answer, rules.parallel_tool_calls,
-           bool(after_think), max_bytes)
+    key = ("tools", [(t.name, t.parameters) for t in tools], codec.name, lazy, answer, rules.strict,
+           rules.parallel_tool_calls, bool(after_think), max_bytes)
     grammar, loosened, loose, checks = cached(key, make_tools)
     if lazy:  # free text, then the calls once a trigger is written (the syntax's own, or a call begun otherwise)
         return Constraint(grammar, (codec.trigger,), tuple(loose), after=after_think[0] if after_think else "",
@@ -192,7 +192,7 @@ def _schema(rules: OutputRules, max_bytes: int) -> tuple[str, tuple[str, ...]]:
     """The grammar for response_format's schema, and what it does not enforce."""
     assert rules.json_schema is not None
     try:
-        converter = convert(rules.json_schema, max_bytes=max_bytes)
+        converter = convert(rules.json_schema, max_bytes=max_bytes, closed=rules.strict)
         return converter.grammar(converter.root_rule), tuple(converter.loosened)
     except GrammarError as exc:
         raise neutral(exc, "json_schema") from None

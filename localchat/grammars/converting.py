@@ -15,6 +15,7 @@ Schema = dict[str, Any] | bool
 
 class Converting(Protocol):
     doc: Document  # the whole schema, for `$ref`s
+    closed: bool  # an object that lists its keys takes no others unless it says so (a strict answer)
 
     def add(self, path: str, body: str) -> str:
         """A rule for `body` (reusing an identical one), named after `path`."""

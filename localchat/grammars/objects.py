@@ -68,10 +68,12 @@ def object_rule(conv: Converting, schema: dict[str, Any], path: str) -> str:
         loose("oneOf")  # one of them, held as any of them
     bodies = []
     for shape in object_shapes(schema, resolve, loose):
-        try:
-            bodies.append(_body(conv, shape, path, loose))
-        except Unsatisfiable:
-            continue
+        for option in ([closed(shape), shape] if conv.closed else [shape]):
+            try:
+                bodies.append(_body(conv, option, path, loose))
+                break
+            except Unsatisfiable:  # (closed, too few keys for minProperties: open)
+                continue
     if not bodies:
         raise Unsatisfiable
     return conv.add(path, " | ".join(dict.fromkeys(bodies)))
@@ -93,6 +95,17 @@ def object_shapes(schema: dict[str, Any], resolve: Callable[[Schema], Schema], l
         loose("dependencies" if "dependencies" in schema or "dependentRequired" in schema else "anyOf")
         shapes = shapes[:MAX_SHAPES]
     return shapes
+
+
+def closed(shape: ObjectShape) -> ObjectShape:
+    """A strict answer's object: one that lists its keys (`properties`, `patternProperties`)
+    and leaves the others open takes none of them, as OpenAI's strict mode asks every object to
+    say and XGrammar's strict_mode assumes. A valid value still, only a narrower one: under open
+    objects a small model writes the schema itself back as keys until max_tokens. An object
+    that lists no keys stays a free map."""
+    if shape.additional is True and (shape.properties or shape.patterns):
+        return replace(shape, additional=False)
+    return shape
 
 
 def _shape(schema: dict[str, Any], loose: Loose) -> ObjectShape:

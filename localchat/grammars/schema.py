@@ -55,8 +55,9 @@ class _Dead(Exception):
 
 class Converter(RefRules):
     def __init__(self, root: Schema, prefix: str = "", rules: dict[str, str] | None = None, *,
-                 max_depth: int = DEPTH_CAP, max_bytes: int = MAX_BYTES) -> None:
+                 max_depth: int = DEPTH_CAP, max_bytes: int = MAX_BYTES, closed: bool = False) -> None:
         self.doc = Document(root)
+        self.closed = closed
         self.prefix = prefix
         self.rules: dict[str, str] = {} if rules is None else rules  # may be shared by several converters
         self._by_body: dict[str, str] = {b: n for n, b in self.rules.items()}
@@ -378,16 +379,18 @@ def _dump(value: Any) -> str:
 
 
 def convert(schema: Schema, prefix: str = "", rules: dict[str, str] | None = None, param: str = "schema", *,
-            max_depth: int = DEPTH_CAP, max_bytes: int = MAX_BYTES, kind: type[Converter] = Converter) -> Converter:
+            max_depth: int = DEPTH_CAP, max_bytes: int = MAX_BYTES, kind: type[Converter] = Converter,
+            closed: bool = False) -> Converter:
     """Convert `schema`; the result's `grammar(root_rule)` has start rule `root`, and
     `loosened` lists what was not enforced exactly. (`kind`: a Converter whose `run` converts
-    other parts of the schema.)"""
+    other parts of the schema. `closed`: an object that lists its keys and does not say
+    `additionalProperties` takes no other keys, as a strict answer does; objects.py.)"""
     before = dict(rules or {})
     dead: set[Any] = set()
     schema = without_ref_siblings(schema)
     try:
         for _ in range(MAX_TRIES):  # each try learns of one more unsatisfiable $ref target
-            converter = kind(schema, prefix, rules, max_depth=max_depth, max_bytes=max_bytes)
+            converter = kind(schema, prefix, rules, max_depth=max_depth, max_bytes=max_bytes, closed=closed)
             converter.dead = dead
             try:
                 converter.run(schema)

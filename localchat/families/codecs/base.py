@@ -42,6 +42,7 @@ class GrammarOptions:
     lazy: bool = False  # the grammar starts after the codec's trigger (free text until then)
     lead: bool = False  # blank lines allowed first (the model has just closed its reasoning)
     answer: Any = None  # a JSON schema: the output is the calls, or a JSON value for it
+    closed: bool = False  # the answer is strict: its objects take only the keys they list (grammars/objects.py)
     loosened: list[str] | None = None  # gets "name#/path:keyword" for what a schema could not enforce
     max_bytes: int = MAX_BYTES
 

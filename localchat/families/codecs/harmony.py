@@ -68,7 +68,7 @@ class HarmonyCodec(Codec):
         body = f"{literal(CALL_HEAD)} call"
         if options.answer is not None:
             converter = convert(options.answer, prefix="answer-", rules=rules,
-                                param="json_schema", max_bytes=options.max_bytes)
+                                param="json_schema", max_bytes=options.max_bytes, closed=options.closed)
             loosened += converter.loosened
             body = f"( {body} | {literal(CHANNEL + 'final' + MESSAGE)} {converter.root_rule} )"
         return assemble(f"analysis? {body}", rules)

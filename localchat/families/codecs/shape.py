@@ -187,7 +187,7 @@ class ShapeCodec(Codec):
         body = " ".join(p for p in parts if p)
         if options.answer is not None:
             converter = convert(options.answer, prefix="answer-", rules=rules,
-                                param="json_schema", max_bytes=options.max_bytes)
+                                param="json_schema", max_bytes=options.max_bytes, closed=options.closed)
             loosened += converter.loosened
             body = f"( {body} ) | {converter.root_rule}"
         return assemble(f"{LEAD} ( {body} )" if options.lead else body, rules)
