@@ -36,6 +36,12 @@ CASES = {
     "enum object": ({"enum": [{"a": 1, "b": [1, 2]}]}, [{"a": 1, "b": [1, 2]}, {"b": [1, 2], "a": 1}], [{"a": 1}]),
     "integer as 2.0": ({"type": "integer", "minimum": 1, "maximum": 3}, [2, 2.0], [0, 2.5]),
     "unique items": ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, [[1, 2], []], [[1, 1]]),
+    "metaschema ref": ({"properties": {"n": {"$ref": "http://json-schema.org/draft-04/schema#/definitions/"
+                                                    "positiveIntegerDefault0"}}}, [{"n": 3}, {"n": 0}], [{"n": -1}]),
+    "request by method": ({"anyOf": [{"properties": {"method": {"const": "ping"}, "params": {"type": "object"}}},
+                                     {"properties": {"method": {"const": "sample"}, "params": {"type": "object",
+                                      "properties": {"a": {}, "b": {}, "c": {}, "d": {}, "e": {}}}}}]},
+                          [{"method": "sample", "params": {"e": 1, "a": 2}}], [{"method": "nope"}]),
 }
 
 

@@ -2,15 +2,22 @@
 
 Paths are JSON Pointers into the schema as the client sent it, written `#/properties/a`.
 References are followed inside the schema only: a JSON Pointer (`#/$defs/node`), an anchor
-(`#node`: `$anchor`, or draft 6/7's `"$id": "#node"`), or a sub-schema's or the root's own `$id`.
-Nothing is fetched."""
+(`#node`: `$anchor`, or draft 6/7's `"$id": "#node"`), or a sub-schema's or the root's own `$id`
+— and the metaschemas of drafts 3 to 7 by their URLs (jsonschema's own copies, put inside the
+schema by `with_metaschemas`). Nothing is fetched."""
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import unquote
 
+from jsonschema_specifications import REGISTRY
+
 Schema = dict[str, Any] | bool
+
+
+METASCHEMAS = tuple(f"http://json-schema.org/draft-0{n}/schema" for n in (3, 4, 6, 7))  # one file each
+BUNDLED = "x-localchat-metaschemas"  # where with_metaschemas puts them
 
 
 class Unresolvable(Exception):
@@ -78,3 +85,35 @@ def _spellings(name: str) -> list[str]:
     if name.startswith("#"):
         out.append(name[1:])
     return out
+
+
+def with_metaschemas(schema: Schema) -> Schema:
+    """The schema, with the metaschemas its `$ref`s name by URL (Swagger 2.0's
+    `http://json-schema.org/draft-04/schema#/properties/minimum`) put under BUNDLED, their own
+    `$ref`s made absolute: their `id` makes them resolve as any `$id` inside the schema does."""
+    if not isinstance(schema, dict):
+        return schema
+    named: set[str] = set()
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("http://json-schema.org/"):
+                named.update(m for m in METASCHEMAS if ref.partition("#")[0].rstrip("/") == m)
+            stack += [v for v in node.values() if isinstance(v, (dict, list))]
+        elif isinstance(node, list):
+            stack += [v for v in node if isinstance(v, (dict, list))]
+    if not named:
+        return schema
+    return {**schema, BUNDLED: {m: _absolute(REGISTRY.contents(m), m) for m in sorted(named)}}
+
+
+def _absolute(node: Any, base: str) -> Any:
+    """A metaschema's copy with its `$ref`s to itself (`#/definitions/…`) written with its URL."""
+    if isinstance(node, dict):
+        return {k: base + v if k == "$ref" and isinstance(v, str) and v.startswith("#") else _absolute(v, base)
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [_absolute(v, base) for v in node]
+    return node

@@ -34,7 +34,7 @@ from .values import value_literal
 from .metaschema import DEPTH_CAP
 from .objects import object_rule
 from .refrules import RefRules, Unsatisfiable
-from .refs import Document, pointer
+from .refs import Document, pointer, with_metaschemas
 from .regex import PatternError
 from .scalars import number_body, string_body
 from .kinds import ALL_TYPES, disjoint, family_of, implied, kinds
@@ -387,7 +387,7 @@ def convert(schema: Schema, prefix: str = "", rules: dict[str, str] | None = Non
     `additionalProperties` takes no other keys, as a strict answer does; objects.py.)"""
     before = dict(rules or {})
     dead: set[Any] = set()
-    schema = without_ref_siblings(schema)
+    schema = without_ref_siblings(with_metaschemas(schema))
     try:
         for _ in range(MAX_TRIES):  # each try learns of one more unsatisfiable $ref target
             converter = kind(schema, prefix, rules, max_depth=max_depth, max_bytes=max_bytes, closed=closed)
