@@ -259,10 +259,13 @@ def _in_order(conv: Converting, members: list[tuple[str, bool]], extra: str | No
               path: str) -> str:
     """The members in their order, each required one present, extra keys anywhere among them,
     at least `low` and at most `high` keys in all. A state is (members passed, keys written):
-    the count stops at `low` when there is no `high`."""
+    the count stops at `low` when there is no `high`. Each text has one way through: an extra
+    key is written before the optional members are skipped (`after` rules), a member after
+    (`skip` rules); with extra keys allowed at every skipped place, llama.cpp's stacks would
+    multiply by the members at each extra key (eslintrc's rules: 15 s a token)."""
     n = len(members)
-    required_from = [sum(r for _, r in members[i:]) for i in range(n + 1)]
     top = high if high is not None else low
+    required_from = [sum(r for _, r in members[i:]) for i in range(n + 1)]
 
     def clamp(c: int) -> int:
         return min(c, low) if high is None else c
@@ -272,31 +275,35 @@ def _in_order(conv: Converting, members: list[tuple[str, bool]], extra: str | No
             return False
         return extra is not None or c + (n - i) >= low
 
-    alive_states = {(i, c) for i in range(n + 1) for c in range(top + 1) if alive(i, c)}
+    states = {(kind, i, c) for kind in ("after", "skip") for i in range(n + 1) for c in range(top + 1) if alive(i, c)}
 
-    def options(i: int, c: int) -> list[str]:
+    def options(kind: str, i: int, c: int) -> list[str]:
         out = []
         room = high is None or c < high
-        if extra is not None and room and (i, clamp(c + 1)) in alive_states:
-            out.append(f'"," ws {extra} {{{(i, clamp(c + 1))}}}')
-        if i < n and room and (i + 1, clamp(c + 1)) in alive_states:
-            out.append(f'"," ws {members[i][0]} {{{(i + 1, clamp(c + 1))}}}')
-        if i < n and not members[i][1] and (i + 1, c) in alive_states:
-            out.append(f"{{{(i + 1, c)}}}")
+        if kind == "after":  # an extra key here, or on to the members
+            if extra is not None and room and ("after", i, clamp(c + 1)) in states:
+                out.append(f'"," ws {extra} {{after {i} {clamp(c + 1)}}}')
+            if ("skip", i, c) in states:
+                out.append(f"{{skip {i} {c}}}")
+            return out
+        if i < n and room and ("after", i + 1, clamp(c + 1)) in states:
+            out.append(f'"," ws {members[i][0]} {{after {i + 1} {clamp(c + 1)}}}')
+        if i < n and not members[i][1] and ("skip", i + 1, c) in states:
+            out.append(f"{{skip {i + 1} {c}}}")
         if i == n and c >= low:
             out.append('""')
         return out
 
-    while dead := {st for st in alive_states if not options(*st)}:  # states that cannot finish
-        alive_states -= dead
-    names = {st: conv.reserve(pointer(path, f"after{st[0]}" + (f"n{st[1]}" if top else "")))
-             for st in sorted(alive_states, reverse=True)}
+    while dead := {st for st in states if not options(*st)}:  # states that cannot finish
+        states -= dead
+    names = {st: conv.reserve(pointer(path, f"{st[0]}{st[1]}" + (f"n{st[2]}" if top else "")))
+             for st in sorted(states, key=lambda st: (-st[1], -st[2], st[0]))}
     for st, name in names.items():
         body = " | ".join(options(*st))
-        conv.fill(name, re.sub(r"\{\((\d+), (\d+)\)\}", lambda m: names[(int(m[1]), int(m[2]))], body))
+        conv.fill(name, re.sub(r"\{(after|skip) (\d+) (\d+)\}", lambda m: names[(m[1], int(m[2]), int(m[3]))], body))
 
     def state(i: int, c: int) -> str | None:
-        return names.get((i, clamp(c)))
+        return names.get(("after", i, clamp(c)))
 
     firsts = []
     if extra is not None and (high is None or high >= 1) and (nxt := state(0, 1)):
