@@ -3,7 +3,7 @@ invalid one?
 
     scripts/maskbench DATA [--sample N] [--seed S] [--split NAME] [--each] [--timeout SEC]
                            [--matchers localchat,llguidance] [--any-order] [--jobs J] [--model NAME]
-                           [--strict] [--generate N [--max-tokens M]] [--calls N] [--order-cost]
+                           [--strict] [--generate N [--max-tokens M] [--gen-seconds S]] [--calls N] [--order-cost]
 
 DATA is MaskBench's data (guidance-ai/jsonschemabench, folder maskbench): a folder holding
 `data.tar.gz` or `data/*.json`, one schema per file with valid and invalid instances.
@@ -41,13 +41,14 @@ the whole vocabulary after the first key (llama.cpp), per bound (objects.ANY_ORD
 With --generate N, N of the selected schemas are filled in by the model (greedy) under what
 the server uses for a strict json_schema answer (the grammar, its objects closed to the keys they
 list, and the checking of written values), and each answer is sorted: valid, NOT valid, cut by
---max-tokens, refused. (The instances are judged against the grammar of a json_schema answer
-that is not strict: JSON Schema's own meaning, other keys allowed.)
+--max-tokens, slow (stopped after --gen-seconds), refused. (The instances are judged against the
+grammar of a json_schema answer that is not strict: JSON Schema's own meaning, other keys allowed.)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import multiprocessing as mp
@@ -589,6 +590,8 @@ def main() -> None:
                                                          "invalid one accepted (localchat)")
     ap.add_argument("--generate", type=int, default=0, metavar="N", help="fill in N schemas with the model")
     ap.add_argument("--max-tokens", type=int, default=1024)
+    ap.add_argument("--gen-seconds", type=float, default=600.0,
+                    help="with --generate: stop an answer after this many seconds and count it slow")
     ap.add_argument("--calls", type=int, default=0, metavar="N", help="time masks for a call of N tools")
     ap.add_argument("--order-cost", action="store_true", help="what any-order objects cost, 2 to 8 keys")
     args = ap.parse_args()
@@ -608,7 +611,8 @@ def main() -> None:
     if args.sample:
         names = names[:args.sample]
     if args.generate:
-        return generate(spec, [(n, data[n]["schema"]) for n in names[:args.generate]], args.max_tokens)
+        return generate(spec, [(n, data[n]["schema"]) for n in names[:args.generate]], args.max_tokens,
+                        args.gen_seconds)
     if args.calls:
         return calls(spec, [(n, data[n]) for n in names[:args.calls]])
     matchers = [m.strip() for m in args.matchers.split(",") if m.strip()]
@@ -743,7 +747,7 @@ def calls(spec, chosen: list[tuple[str, dict]]) -> None:
 
 # -- generation ------------------------------------------------------------------------------------
 
-def generate(spec, schemas: list[tuple[str, Any]], max_tokens: int) -> None:
+def generate(spec, schemas: list[tuple[str, Any]], max_tokens: int, seconds: float) -> None:
     """Each schema filled in by the model, greedy, as the server answers a strict json_schema:
     objects closed to the keys they list (objects.closed)."""
     import asyncio
@@ -787,11 +791,15 @@ def generate(spec, schemas: list[tuple[str, Any]], max_tokens: int) -> None:
         async def run() -> tuple[str, Done | None]:
             text, done = "", None
             request = Generate(tokens, params, loaded.stop_ids, Constraint(grammar, checks=checks))
-            async for event in loaded.engine.generate(request):
-                if isinstance(event, Text):
-                    text += event.text
-                elif isinstance(event, Done):
-                    done = event
+            deadline = time.monotonic() + seconds
+            async with contextlib.aclosing(loaded.engine.generate(request)) as events:
+                async for event in events:
+                    if isinstance(event, Text):
+                        text += event.text
+                    elif isinstance(event, Done):
+                        done = event
+                    if time.monotonic() > deadline:
+                        break  # too slow: the request is cancelled as a client hanging up would
             return text, done
 
         try:
@@ -801,7 +809,11 @@ def generate(spec, schemas: list[tuple[str, Any]], max_tokens: int) -> None:
             print(f"  {name}: error: {exc}")
             continue
         resampled += done.resampled if done else 0
-        if done is not None and done.finish_reason == "length":
+        if done is None:
+            counts["slow"] += 1
+            print(f"  {name}: slow: stopped after {seconds:.0f} s ({len(text)} characters written)")
+            continue
+        if done.finish_reason == "length":
             counts["cut"] += 1
             verdict = "cut"
         else:
@@ -821,7 +833,7 @@ def generate(spec, schemas: list[tuple[str, Any]], max_tokens: int) -> None:
               f"{done.resampled if done else 0} written again)")
     n = len(schemas)
     print(f"\n{n} schemas filled in by {spec.name}, greedy, max_tokens {max_tokens} ({time.monotonic() - started:.0f} s)")
-    for key in ("valid", "invalid", "cut", "refused", "error"):
+    for key in ("valid", "invalid", "cut", "slow", "refused", "error"):
         print(f"  {key:8s}: {counts[key]}")
     print(f"  tokens written again (a value broke the schema): {resampled}")
 
