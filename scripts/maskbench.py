@@ -791,15 +791,15 @@ def generate(spec, schemas: list[tuple[str, Any]], max_tokens: int, seconds: flo
         async def run() -> tuple[str, Done | None]:
             text, done = "", None
             request = Generate(tokens, params, loaded.stop_ids, Constraint(grammar, checks=checks))
-            deadline = time.monotonic() + seconds
-            async with contextlib.aclosing(loaded.engine.generate(request)) as events:
-                async for event in events:
-                    if isinstance(event, Text):
-                        text += event.text
-                    elif isinstance(event, Done):
-                        done = event
-                    if time.monotonic() > deadline:
-                        break  # too slow: the request is cancelled as a client hanging up would
+            try:
+                async with asyncio.timeout(seconds), contextlib.aclosing(loaded.engine.generate(request)) as events:
+                    async for event in events:  # (too slow: cancelled as a client hanging up is)
+                        if isinstance(event, Text):
+                            text += event.text
+                        elif isinstance(event, Done):
+                            done = event
+            except TimeoutError:
+                pass
             return text, done
 
         try:
