@@ -1,10 +1,16 @@
 """Prompts never read twice: a long prompt's K/V cells saved to disk and restored after a
-restart; torn, corrupt and foreign cache files skipped (engine/prompt_store.py)."""
+restart; torn, corrupt and foreign cache files skipped (engine/prompt_store.py). Faults through
+real servers (a kill mid-save, a full disk, damaged files, a replaced model): test_store_faults.py."""
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
+import stat
 import time
+import zlib
 from pathlib import Path
 
 import httpx
@@ -12,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import Server, same_greedy_tokens
-from localchat.engine.prompt_store import MAGIC, SAVE_MIN, PromptStore
+from localchat.engine.prompt_store import MAGIC, SAVE_MIN, BadFile, PromptStore, read_file, write_file
 
 MODEL = "tiny-chatml"
 # A prompt of well over SAVE_MIN tokens (the tiny models' vocabulary spells most words letter by letter).
@@ -100,6 +106,96 @@ def test_torn_corrupt_and_foreign_files_are_skipped_and_removed(tmp_path: Path):
     bad = next(e for e in again.entries if e.path.name == "flipped.kv")
     assert again._read_state(bad) is None
     again.close()
+
+
+@pytest.mark.fast
+def test_the_checksum_covers_the_tokens(tmp_path: Path):
+    """A token flipped in a file whose header and state are intact: without a checksum over the
+    tokens the file reads as a prompt it is not, and its cells would serve that prompt."""
+    path = tmp_path / "p.kv"
+    write_file(path, "key", np.arange(100, dtype=np.int32), bytearray(b"cells" * 100))
+    tokens, state = read_file(path, "key")
+    assert tokens.tolist() == list(range(100)) and state == bytearray(b"cells" * 100)
+    data = bytearray(path.read_bytes())
+    data[data.index(b"\n", len(MAGIC)) + 1 + 4 * 60] ^= 0x01  # token 60: 61
+    path.write_bytes(bytes(data))
+    with pytest.raises(BadFile, match="checksum"):
+        read_file(path, "key")
+    assert read_file(path, "key", state=False)[0][60] == 61  # (the index read at start does not check it)
+    s = store(tmp_path)
+    s._write(np.arange(300, dtype=np.int32), bytearray(b"x" * 5000))
+    (entry,) = s.entries
+    raw = bytearray(entry.path.read_bytes())
+    raw[raw.index(b"\n", len(MAGIC)) + 1 + 4 * 7] ^= 0x01
+    entry.path.write_bytes(bytes(raw))
+    s.close()
+    again = store(tmp_path)
+    (entry,) = again.entries
+    assert entry.tokens[7] == 6 and again._read_state(entry) is None
+    again.close()
+
+
+@pytest.mark.fast
+def test_a_file_of_the_old_format_is_said_and_removed(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """localchat-kv 1 (a CRC-32 of the state alone): skipped at start, said once, removed."""
+    s = store(tmp_path)
+    folder = s.folder
+    s.close()
+    tokens, state = np.arange(100, dtype=np.int32), b"y" * 1000
+    header = {"model": s.key, "tokens": 100, "bytes": len(state), "crc32": zlib.crc32(state)}
+    old = folder / "old.kv"
+    old.write_bytes(b"localchat-kv 1\n" + json.dumps(header).encode() + b"\n" + tokens.tobytes() + state)
+    with pytest.raises(BadFile, match="another version's format"):
+        read_file(old, s.key)
+    with caplog.at_level(logging.WARNING, logger="localchat.engine"):
+        again = store(tmp_path)
+    said = [r.getMessage() for r in caplog.records if "old.kv" in r.getMessage()]
+    assert len(said) == 1 and "another version's format (localchat-kv 1" in said[0], said
+    assert not old.exists() and not again.entries
+    again.close()
+
+
+@pytest.mark.fast
+def test_a_save_is_synced_before_its_rename_and_the_folder_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    calls: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
+        real_fsync(fd)
+
+    def replace(a, b) -> None:
+        calls.append("rename")
+        real_replace(a, b)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    write_file(tmp_path / "p.kv", "key", np.arange(10, dtype=np.int32), b"state")
+    assert calls == ["fsync file", "rename", "fsync folder"]
+    assert [p.name for p in tmp_path.iterdir()] == ["p.kv"]
+
+
+@pytest.mark.fast
+def test_a_failed_save_leaves_no_file_and_is_said_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture):
+    """A full disk (ENOSPC, as a sync of delayed writes reports it): the save is lost, nothing else;
+    no temporary file stays; each failed save is one line of the log. (test_store_faults.py fills
+    a real tmpfs.)"""
+    s = store(tmp_path)
+    s._write(np.arange(100, dtype=np.int32), bytearray(b"kept" * 100))
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with caplog.at_level(logging.WARNING, logger="localchat.engine"):
+        for k in range(2):
+            s._queue.put((np.full(200, k, dtype=np.int32), bytearray(5000)))
+            s.flush()
+    said = [r.getMessage() for r in caplog.records if "could not save" in r.getMessage()]
+    assert len(said) == 2 and all("No space left on device" in m for m in said), said
+    assert [p.name for p in s.folder.iterdir()] == [s.entries[0].path.name] and len(s.entries) == 1
+    s.close()
 
 
 # -- through a real server: a restart, then a corrupt file -----------------------------------

@@ -12,11 +12,16 @@ least recently used go first, whichever model's; a model file replaced or delete
 nobody restores, and they go too), and an entry whose tokens are a prefix of a newer one's is
 dropped as superseded.
 
-A file is: MAGIC, one JSON line (the model's key, token count, state bytes, the state's CRC-32),
-the tokens (int32), the state (`write_file`, `read_file`: the one format, also of the slot files
-llama-server's `/slots` routes save and restore, engine/slots.py). Entries are per model file
-(its path, size and mtime make the key, one folder each); a file that is torn, corrupt or another
-model's is skipped and deleted, never given to llama.cpp. The state holds the cells as computed
+A file is: MAGIC, one JSON line (the model's key, token count, state bytes, a CRC-32 of the
+tokens and the state together), the tokens (int32), the state (`write_file`, `read_file`: the one
+format, also of the slot files llama-server's `/slots` routes save and restore, engine/slots.py).
+It is written whole to a temporary file, synced, renamed over its name and the folder synced: a
+process killed or a disk filled mid-save leaves the old file or none, never half of one (and the
+temporary file goes at the next start). Entries are per model file (its path, size and mtime make
+the key, one folder each); a file that is torn, corrupt, of another format or another model's is
+skipped, said once in the log and deleted, never given to llama.cpp (the index read at start
+checks the header and the length; a restore checks the checksum too, tokens included: a flipped
+token would otherwise put one prompt's cells under another). The state holds the cells as computed
 when the entry was saved: a restored prefix gives the logits that prompt gave then (its last
 token is decoded again, in a batch of its own, so within llama.cpp's batch-size rounding of a
 cold read)."""
@@ -39,7 +44,7 @@ import llama_cpp as C
 import numpy as np
 
 _log = logging.getLogger("localchat.engine")
-MAGIC = b"localchat-kv 1\n"
+MAGIC = b"localchat-kv 2\n"  # 1: the CRC-32 covered the state only
 SAVE_MIN = 1024  # tokens a slot must hold beyond what is saved before it is saved
 RESTORE_MIN = 256  # tokens an entry must serve beyond the slot's own cache to be restored
 PENDING = 2  # states copied out and waiting for the writer; past it a save is skipped
@@ -93,38 +98,63 @@ def put_state(ctx: int, seq_id: int, state: bytearray) -> bool:
 # -- the file ------------------------------------------------------------------------------
 
 def write_file(path: Path, key: str, tokens: np.ndarray, state: bytes | bytearray) -> int:
-    """Write a prompt file (through a temporary file of its own beside it, renamed over `path`:
-    a reader never sees half of one); the bytes written."""
-    header = {"model": key, "tokens": len(tokens), "bytes": len(state), "crc32": zlib.crc32(state)}
+    """Write a prompt file through a temporary file of its own beside it, synced to the disk and
+    renamed over `path`, then the folder synced (best effort): a reader, or the next start after
+    a crash or a power cut, finds the old file or the new one whole, never half of one. Raises
+    OSError (a full disk) with the temporary file removed. The bytes written."""
+    raw = np.asarray(tokens, dtype=np.int32).tobytes()
+    header = {"model": key, "tokens": len(tokens), "bytes": len(state), "crc32": zlib.crc32(state, zlib.crc32(raw))}
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(MAGIC)
             f.write(json.dumps(header).encode() + b"\n")
-            f.write(np.asarray(tokens, dtype=np.int32).tobytes())
+            f.write(raw)
             f.write(state)
             written = f.tell()
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    _sync_folder(path.parent)
     return written
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable (where the OS lets a folder be opened and synced)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def read_file(path: Path, key: str, *, state: bool = True) -> tuple[np.ndarray, bytearray | None]:
     """A prompt file's tokens and (with `state`) its state, checked: its magic and header, the
-    model's key, its length against the header, the state's CRC-32. Raises BadFile saying what
-    is wrong (OSError when it cannot be read); without `state` the state is not read (None)."""
+    model's key, its length against the header, the CRC-32 of its tokens and state. Raises BadFile
+    saying what is wrong (OSError when it cannot be read); without `state` the state is not read
+    (None) and the checksum not checked: the tokens are then as the file says."""
     with open(path, "rb") as f:
-        if f.read(len(MAGIC)) != MAGIC:
-            raise BadFile("it is not a localchat prompt file")
+        magic = f.read(len(MAGIC))
+        if magic != MAGIC:
+            if magic.startswith(MAGIC[:-2]) and magic.endswith(b"\n"):
+                raise BadFile(f"it is in another version's format ({magic.decode(errors='replace').strip()}, "
+                              f"not {MAGIC.decode().strip()})")
+            raise BadFile("it is not a localchat prompt file (or is cut short)")
         try:
             header = json.loads(f.readline(4096))
         except ValueError:
             header = None
         if not (isinstance(header, dict)
                 and all(isinstance(header.get(k), int) and header[k] >= 0 for k in ("tokens", "bytes", "crc32"))):
-            raise BadFile("its header is unreadable (corrupt)")
+            raise BadFile("its header is unreadable (corrupt or cut short)")
         if header.get("model") != key:
             raise BadFile("it was saved with another model file (or another version of this one)")
         raw = f.read(4 * header["tokens"])
@@ -136,7 +166,7 @@ def read_file(path: Path, key: str, *, state: bool = True) -> tuple[np.ndarray, 
         data = bytearray(header["bytes"])
         if f.readinto(data) != header["bytes"] or f.read(1):
             raise BadFile("it is torn: shorter or longer than its header says")
-    if zlib.crc32(data) != header["crc32"]:
+    if zlib.crc32(data, zlib.crc32(raw)) != header["crc32"]:
         raise BadFile("it is corrupt: its checksum fails")
     return tokens, data
 
@@ -157,11 +187,11 @@ class PromptStore:
                 path.unlink(missing_ok=True)  # a write cut short by a crash
             elif path.suffix == ".kv":
                 entry = self._read_index(path)
-                if entry is None:
-                    _log.warning("prompt cache: skipped and removed %s (torn, corrupt or another model's)", path.name)
-                    path.unlink(missing_ok=True)
-                else:
+                if isinstance(entry, Entry):
                     self.entries.append(entry)
+                elif entry is not None:
+                    _log.warning("prompt cache: skipped and removed %s: %s", path.name, entry)
+                    path.unlink(missing_ok=True)
         self._writer = threading.Thread(target=self._write_loop, name="localchat-prompt-store", daemon=True)
         self._writer.start()
 
@@ -180,14 +210,19 @@ class PromptStore:
 
     def restore(self, entry: Entry, ctx: int, seq_id: int) -> list[int] | None:
         """Put the entry's cells into sequence `seq_id` (emptied first); its tokens, or None when
-        the file is gone or fails its checks (then it is deleted and the sequence left empty)."""
-        state = self._read_state(entry)
-        if state is None or not put_state(ctx, seq_id, state):
+        the file is gone or fails its checks (then it is said in the log, deleted and the
+        sequence left empty)."""
+        try:
+            state = self._load(entry)
+            if not put_state(ctx, seq_id, state):
+                raise BadFile("llama.cpp would not take its cells (no room)")
+        except (OSError, BadFile) as exc:
             C.llama_memory_seq_rm(C.llama_get_memory(ctx), seq_id, -1, -1)
-            if entry.path.exists():
-                _log.warning("prompt cache: could not restore %s; removed it", entry.path.name)
-            else:  # another model's server made room
+            if isinstance(exc, FileNotFoundError):  # another model's server made room
                 _log.info("prompt cache: %s was removed to keep the folder under its limit", entry.path.name)
+            else:
+                _log.warning("prompt cache: could not restore %s: %s; removed it", entry.path.name,
+                             exc if isinstance(exc, BadFile) else exc.strerror or exc)
             self._drop(entry)
             return None
         entry.used = time.time()
@@ -288,20 +323,33 @@ class PromptStore:
 
     # -- the file (read_file checks it) ---------------------------------------------------
 
-    def _read_index(self, path: Path) -> Entry | None:
+    def _read_index(self, path: Path) -> Entry | str | None:
+        """The entry of a file whose header and length check out; else what is wrong with it
+        (None: gone meanwhile, or holding no tokens)."""
         try:
             tokens, _ = read_file(path, self.key, state=False)
             st = path.stat()
-        except (OSError, BadFile):
+        except FileNotFoundError:
             return None
-        return Entry(path, tokens, st.st_size, st.st_mtime) if len(tokens) else None
+        except BadFile as exc:
+            return str(exc)
+        except OSError as exc:
+            return f"it cannot be read ({exc.strerror or exc})"
+        return Entry(path, tokens, st.st_size, st.st_mtime) if len(tokens) else "it holds no tokens"
+
+    def _load(self, entry: Entry) -> bytearray:
+        """The entry's state, its file checked whole (raises BadFile or OSError)."""
+        tokens, state = read_file(entry.path, self.key)
+        if not np.array_equal(tokens, entry.tokens):
+            raise BadFile("its tokens changed since it was indexed")
+        assert state is not None
+        return state
 
     def _read_state(self, entry: Entry) -> bytearray | None:
         try:
-            tokens, state = read_file(entry.path, self.key)
+            return self._load(entry)
         except (OSError, BadFile):
             return None
-        return state if len(tokens) == len(entry.tokens) else None
 
     def _drop(self, entry: Entry) -> None:
         with self._lock:
