@@ -84,6 +84,8 @@ class PrefixCache:
         job.pending = pending + list(job.tokens[t:])
         job.cached = n + sum(length for _, _, length in hits)
         job.moved = copy_state(self.ctx, seq) if self._apply_moves(seq, t) else None
+        if job.moved is not None and not kv_state.known(job.moved):
+            job.moved = None  # another llama.cpp's save layout: the moved cells cannot join (the log says so once)
         C.llama_memory_seq_rm(mem, seq, n, -1)
         if job.moved is None:  # (the plain path: read all from n)
             job.jumps, job.pending, job.cached = [], list(job.tokens[n:]), n
