@@ -1,6 +1,8 @@
 """localchat soak test: a real server on the default model under mixed concurrent traffic.
 
     scripts/soak [--seconds S] [--seed K] [--threads T]
+    scripts/soak --agents [--seconds S] [--seed K] [--sessions N] [--store-bytes B]
+    scripts/soak --fixtures-from <client>-tool-1.requests.jsonl ...
 
 Starts `localchat serve --model gemma-3-270m` on a free loopback port, and runs T client
 threads (default 8) for S seconds (default 300), each sending, at random (seeded): plain
@@ -12,18 +14,39 @@ expected 4xx with OpenAI's error shape, JSON and tool arguments valid for their 
 Prints the server's and the worker's RSS at the start (after a warm-up) and the end, counts
 by kind and status, throughput, and `soak: PASS` or `soak: FAIL (reasons)`; exit 0 on PASS.
 Run by hand, not part of the test suite.
+
+--agents: eight coding agents at once. Replays the recorded sessions in tests/fixtures/agents/
+(one per client of scripts/acceptance: its first, cold, request, then its follow-up turns; paths
+scrubbed) as eight concurrent sessions against `localchat serve --model qwen2.5-coder-0.5b` with
+parallel = 4 and the prompt store on in a temporary folder, limited to --store-bytes (2 GiB).
+Each session sends its requests in order (answers capped at 48 tokens, the prompts as recorded,
+streamed when the client streamed), then its follow-ups again, until --seconds after the warm-up
+(every session's first request answered); 1 in 10 of the later streamed turns is hung up on after
+a few content events (seeded). Checks: no 5xx, every stream ends with its protocol's end ([DONE],
+message_stop, response.completed/incomplete) or an error event unless hung up on, every session's
+warm turns read (prompt minus cached tokens, from usage) at most 5% of its cold read, the server's
+and the worker's RSS (every 30 s after the warm-up) flat: the least-squares line grows less than
+100 MB (server) / 200 MB (worker) over the run, the prompt store (every 5 s) within its limit.
+Prints each session's cold read and worst warm read, the RSS slopes in MB/min, the store's size,
+and `soak --agents: PASS` or `FAIL (reasons)`. --fixtures-from rebuilds the fixtures from
+scripts/acceptance's recordings.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import os
 import random
+import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -451,11 +474,11 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def worker_info(url: str) -> dict:
+def worker_info(url: str, model: str = MODEL) -> dict:
     """{pid, state, crashes} of the model's worker, from GET /health."""
     try:
         loaded = httpx.get(url + "/health", timeout=10).json()["loaded"]
-        return next(m["worker"] for m in loaded if m["name"] == MODEL)
+        return next(m["worker"] for m in loaded if m["name"] == model)
     except (httpx.HTTPError, ValueError, KeyError, StopIteration) as exc:
         return {"pid": None, "state": f"unknown ({type(exc).__name__})", "crashes": None}
 
@@ -545,16 +568,531 @@ def report(stats: Stats, warm: Stats, elapsed: float, start: dict, end: dict, al
     return not reasons
 
 
+def fmt_s(end: float | None, start: float) -> str:
+    return "not over" if end is None else f"{end - start:.0f} s"
+
+
 def fmt_mb(mb: float | None, sign: bool = False) -> str:
     return "n/a" if mb is None else f"{mb:{'+' if sign else ''}7.1f} MB"
 
 
+# -- eight agents: recorded sessions replayed (--agents) --------------------------------------------
+
+AGENTS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "agents"
+AGENT_MODEL = "qwen2.5-coder-0.5b"  # the shipped default
+AGENT_PARALLEL = 4
+AGENT_STORE_BYTES = 2 * 1024**3  # prompt_cache_bytes for the run
+AGENT_MAX_TOKENS = 48  # each turn's answer is capped: the turns are about reading prompts
+AGENT_REQUEST_LIMIT = 1800  # seconds: an agent's first prompt read cold on a loaded 2-core machine takes minutes
+AGENT_TIMEOUT = httpx.Timeout(AGENT_REQUEST_LIMIT, connect=10)
+HANG_UP_RATE = 0.1  # of streamed requests after a session's first: the client hangs up after 1-5 content events
+WARM_SHARE = 0.05  # a warm turn reads at most this share of its session's cold read
+RSS_EVERY, DISK_EVERY = 30.0, 5.0  # seconds between samples
+MIN_RSS_SAMPLES = 3
+ROUTES = ("/v1/chat/completions", "/v1/messages", "/v1/responses")
+# What a recording's paths become (scrubbed), and the server it was sent to.
+PROJECT, HOME = "/home/user/project", "/home/user"
+SERVER_PLACEHOLDER = "http://localhost:8080"
+
+
+def mangled(path: str) -> str:
+    """A path as Claude Code names its per-folder data (every character not a letter or digit a '-')."""
+    return re.sub(r"[^A-Za-z0-9]", "-", path)
+
+
+_RUN_DIR = re.compile(r"(?:/[\w.-]+)*/acceptance/runs/(work|home)-(\w+)")  # scripts/acceptance's throw-away folders
+_LOOPBACK = re.compile(r"https?://(?:127\.0\.0\.1|localhost|\[::1\]):\d+")
+
+
+def scrub(text: str) -> str:
+    """A recorded body's text with its folders and server replaced by fixed placeholders: the work
+    folder by PROJECT, the throw-away HOME by HOME (as paths, as Claude Code's mangled names and as
+    bare folder names), any other /root/ path by one under HOME, a /tmp/ folder by HOME/scratch, the
+    server's loopback URL by SERVER_PLACEHOLDER. The same folder always becomes the same placeholder,
+    so a session's follow-ups still share its first request's prefix."""
+    for full, kind, tag in sorted(set((m[0], m[1], m[2]) for m in _RUN_DIR.finditer(text)), key=lambda m: -len(m[0])):
+        to = PROJECT if kind == "work" else HOME
+        text = text.replace(full, to).replace(mangled(full), mangled(to))
+        text = text.replace(f"{kind}-{tag}", Path(to).name)
+    text = _LOOPBACK.sub(SERVER_PLACEHOLDER, text)
+    text = re.sub(r"/root/", HOME + "/", text)
+    return re.sub(r"/tmp/[\w.-]+", HOME + "/scratch", text)
+
+
+def make_fixtures(recordings: list[Path], folder: Path = AGENTS) -> None:
+    """tests/fixtures/agents/<client>.json(.gz) from scripts/acceptance's <client>-<case>-<n>.requests.jsonl:
+    the generation requests in order, scrubbed; gzipped when over 300 KB."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for recording in recordings:
+        client = recording.name.split("-")[0]
+        requests = []
+        for line in recording.read_text().splitlines():
+            row = json.loads(line)
+            if row["path"] in ROUTES:
+                requests.append({"path": row["path"], "body": json.loads(scrub(row["body"]))})
+        fixture = {"client": client, "recorded": f"scripts/acceptance --only {client} --cases "
+                   f"{recording.name.split('-')[1]}, scrubbed by scripts/soak --fixtures-from", "requests": requests}
+        data = json.dumps(fixture, ensure_ascii=False, separators=(",", ":")).encode()
+        for old in folder.glob(f"{client}.json*"):
+            old.unlink()
+        if len(data) > 300_000:
+            (folder / f"{client}.json.gz").write_bytes(gzip.compress(data, 9, mtime=0))
+        else:
+            (folder / f"{client}.json").write_bytes(data)
+        print(f"{client}: {len(requests)} requests, {len(data) / 1000:.0f} KB from {recording}")
+
+
+@dataclass
+class Fixture:
+    client: str
+    requests: list[tuple[str, dict]]  # (route, body), in order: the cold first request, then its follow-ups
+
+
+def load_fixture(path: Path) -> Fixture:
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    fixture = json.loads(data)
+    return Fixture(fixture["client"], [(r["path"], r["body"]) for r in fixture["requests"]])
+
+
+def load_fixtures(folder: Path = AGENTS) -> list[Fixture]:
+    return [load_fixture(p) for p in sorted(folder.glob("*.json")) + sorted(folder.glob("*.json.gz"))]
+
+
+def prepared(route: str, body: dict, max_tokens: int = AGENT_MAX_TOKENS, model: str = AGENT_MODEL) -> dict:
+    """A recorded body as the soak sends it: the served model, the answer capped at `max_tokens`,
+    usage asked for in a chat stream; the prompt (messages, tools, system) as recorded."""
+    body = {**body, "model": model}
+    if route == "/v1/responses":
+        body["max_output_tokens"] = min(body.get("max_output_tokens") or max_tokens, max_tokens)
+    else:
+        body["max_tokens"] = min(body.get("max_tokens") or body.get("max_completion_tokens") or max_tokens, max_tokens)
+        body.pop("max_completion_tokens", None)
+    if route == "/v1/chat/completions" and body.get("stream"):
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    return body
+
+
+def another_folder(fixture: Fixture, n: int) -> Fixture:
+    """The same client in another folder (PROJECT-n): a distinct prompt, to make up eight sessions."""
+    to = f"{PROJECT}-{n}"
+
+    def moved(body: dict) -> dict:
+        text = json.dumps(body, ensure_ascii=False)
+        return json.loads(text.replace(PROJECT, to).replace(mangled(PROJECT), mangled(to)))
+    return Fixture(f"{fixture.client}-{n}", [(route, moved(body)) for route, body in fixture.requests])
+
+
+def sessions_of(fixtures: list[Fixture], count: int) -> list[Fixture]:
+    """`count` sessions: one per fixture, then the fixtures again in other folders."""
+    out = list(fixtures[:count])
+    n = 2
+    while len(out) < count and fixtures:
+        for f in fixtures[:count - len(out)]:
+            out.append(another_folder(f, n))
+        n += 1
+    return out
+
+
+@dataclass
+class Turn:
+    """What one replayed request came to."""
+    session: str
+    index: int  # its place in the fixture (0: the cold first request)
+    status: int | None = None
+    prompt: int | None = None  # prompt tokens, from the answer's usage
+    cached: int | None = None  # of them, read from a cache
+    ended: str = ""  # "end" (the protocol's end), "error" (an error event), "cut" (neither), "hung up" (by us)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (category, text), as Result's
+    seconds: float = 0.0
+
+    @property
+    def read(self) -> int | None:
+        return None if self.prompt is None or self.cached is None else self.prompt - self.cached
+
+    def bad(self, text: str, category: str = "malformed") -> None:
+        self.problems.append((category, text))
+
+
+SERVER_ERROR_TYPES = {"server_error", "api_error", "overloaded_error", "internal_error"}
+
+
+def sse(response: httpx.Response, deadline: float) -> Iterator[tuple[str | None, str]]:
+    """(event name or None, data) of each SSE event; comments (keepalives) skipped."""
+    name, data = None, []
+    for line in response.iter_lines():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"stream still going after {AGENT_REQUEST_LIMIT} s")
+        if not line:
+            if data:
+                yield name, "\n".join(data)
+            name, data = None, []
+        elif line.startswith(":"):
+            continue
+        elif line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+    if data:
+        yield name, "\n".join(data)
+
+
+def take_usage(route: str, usage: dict | None, t: Turn) -> None:
+    """prompt and cached tokens from a protocol's usage object."""
+    if not isinstance(usage, dict):
+        return
+    if route == "/v1/messages":
+        t.cached = usage.get("cache_read_input_tokens") or 0
+        t.prompt = (usage.get("input_tokens") or 0) + t.cached
+    elif route == "/v1/responses":
+        t.prompt = usage.get("input_tokens")
+        t.cached = (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0
+    else:
+        t.prompt = usage.get("prompt_tokens")
+        t.cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+
+
+def error_in(route: str, kind: str, event: dict) -> dict | str | None:
+    """The error an event reports, if it is an error event: chat's `{"error": …}` chunk, Anthropic's
+    and Responses' `error` event, Responses' `response.failed`."""
+    if route == "/v1/chat/completions":
+        return event["error"] if "error" in event else None
+    if kind == "error":
+        return event.get("error") or event
+    if kind == "response.failed":
+        return (event.get("response") or {}).get("error") or {}
+    return None
+
+
+def read_stream(route: str, response: httpx.Response, t: Turn, hang_up_after: int | None) -> None:
+    """Follow a stream to its protocol's end ([DONE], message_stop, response.completed/incomplete)
+    or an error event, taking the usage; hang up after `hang_up_after` content events if given."""
+    content = 0
+    for name, data in sse(response, time.monotonic() + AGENT_REQUEST_LIMIT):
+        if route == "/v1/chat/completions" and data == "[DONE]":
+            t.ended = t.ended or "end"
+            continue
+        try:
+            event = json.loads(data)
+        except ValueError:
+            t.bad(f"data is not JSON: {data[:120]!r}")
+            continue
+        if t.ended and not (t.ended == "error" and (name or event.get("type")) == "response.failed"):
+            t.bad(f"an event after the stream's end: {data[:120]}")
+            continue
+        kind = name or event.get("type") or ""
+        error = error_in(route, kind, event)
+        if error is not None:
+            if not (kind == "response.failed" and t.ended == "error"):  # (said by the error event before it)
+                what = {error.get("type"), error.get("code")} if isinstance(error, dict) else set()
+                t.bad(f"error event: {data[:300]}", "server error" if what & SERVER_ERROR_TYPES else "error event")
+            t.ended = "error"
+            continue
+        if route == "/v1/chat/completions":
+            if event.get("usage"):
+                take_usage(route, event["usage"], t)
+            content += any((c.get("delta") or {}).get("content") or (c.get("delta") or {}).get("tool_calls")
+                           for c in event.get("choices") or [])
+        elif route == "/v1/messages":
+            if kind == "message_delta":
+                take_usage(route, event.get("usage"), t)
+            elif kind == "message_stop":
+                t.ended = "end"
+            content += kind == "content_block_delta"
+        else:
+            if kind in ("response.completed", "response.incomplete"):
+                take_usage(route, (event.get("response") or {}).get("usage"), t)
+                t.ended = "end"
+            content += kind.endswith(".delta")
+        if hang_up_after is not None and content >= hang_up_after and not t.ended:
+            t.ended = "hung up"
+            return
+    if not t.ended:
+        t.ended = "cut"
+        t.bad("the stream ended without its protocol's end or an error event", "cut")
+
+
+def replay(client: httpx.Client, route: str, body: dict, t: Turn, hang_up_after: int | None) -> None:
+    began = time.monotonic()
+    try:
+        if body.get("stream"):
+            with client.stream("POST", route, json=body) as resp:
+                t.status = resp.status_code
+                if resp.status_code != 200:
+                    resp.read()
+                    return agent_status_problem(resp, t)
+                read_stream(route, resp, t, hang_up_after)
+        else:
+            resp = client.post(route, json=body)
+            t.status = resp.status_code
+            if resp.status_code != 200:
+                return agent_status_problem(resp, t)
+            take_usage(route, resp.json().get("usage"), t)
+            t.ended = "end"
+        if t.ended == "end" and t.read is None:
+            t.bad("no usage in the answer")
+    except (httpx.HTTPError, TimeoutError) as exc:
+        t.bad(f"{type(exc).__name__}: {exc}", "transport")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        t.bad(f"{type(exc).__name__}: {exc}")
+    finally:
+        t.seconds = time.monotonic() - began
+
+
+def agent_status_problem(resp: httpx.Response, t: Turn) -> None:
+    category = "server error" if resp.status_code >= 500 else "unexpected status"
+    t.bad(f"HTTP {resp.status_code}: {resp.text[:300]}", category)
+
+
+class Run:
+    """The sessions' shared state: every turn, the warm-up's end (every session's first request
+    answered) and the deadline that follows it."""
+
+    def __init__(self, sessions: int, seconds: float, server: Server) -> None:
+        self.server = server
+        self.lock = threading.Condition()
+        self.turns: list[Turn] = []
+        self.firsts: set[str] = set()
+        self.sessions, self.seconds = sessions, seconds
+        self.began = time.monotonic()
+        self.warm: float | None = None  # when the warm-up ended (monotonic)
+        self.stop = threading.Event()
+
+    def add(self, t: Turn) -> None:
+        with self.lock:
+            self.turns.append(t)
+            if t.index == 0 and t.session not in self.firsts:
+                self.firsts.add(t.session)
+                if len(self.firsts) == self.sessions:
+                    self.warm = time.monotonic()
+                self.lock.notify_all()
+
+    def going(self) -> bool:
+        return (not self.stop.is_set() and self.server.proc.poll() is None
+                and (self.warm is None or time.monotonic() < self.warm + self.seconds))
+
+
+def agent_session(url: str, fixture: Fixture, seed: int, run: Run) -> None:
+    """Replay the fixture's requests in order, then its follow-ups again and again, until the time is up."""
+    rng = random.Random(seed)
+    n, i = len(fixture.requests), 0
+    with httpx.Client(base_url=url, timeout=AGENT_TIMEOUT) as client:
+        while run.going():
+            route, body = fixture.requests[i]
+            body = prepared(route, body)
+            hang = rng.randint(1, 5) if i > 0 and body.get("stream") and rng.random() < HANG_UP_RATE else None
+            t = Turn(fixture.client, i)
+            replay(client, route, body, t, hang)
+            run.add(t)
+            i = i + 1 if i + 1 < n else min(1, n - 1)
+
+
+def folder_bytes(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+@dataclass
+class Samples:
+    rss: list[tuple[float, float | None, float | None]] = field(default_factory=list)  # (minutes, server, worker)
+    disk: list[tuple[float, int]] = field(default_factory=list)  # (seconds from the start, bytes)
+    worker_pids: set = field(default_factory=set)
+
+
+def monitor(url: str, server: Server, store: Path, run: Run, samples: Samples) -> None:
+    """The store's size every DISK_EVERY s; the server's and worker's RSS every RSS_EVERY s once warm."""
+    last_rss = None
+    while not run.stop.wait(DISK_EVERY):
+        now = time.monotonic()
+        samples.disk.append((now - run.began, folder_bytes(store)))
+        if run.warm is not None and (last_rss is None or now - last_rss >= RSS_EVERY - 0.5):
+            last_rss = now
+            worker = worker_info(url, AGENT_MODEL)
+            samples.worker_pids.add(worker["pid"])
+            samples.rss.append(((now - run.warm) / 60, rss_mb(server.proc.pid), rss_mb(worker["pid"])))
+
+
+def slope(points: list[tuple[float, float]]) -> float | None:
+    """Least squares: MB per minute."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return None if sxx == 0 else sum((x - mx) * (y - my) for x, y in points) / sxx
+
+
+def agents_soak(seconds: float, seed: int, count: int, store_bytes: int) -> bool:
+    fixtures = load_fixtures()
+    if not fixtures:
+        print(f"soak --agents: no fixtures in {AGENTS}")
+        return False
+    sessions = sessions_of(fixtures, count)
+    home = Path(tempfile.mkdtemp(prefix="localchat-soak-agents-"))
+    store = home / "prompts"
+    os.environ["LOCALCHAT_PROMPT_CACHE_DIR"] = str(store)  # the server inherits it
+    config = home / "models.toml"
+    config.write_text(f"parallel = {AGENT_PARALLEL}\nprompt_cache_bytes = {store_bytes}\n\n"
+                      + shipped_config().read_text())
+    print(f"soak --agents: {len(sessions)} sessions ({', '.join(s.client for s in sessions)}) on {AGENT_MODEL}, "
+          f"parallel {AGENT_PARALLEL}, prompt store {store} limited to {store_bytes / 2**20:.0f} MiB, answers capped "
+          f"at {AGENT_MAX_TOKENS} tokens, {HANG_UP_RATE:.0%} of later streamed turns hung up on; warm-up: every "
+          f"session's first (cold) request, then {seconds:g} s; seed {seed}", flush=True)
+    server = Server(config, "--model", AGENT_MODEL)
+    run, samples = Run(len(sessions), seconds, server), Samples()
+    try:
+        url = server.url
+        watcher = threading.Thread(target=monitor, args=(url, server, store, run, samples), daemon=True)
+        watcher.start()
+        pool = [threading.Thread(target=agent_session, args=(url, s, seed * 1000 + i, run), daemon=True)
+                for i, s in enumerate(sessions)]
+        for t in pool:
+            t.start()
+        with run.lock:
+            while run.warm is None and server.proc.poll() is None and any(t.is_alive() for t in pool):
+                run.lock.wait(5)
+        if run.warm is not None:
+            worker = worker_info(url, AGENT_MODEL)
+            print(f"warm-up over after {run.warm - run.began:.0f} s (every session's first request answered); "
+                  f"server pid {server.proc.pid}, worker pid {worker['pid']}; now {seconds:g} s", flush=True)
+        else:
+            worker = {"pid": None, "state": "unknown", "crashes": None}
+            run.stop.set()
+        for t in pool:
+            t.join()
+        run.stop.set()
+        watcher.join()
+        alive = server.proc.poll() is None
+        end_worker = worker_info(url, AGENT_MODEL) if alive else {"pid": None, "state": "dead", "crashes": None}
+        if run.warm is not None:  # a last sample at the end
+            samples.rss.append(((time.monotonic() - run.warm) / 60, rss_mb(server.proc.pid), rss_mb(end_worker["pid"])))
+        samples.disk.append((time.monotonic() - run.began, folder_bytes(store)))
+        ok = agents_report(sessions, run, samples, store_bytes, alive, worker, end_worker)
+        if not ok:
+            print("--- server log (last 40 lines) ---")
+            print("\n".join(server.output().splitlines()[-40:]))
+        return ok
+    finally:
+        run.stop.set()
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def agents_report(sessions: list[Fixture], run: Run, samples: Samples, store_bytes: int, alive: bool,
+                  worker: dict, end_worker: dict) -> bool:
+    turns = run.turns
+    elapsed = time.monotonic() - run.began
+    reasons: list[str] = []
+    statuses = Counter(t.status for t in turns if t.status is not None)
+    problems = Counter(c for t in turns for c, _ in t.problems)
+    ended = Counter(t.ended for t in turns)
+    print(f"requests: {len(turns)} in {elapsed:.0f} s ({len(turns) / elapsed * 60:.1f}/min), of which "
+          f"{sum(1 for t in turns if t.index > 0)} follow-up turns; warm-up {fmt_s(run.warm, run.began)}")
+    print(f"statuses: {' '.join(f'{s}:{c}' for s, c in sorted(statuses.items())) or 'none'}   "
+          f"5xx: {sum(c for s, c in statuses.items() if s >= 500)}")
+    print(f"streams and answers: ended {ended['end']}, error events {ended['error']}, cut {ended['cut']}, "
+          f"hung up by the client {ended['hung up']}")
+    print(f"problems: server errors (5xx or in-band) {problems['server error']}, other error events "
+          f"{problems['error event']}, cut streams {problems['cut']}, malformed {problems['malformed']}, "
+          f"unexpected status {problems['unexpected status']}, transport (timeouts, connection errors) "
+          f"{problems['transport']}")
+    for t in [t for t in turns if t.problems][:20]:
+        print(f"  ! {t.session} #{t.index}: {t.problems[0][0]}: {t.problems[0][1][:300]}")
+    for category, count in problems.items():
+        reasons.append(f"{count} {category}")
+
+    print("sessions (read: prompt tokens minus cached ones; cold: the first request; warm: the turns after it "
+          "that ended; worst: the largest warm read, at that turn of the fixture):")
+    print(f"  {'session':12} {'route':20} {'reqs':>4} {'turns':>5} {'hung':>4} {'cold read':>15} {'cold s':>6} "
+          f"{'warm':>5} {'worst':>10} {'share':>6} {'median':>6} {'med s':>6}")
+    for s in sessions:
+        mine = [t for t in turns if t.session == s.client]
+        first = next((t for t in mine if t.index == 0), None)
+        warm = sorted((t for t in mine if t.index > 0 and t.ended == "end" and t.read is not None),
+                      key=lambda t: t.read)
+        cold = first.read if first and first.read is not None else None
+        worst = warm[-1] if warm else None
+        share = worst.read / cold if worst and cold else None
+        print(f"  {s.client:12} {s.requests[0][0]:20} {len(s.requests):4} {len(mine):5} "
+              f"{sum(t.ended == 'hung up' for t in mine):4} "
+              f"{(f'{cold} of {first.prompt}' if cold is not None else 'n/a'):>15} "
+              f"{(f'{first.seconds:.0f}' if first else 'n/a'):>6} {len(warm):5} "
+              f"{(f'{worst.read} #{worst.index}' if worst else 'n/a'):>10} "
+              f"{'n/a' if share is None else f'{share:.1%}':>6} {(warm[len(warm) // 2].read if warm else 'n/a'):>6} "
+              f"{(f'{sorted(t.seconds for t in warm)[len(warm) // 2]:.1f}' if warm else 'n/a'):>6}")
+        if cold is None:
+            reasons.append(f"{s.client}: no cold read")
+        elif not warm:
+            reasons.append(f"{s.client}: no warm turn")
+        elif worst.read > WARM_SHARE * cold:
+            over = sum(t.read > WARM_SHARE * cold for t in warm)
+            reasons.append(f"{s.client}: {over} warm turns read over {WARM_SHARE:.0%} of its cold {cold} "
+                           f"(worst {worst.read}, turn #{worst.index})")
+
+    if samples.rss:
+        print(f"RSS after the warm-up: {len(samples.rss)} samples, every {RSS_EVERY:.0f} s, over "
+              f"{samples.rss[-1][0]:.1f} min")
+    for k, (proc, limit) in enumerate(MAX_RSS_GROWTH_MB.items(), start=1):
+        points = [(r[0], r[k]) for r in samples.rss if r[k] is not None]
+        s = slope(points)
+        if len(points) < MIN_RSS_SAMPLES or s is None:
+            print(f"  {proc:6}: {len(points)} samples, too few to judge")
+            reasons.append(f"{proc} RSS: {len(points)} samples after the warm-up (need {MIN_RSS_SAMPLES})")
+            continue
+        span = points[-1][0] - points[0][0]
+        growth = s * span
+        values = [v for _, v in points]
+        print(f"  {proc:6}: first {values[0]:7.1f} MB  last {values[-1]:7.1f} MB  min {min(values):7.1f}  "
+              f"max {max(values):7.1f}  slope {s:+.2f} MB/min (the line grows {growth:+.1f} MB over {span:.1f} min; "
+              f"flat: < {limit} MB)")
+        if growth > limit:
+            reasons.append(f"{proc} RSS grew {growth:.0f} MB by its least-squares line (> {limit})")
+    biggest = max((b for _, b in samples.disk), default=0)
+    print(f"prompt store: max {biggest / 2**20:.0f} MiB, at the end {samples.disk[-1][1] / 2**20:.0f} MiB "
+          f"({len(samples.disk)} samples every {DISK_EVERY:.0f} s), limit {store_bytes / 2**20:.0f} MiB")
+    if biggest > store_bytes:
+        reasons.append(f"the prompt store reached {biggest} bytes (> prompt_cache_bytes {store_bytes})")
+    print(f"worker: pid {worker['pid']} -> {end_worker['pid']}, state {end_worker['state']}, "
+          f"crashes {end_worker['crashes']}, pids seen {sorted(p for p in samples.worker_pids if p)}")
+    if not alive:
+        reasons.append("the server died")
+    elif end_worker["crashes"] or end_worker["pid"] != worker["pid"] or end_worker["state"] != "ready" \
+            or len({p for p in samples.worker_pids if p}) > 1:
+        reasons.append("the worker crashed or restarted")
+    if run.warm is None:
+        reasons.append("the warm-up never ended")
+    print("soak --agents: PASS" if not reasons else f"soak --agents: FAIL ({'; '.join(reasons)})")
+    return not reasons
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seconds", type=float, default=300, help="how long the clients run (default 300)")
+    ap.add_argument("--seconds", type=float, default=300,
+                    help="how long the clients run (default 300; with --agents: after the warm-up)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the request mix (default 1)")
     ap.add_argument("--threads", type=int, default=8, help="concurrent client threads (default 8)")
+    ap.add_argument("--agents", action="store_true",
+                    help=f"replay the eight agents' recorded sessions ({AGENTS.relative_to(AGENTS.parents[2])}) "
+                    f"concurrently on {AGENT_MODEL}, parallel {AGENT_PARALLEL}, the prompt store on")
+    ap.add_argument("--sessions", type=int, default=8,
+                    help="with --agents: concurrent sessions (default 8; past the fixtures, clients again in "
+                    "other folders)")
+    ap.add_argument("--store-bytes", type=int, default=AGENT_STORE_BYTES,
+                    help=f"with --agents: prompt_cache_bytes for the run (default {AGENT_STORE_BYTES})")
+    ap.add_argument("--fixtures-from", nargs="+", type=Path, metavar="REQUESTS_JSONL",
+                    help="write the agents' fixtures from scripts/acceptance's <client>-<case>-<n>.requests.jsonl "
+                    "files (scrubbed), then exit")
     args = ap.parse_args()
+    if args.fixtures_from:
+        make_fixtures(args.fixtures_from)
+        return
+    if args.agents:
+        sys.exit(0 if agents_soak(args.seconds, args.seed, args.sessions, args.store_bytes) else 1)
     sys.exit(0 if soak(args.seconds, args.seed, args.threads) else 1)
 
 
