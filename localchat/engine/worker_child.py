@@ -13,7 +13,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..logs import escape_request_text
+from ..logs import configure, escape_request_text
 from . import rpc as rpc_link
 from .params import EngineConfig
 
@@ -94,5 +94,6 @@ def _worker_main(fd: int, config: EngineConfig) -> None:
 def child_main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when a worker stops
     escape_request_text()  # llama.cpp's error lines and the scheduler's warnings may quote a request
+    configure()  # the engine's lines (a prompt's cells moved, a saved prompt restored) as the server writes its own
     _worker_main(int(sys.argv[1]), EngineConfig.from_json(sys.argv[2]))
     os._exit(0)

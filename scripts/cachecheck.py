@@ -1,0 +1,469 @@
+"""localchat cachecheck: the prompt cache never changes an answer — random request sequences
+through every cache path, each answer compared with a cold read of the same request.
+
+    scripts/cachecheck [--model NAME] [--seed S] [--sequences N] [--parallel P] [--only I] [--verbose]
+
+Two servers of the same model, slot count and batch size: the one under test, with its prompt
+cache and prompt store as users run it, and a reference whose every request is read cold
+(`cache_prompt: false`, no prompt store: the slot's cells are emptied first, so each read is that
+of a fresh context). Each of N sequences (seeded: sequence I of seed S is the same on every
+machine) sends 3-7 greedy chat requests (temperature 0, `ignore_eos`, K tokens with their top
+log-probabilities) made from agent-like prompts — instructions from docs/, a file list and this
+repository's own source files, tools as agents declare them — edited as agents and their users
+edit them: a new turn; the reasoning of the last answer stripped; a line of the system message
+changed in the middle; the environment block moved after the task or back; the project folder
+renamed; a tool added; another session's turn between two of this one's; n = 2; the request
+cancelled while its prompt is read, then sent again; the server restarted (its prompt store
+kept); the model unloaded; a LoRA adapter (models that have one); `cache_prompt: false`.
+
+Every answer (each choice of n = 2) is compared token by token with the reference's: the same
+tokens, each log-probability and each top log-probability the two share within TOLERANCE, up to
+the first token where they part, which must be a near-tie in the cold read (its top two within
+NEAR_TIE). Why a tolerance at all: the cold read decodes the prompt in other batches than a
+cached read (from position 0 in n_batch chunks, against the rest from the cached length on), so
+llama.cpp's kernels add in another order and the logits differ in their last bits; the
+tolerance is ~100x what that gives (the figures are printed: the largest difference seen on
+each path). A reused block that was *moved* (a renamed folder, a moved block, a changed line:
+the cells after the span are kept, at their new positions) saw the old span, as llama-server's
+`--cache-reuse` cells do: those answers are held to MOVED_TOLERANCE, and printed apart.
+
+Prints each mismatch with the sequence that led to it (every step: the operation, the prompt's
+tokens, the cached tokens, the path), one line per path (requests, largest difference, partings
+at a near-tie), and `cachecheck: PASS` or `cachecheck: FAIL`; exit 0 on PASS. `--only I` runs
+sequence I alone on fresh servers (a mismatch seen in a long run may need the sequences before
+it: then run `--sequences I+1` again). With no --model it uses a tiny synthetic model written
+for the run (tests/tinymodels.py, with a LoRA adapter): what CI runs (tests/test_cachecheck.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from conftest import Server  # noqa: E402  (the tests' server launcher)
+
+from localchat.models import shipped_config  # noqa: E402
+
+TOLERANCE = 0.02  # |Δ log-probability| allowed where the cells are the cold read's, read in other batches
+TINY_TOLERANCE = 0.1  # the same for the tiny model: random weights swing more with the last bits
+MOVED_TOLERANCE = 0.5  # where moved cells saw another span: an approximation by design (see above)
+NEAR_TIE = 0.05  # a parting is allowed where the cold read's top two are this close
+K = 6  # tokens per answer
+TOP = 4  # top log-probabilities compared
+OPS = {"turn": 10, "strip": 4, "system": 4, "move": 3, "rename": 4, "tool": 3, "other": 6, "n2": 3,
+       "cancel": 4, "restart": 1, "unload": 1, "lora": 2, "nocache": 2, "again": 3}
+MOVED = re.compile(r"prompt cache: (\d+) cached tokens moved")
+
+
+# -- what the prompts are made of --------------------------------------------------------------
+
+class Corpus:
+    """Real text: the docs' paragraphs (an agent's instructions) and this repository's source
+    files, cut at their top-level definitions."""
+
+    def __init__(self) -> None:
+        self.prose = [p.strip() for doc in sorted((ROOT / "docs").glob("*.md"))
+                      for p in doc.read_text().split("\n\n") if 80 < len(p.strip()) < 600 and "|" not in p]
+        self.code = []
+        for path in sorted((ROOT / "localchat").rglob("*.py")):
+            for chunk in re.split(r"\n(?=(?:def|class|async def) )", path.read_text()):
+                if 200 < len(chunk) < 1500:
+                    self.code.append((str(path.relative_to(ROOT)), chunk))
+        self.files = sorted({f for f, _ in self.code})
+
+
+TOOL_NAMES = ["Read", "Edit", "Write", "Bash", "Grep", "Glob", "WebFetch", "TodoWrite", "apply_patch", "list_dir"]
+
+
+def tool(name: str, rng: random.Random) -> dict:
+    props = rng.sample(["path", "pattern", "command", "content", "limit", "offset", "url"], 2)
+    return {"type": "function", "function": {
+        "name": name, "description": f"{name}: reads, edits or runs things in the workspace.",
+        "parameters": {"type": "object", "properties": {p: {"type": "integer" if p in ("limit", "offset") else "string"}
+                                                        for p in props}, "required": props[:1]}}}
+
+
+@dataclass
+class Session:
+    """One agent's conversation: what its next request holds."""
+    name: str
+    folder: str
+    date: str
+    rules: list[str]
+    files: list[str]
+    task: str
+    tools: list[dict]
+    turns: list[dict] = field(default_factory=list)  # after the first user message
+    env_first: bool = True
+
+    def messages(self) -> list[dict]:
+        env = "<env>\nWorking directory: " + self.folder + "\nFiles:\n" + "\n".join(
+            f"  {self.folder}/{f}" for f in self.files) + "\n</env>"
+        first = f"{env}\n\n{self.task}" if self.env_first else f"{self.task}\n\n{env}"
+        system = f"You are a coding agent in {self.folder}. Today is {self.date}.\n\n" + "\n\n".join(self.rules)
+        return [{"role": "system", "content": system}, {"role": "user", "content": first}, *self.turns]
+
+
+class Sequences:
+    """The random sequences: sequence i of seed s depends on nothing else."""
+
+    def __init__(self, corpus: Corpus, seed: int, has_lora: bool, budget: int, chars: float) -> None:
+        self.corpus, self.seed, self.has_lora = corpus, seed, has_lora
+        self.budget, self.chars = budget, chars  # prompt tokens a session may reach; characters per token (about)
+
+    def session(self, rng: random.Random, name: str) -> Session:
+        c = self.corpus
+        path, code = rng.choice(c.code)
+        folder = f"/home/{rng.choice(['ana', 'bo', 'chen'])}/{rng.choice(['work', 'src', 'p'])}/proj-{rng.randrange(10**6)}"
+        rules = rng.sample(c.prose, rng.randint(2, 5))
+        task = f"In {path}, explain what this does and fix what is wrong:\n\n```python\n{code}\n```"
+        s = Session(name, folder, f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}", rules,
+                    rng.sample(c.files, rng.randint(3, 10)), task,
+                    [tool(n, rng) for n in rng.sample(TOOL_NAMES, rng.randint(0, 3))])
+        while self.size(s) > self.budget // 2 and len(s.rules) > 1:  # room for turns
+            s.rules.pop()
+        while self.size(s) > self.budget // 2 and len(s.files) > 1:
+            s.files.pop()
+        if self.size(s) > self.budget // 2:
+            s.task = s.task[:len(s.task) // 2]
+        return s
+
+    def size(self, s: Session) -> int:
+        text = sum(len(m["content"]) for m in s.messages()) + len(json.dumps(s.tools))
+        return int(text / self.chars) + 20 * len(s.messages())
+
+    def steps(self, i: int) -> list[dict]:
+        """Sequence i: a list of steps, each {op, session, body fields}."""
+        rng = random.Random(f"{self.seed}:{i}")
+        sessions = [self.session(rng, "A")]
+        at = sessions[0]
+        out = [self._step("new", at)]
+        ops = [op for op in OPS if op != "lora" or self.has_lora]
+        for _ in range(rng.randint(2, 6)):
+            op = rng.choices(ops, [OPS[o] for o in ops])[0]
+            extra: dict = {}
+            if op == "other":  # another session's turn between two of this one's
+                if len(sessions) < 3 and rng.random() < 0.6:
+                    sessions.append(self.session(rng, "ABC"[len(sessions)]))
+                at = rng.choice(sessions)
+                self._turn(rng, at)
+            elif op in ("turn", "n2", "cancel", "lora", "nocache", "restart", "unload"):
+                self._turn(rng, at)
+                extra = {"n2": {"n": 2}, "lora": {"lora": [{"id": 0, "scale": 1.0}]},
+                         "nocache": {"cache_prompt": False}}.get(op, {})
+            elif op == "strip":  # the client drops the reasoning of earlier answers
+                for m in at.turns:
+                    if m["role"] == "assistant":
+                        m["content"] = re.sub(r"<think>.*?</think>\n\n", "", m["content"], flags=re.S)
+                self._turn(rng, at)
+            elif op == "system":  # a line in the middle of the system message changes
+                at.rules[rng.randrange(len(at.rules))] = rng.choice(self.corpus.prose)
+            elif op == "move":
+                at.env_first = not at.env_first
+            elif op == "rename":
+                new = at.folder.rsplit("/", 1)[0] + f"/proj-{rng.randrange(10**6)}"
+                at.folder = new
+            elif op == "tool":
+                at.tools.append(tool(rng.choice(TOOL_NAMES) + str(rng.randrange(100)), rng))
+            # "again": the same request once more
+            while self.size(at) > self.budget and len(at.turns) > 2:  # the oldest turns go (a client's compaction)
+                del at.turns[:2]
+            if self.size(at) > self.budget:  # still too long: a new session in its place
+                at = self.session(rng, at.name)
+                sessions = [s if s.name != at.name else at for s in sessions]
+                op = "new"
+            out.append(self._step(op, at, **extra))
+        return out
+
+    def _turn(self, rng: random.Random, s: Session) -> None:
+        think = "<think>\n" + rng.choice(self.corpus.prose) + "\n</think>\n\n" if rng.random() < 0.5 else ""
+        s.turns.append({"role": "assistant", "content": think + rng.choice(self.corpus.prose)})
+        path, code = rng.choice(self.corpus.code)
+        ask = rng.choice([f"Now look at {s.folder}/{path}:\n\n```python\n{code}\n```",
+                          "Go on.", "Why? " + rng.choice(self.corpus.prose)])
+        s.turns.append({"role": "user", "content": ask})
+
+    @staticmethod
+    def _step(op: str, s: Session, **extra) -> dict:
+        body = {"messages": json.loads(json.dumps(s.messages())), **extra}
+        if s.tools:
+            body["tools"] = json.loads(json.dumps(s.tools))
+        return {"op": op, "session": s.name, "body": body}
+
+
+# -- the two servers ------------------------------------------------------------------------
+
+class Servers:
+    def __init__(self, model: str, parallel: int, work: Path, tiny: bool) -> None:
+        self.model, self.work = model, work
+        self.store = work / "prompts"
+        self.config = work / "models.toml"
+        self.ref_config = work / "reference.toml"
+        settings = f"parallel = {parallel}\nkeep_alive = -1\nmax_loaded_models = 1\n"
+        registry = tiny_registry(work) if tiny else shipped_config().read_text()
+        self.config.write_text(settings + registry)
+        self.ref_config.write_text(settings + "prompt_cache_bytes = 0\n" + registry)
+        self.cold: dict[str, tuple[dict, float]] = {}
+        self.test = self._start(self.config)
+        self.ref = self._start(self.ref_config)
+
+    def _start(self, config: Path) -> Server:
+        import os
+        os.environ["LOCALCHAT_PROMPT_CACHE_DIR"] = str(self.store)
+        return Server(config, "--model", self.model)
+
+    def restart(self) -> None:
+        self.test.stop()
+        self.test = self._start(self.config)
+
+    def unload(self) -> None:
+        r = httpx.post(self.test.url + "/api/generate", json={"model": self.model, "keep_alive": 0}, timeout=120)
+        r.raise_for_status()
+
+    def ask(self, body: dict) -> tuple[dict, str]:
+        """The server under test's answer, and what it logged meanwhile."""
+        mark = len(self.test.output())
+        answer = post(self.test.url, body)
+        return answer, self.test.output()[mark:]
+
+    def cancel(self, body: dict, delay: float) -> None:
+        """Send the request as a stream and hang up after `delay` seconds (while its prompt is read)."""
+        try:
+            with httpx.stream("POST", self.test.url + "/v1/chat/completions", json={**full(body), "stream": True},
+                              timeout=120) as r:
+                deadline = time.monotonic() + delay
+                for _ in r.iter_bytes():
+                    if time.monotonic() >= deadline:
+                        break
+        except httpx.HTTPError:
+            pass
+
+    def reference(self, body: dict) -> tuple[dict, float]:
+        """The cold read's answer (one choice), and the seconds it took."""
+        body = {**body, "cache_prompt": False}
+        body.pop("n", None)
+        key = json.dumps(body, sort_keys=True)
+        if key not in self.cold:
+            began = time.monotonic()
+            answer = post(self.ref.url, body)
+            self.cold[key] = answer, time.monotonic() - began
+        return self.cold[key]
+
+    def stop(self) -> None:
+        self.test.stop()
+        self.ref.stop()
+
+
+def tiny_registry(work: Path) -> str:
+    from localchat.families import FAMILIES
+    from tinymodels import write_tiny_lora, write_tiny_model
+
+    model = write_tiny_model(work / "tiny.gguf", FAMILIES["chatml"], n_ctx=8192)
+    lora = write_tiny_lora(work / "lora.gguf", seed=1)
+    return (f'default = "tiny"\n[models.tiny]\npath = "{model}"\ncontext_length = 8192\n'
+            f'loras = [{{name = "one", path = "{lora}", scale = 0}}]\n')
+
+
+def full(body: dict) -> dict:
+    return {"model": None, "temperature": 0, "max_tokens": K, "ignore_eos": True, "logprobs": True,
+            "return_tokens_as_token_ids": True,
+            "top_logprobs": TOP, **body}
+
+
+def post(url: str, body: dict) -> dict:
+    r = httpx.post(url + "/v1/chat/completions", json={k: v for k, v in full(body).items() if v is not None},
+                   timeout=600)
+    if r.status_code != 200:
+        raise RuntimeError(f"HTTP {r.status_code}: {r.text[:500]}")
+    return r.json()
+
+
+# -- the comparison ---------------------------------------------------------------------------
+
+def compare(got: list[dict], cold: list[dict], tolerance: float) -> tuple[float, bool, str | None]:
+    """(the largest |Δ| seen, whether they parted at a near-tie, what is wrong or None)."""
+    worst = 0.0
+    if len(got) != len(cold):
+        return worst, False, f"{len(got)} tokens against the cold read's {len(cold)}"
+    for i, (x, y) in enumerate(zip(got, cold)):
+        theirs = {_id(t): t["logprob"] for t in y["top_logprobs"]}
+        pairs = [(x["logprob"], y["logprob"])] + [(t["logprob"], theirs[_id(t)])
+                                                  for t in x["top_logprobs"][:TOP - 1] if _id(t) in theirs]
+        for a, b in pairs:
+            worst = max(worst, abs(a - b))
+        if worst > tolerance:
+            return worst, False, f"token {i}: log-probabilities differ by {worst:.4f} (> {tolerance})"
+        if _id(x) != _id(y):
+            top = y["top_logprobs"]
+            margin = top[0]["logprob"] - top[1]["logprob"]
+            if margin > NEAR_TIE:
+                return worst, False, (f"token {i}: {x['token']!r} where the cold read has {y['token']!r} "
+                                      f"(its top two {margin:.4f} apart)")
+            return worst, True, None
+    return worst, False, None
+
+
+def _id(entry: dict) -> str:
+    """A token's id (`token_id:N`: return_tokens_as_token_ids; bytes that are not UTF-8 all print as
+    "\ufffd", control tokens as "")."""
+    return entry["token"]
+
+
+@dataclass
+class Tally:
+    requests: int = 0
+    worst: float = 0.0
+    ties: int = 0
+
+
+def path_of(step: dict, cached: int, log: str, tainted: bool) -> str:
+    """Which cache path served the request (the server says where cells moved: prefix_cache.py's line)."""
+    if step["op"] == "lora":
+        return "lora"
+    if "cache_prompt" in step["body"]:
+        return "no cache"
+    if MOVED.search(log):
+        return "moved"
+    if not cached:
+        return "cold"
+    if tainted:  # the slot's cells were moved by an earlier request of this session: they saw another span
+        return "after a move"
+    if step["op"] in ("restart", "unload"):
+        return "restored"
+    return "n=2 shared" if step["body"].get("n") == 2 else "prefix"
+
+
+def describe(steps: list[dict], notes: list[str]) -> str:
+    lines = []
+    for k, (step, note) in enumerate(zip(steps, notes)):
+        body = step["body"]
+        extra = {x: body[x] for x in ("n", "lora", "cache_prompt") if x in body}
+        lines.append(f"    {k}. {step['op']:<8} session {step['session']} {len(body['messages'])} messages "
+                     f"{len(body.get('tools', []))} tools {json.dumps(extra) if extra else ''} {note}")
+    return "\n".join(lines)
+
+
+class Check:
+    """Runs sequences against the two servers and keeps the tallies."""
+
+    def __init__(self, servers: Servers, tolerance: float) -> None:
+        self.servers, self.tolerance = servers, tolerance
+        self.tallies: dict[str, Tally] = defaultdict(Tally)
+        self.ops: Counter = Counter()
+
+    def limit(self, path: str) -> float:
+        return MOVED_TOLERANCE if path in ("moved", "after a move") else self.tolerance
+
+    def sequence(self, steps: list[dict], rng: random.Random) -> tuple[list[str], list[str]]:
+        """Each step's note, and what was wrong."""
+        servers, notes, bad, tainted = self.servers, [], [], set()
+        for step in steps:
+            op, body, session = step["op"], step["body"], step["session"]
+            self.ops[op] += 1
+            if op == "new":
+                tainted.discard(session)
+            began = time.monotonic()
+            cold, seconds = servers.reference({k: v for k, v in body.items() if k != "cache_prompt"})
+            if op == "restart":
+                servers.restart()
+            elif op == "unload":
+                servers.unload()
+            elif op == "cancel":  # hung up at a random moment of what a cold read takes
+                servers.cancel(body, rng.uniform(0, seconds))
+            answer, log = servers.ask(body)
+            usage = answer["usage"]
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            path = path_of(step, cached, log, session in tainted)
+            if path == "moved":
+                tainted.add(session)
+            elif path == "cold":
+                tainted.discard(session)
+            tally, problems = self.tallies[path], []
+            for choice in answer["choices"]:
+                worst, tie, problem = compare(choice["logprobs"]["content"],
+                                              cold["choices"][0]["logprobs"]["content"], self.limit(path))
+                tally.requests += 1
+                tally.worst = max(tally.worst, worst)
+                tally.ties += tie
+                if problem:
+                    problems.append(f"choice {choice['index']}: {problem}")
+            notes.append(f"prompt {usage['prompt_tokens']} cached {cached} → {path} ({time.monotonic() - began:.1f} s)"
+                         + (f"  MISMATCH {'; '.join(problems)}" if problems else ""))
+            bad += problems
+        return notes, bad
+
+    def report(self) -> None:
+        print("  operations: " + ", ".join(f"{op} {n}" for op, n in sorted(self.ops.items())))
+        for path, t in sorted(self.tallies.items()):
+            print(f"  {path:<12} {t.requests:5d} answers, largest |Δ log-probability| {t.worst:.5f} "
+                  f"(tolerance {self.limit(path)}), parted at a near-tie {t.ties}")
+
+
+def run(args: argparse.Namespace) -> int:
+    work = Path(tempfile.mkdtemp(prefix="localchat-cachecheck-"))
+    tiny = args.model is None
+    servers = Servers(args.model or "tiny", args.parallel, work, tiny)
+    try:
+        info = httpx.get(servers.test.url + "/lora-adapters", params={"model": servers.model}, timeout=60)
+        has_lora = info.status_code == 200 and bool(info.json())
+        n_ctx = httpx.get(servers.test.url + "/props", params={"model": servers.model}, timeout=60).json()
+        n_ctx = n_ctx.get("default_generation_settings", {}).get("n_ctx") or 4096
+        corpus = Corpus()
+        sample = "\n\n".join(corpus.prose[:40] + [c for _, c in corpus.code[:40]])
+        tokens = httpx.post(servers.test.url + "/tokenize", json={"model": servers.model, "content": sample},
+                            timeout=60).json()["tokens"]
+        gen = Sequences(corpus, args.seed, has_lora, budget=min(int(n_ctx * 0.75), args.tokens),
+                        chars=0.85 * len(sample) / len(tokens))
+        tolerance = args.tolerance if args.tolerance is not None else (TINY_TOLERANCE if tiny else TOLERANCE)
+        check = Check(servers, tolerance)
+        mismatches, started = 0, time.monotonic()
+        indexes = [args.only] if args.only is not None else range(args.sequences)
+        for i in indexes:
+            steps = gen.steps(i)
+            notes, bad = check.sequence(steps, random.Random(f"{args.seed}:{i}:run"))
+            if bad or args.verbose:
+                print(f"sequence {i} (--seed {args.seed} --only {i}):{' MISMATCH' if bad else ''}\n"
+                      + describe(steps, notes), flush=True)
+            mismatches += bool(bad)
+            if (i + 1) % 50 == 0:
+                print(f"  … {i + 1} sequences, {mismatches} with a mismatch, {time.monotonic() - started:.0f} s",
+                      flush=True)
+        print(f"cachecheck: model {servers.model}, parallel {args.parallel}, seed {args.seed}: "
+              f"{len(indexes)} sequences, {sum(check.ops.values())} requests in {time.monotonic() - started:.0f} s")
+        check.report()
+        print(f"cachecheck: {'PASS' if not mismatches else 'FAIL'} ({mismatches} sequences with a mismatch)")
+        return 0 if not mismatches else 1
+    finally:
+        servers.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="a model of the shipped registry (default: a tiny synthetic model)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sequences", type=int, default=100)
+    parser.add_argument("--parallel", type=int, default=2, help="slots of each server (default 2)")
+    parser.add_argument("--only", type=int, help="run sequence I alone, on fresh servers")
+    parser.add_argument("--tokens", type=int, default=5000,
+                        help="the longest prompt a session grows to (default 5000; at most 3/4 of a slot)")
+    parser.add_argument("--tolerance", type=float, help=f"|Δ log-probability| allowed where no cell moved "
+                        f"(default {TOLERANCE}; the tiny model's {TINY_TOLERANCE})")
+    parser.add_argument("--verbose", action="store_true", help="print every sequence, not only those that fail")
+    return run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

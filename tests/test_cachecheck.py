@@ -1,0 +1,58 @@
+"""The prompt cache never changes an answer: scripts/cachecheck's random request sequences (new
+turns, stripped reasoning, a changed system line, moved blocks, renamed folders, added tools,
+interleaved sessions, n = 2, cancels and retries, restarts, unloads, a LoRA, cache_prompt: false)
+on the tiny model, every answer against a cold read on a fresh context; and its comparison."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import cachecheck  # noqa: E402
+
+
+def entry(token: int, logprob: float, top: list[tuple[int, float]]) -> dict:
+    return {"token": f"token_id:{token}", "logprob": logprob,
+            "top_logprobs": [{"token": f"token_id:{t}", "logprob": p} for t, p in top]}
+
+
+@pytest.mark.fast
+def test_answers_agree_within_the_tolerance_and_part_only_at_a_near_tie():
+    cold = [entry(5, -0.1, [(5, -0.1), (6, -2.5)]), entry(7, -0.69, [(7, -0.69), (8, -0.70)])]
+    same = [entry(5, -0.11, [(5, -0.11), (6, -2.49)]), entry(7, -0.69, [(7, -0.69), (8, -0.70)])]
+    assert cachecheck.compare(same, cold, 0.02)[2] is None
+    assert "differ by" in cachecheck.compare(same, cold, 0.005)[2]
+    # parting where the cold read's top two are 0.01 apart: allowed, and the rest is not compared
+    parted = [same[0], entry(8, -0.69, [(8, -0.69), (7, -0.70)])]
+    worst, tie, problem = cachecheck.compare(parted, cold, 0.02)
+    assert problem is None and tie
+    # parting where the cold read is sure: a mismatch
+    wrong = [entry(6, -0.1, [(6, -0.1), (5, -2.5)]), *cold[1:]]
+    assert "where the cold read has" in cachecheck.compare(wrong, cold, 5)[2]
+    # a top log-probability of another token moved too far
+    far = [entry(5, -0.1, [(5, -0.1), (6, -3.5)]), *cold[1:]]
+    assert "differ by" in cachecheck.compare(far, cold, 0.5)[2]
+    assert "tokens against" in cachecheck.compare(cold[:1], cold, 0.5)[2]
+
+
+@pytest.mark.fast
+def test_a_sequence_is_the_same_whatever_ran_before():
+    gen = cachecheck.Sequences(cachecheck.Corpus(), 7, True, budget=3000, chars=1.0)
+    first = [gen.steps(i) for i in range(5)]
+    assert [gen.steps(i) for i in (4, 2, 0, 1, 3)] == [first[4], first[2], first[0], first[1], first[3]]
+    ops = {step["op"] for steps in first for step in steps}
+    assert len(ops) >= 4 and all(steps[0]["op"] == "new" for steps in first)
+
+
+def test_two_hundred_random_sequences_answer_as_cold_reads():
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "cachecheck.py"), "--sequences", "200",
+                           "--seed", "44"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    out = done.stdout
+    assert done.returncode == 0 and "cachecheck: PASS" in out, out[-6000:] + done.stderr[-3000:]
+    for path in ("prefix", "moved", "after a move", "restored", "n=2 shared", "lora", "no cache", "cold"):
+        assert f"  {path} " in out, (path, out[-2000:])  # every path was taken
