@@ -142,3 +142,20 @@ def test_a_request_cancelled_inside_its_new_span_leaves_the_slot_usable(engine: 
     asyncio.run(leave())
     again = run(engine, b)
     assert again[3].completion_tokens == 24 and again[3].cached_tokens >= n_head
+
+
+def test_a_quantized_k_cache_reads_the_span_and_what_follows(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """llama.cpp 0.3.36 segfaults turning a q8_0 K cache's RoPE (tests/test_kv_state.py): with one,
+    a prompt that differs in a span is served up to the span and the rest is read, no cell moved."""
+    import tinymodels
+
+    monkeypatch.setattr(tinymodels, "N_HEAD", 2)  # heads of 32 values: a q8_0 block's size
+    path = write_tiny_model(tmp_path / "m.gguf", FAMILIES["chatml"], n_ctx=2048)
+    engine = LocalEngine(path, n_ctx=2048, parallel=1, step_costs=str(tmp_path / "c.json"), cache_types=("q8_0", "f16"))
+    try:
+        a, b, n_head, _ = prompts()
+        run(engine, b)
+        again = run(engine, a)
+        assert again[3].cached_tokens == n_head and again[3].completion_tokens == 24
+    finally:
+        engine.close()

@@ -63,12 +63,14 @@ def open_context(model: Model, *, n_ctx: int, parallel: int, n_batch: int, n_thr
     return ctx
 
 
-def shiftable(model: Model, ctx: object) -> bool:
+def shiftable(model: Model, ctx: object, k_type: str = "f16") -> bool:
     """Whether cells can be moved (a shifted reuse, prefix_cache.py): a cache whose cells can be moved, one
-    per sequence (no sliding window: its save leaves out cells outside the window), positions that are tokens."""
+    per sequence (no sliding window: its save leaves out cells outside the window), positions that are tokens,
+    and K kept unquantized (llama.cpp 0.3.36 segfaults turning a q8_0 or q4_0 K cache's RoPE on the CPU:
+    tests/test_kv_state.py)."""
     rope = C.llama_model_rope_type(model.ptr)
-    return (bool(C.llama_memory_can_shift(C.llama_get_memory(ctx))) and C.llama_model_n_swa(model.ptr) == 0
-            and rope >= 0 and not rope & C.LLAMA_ROPE_TYPE_MROPE)
+    return (k_type == "f16" and bool(C.llama_memory_can_shift(C.llama_get_memory(ctx)))
+            and C.llama_model_n_swa(model.ptr) == 0 and rope >= 0 and not rope & C.LLAMA_ROPE_TYPE_MROPE)
 
 
 class Decoder:

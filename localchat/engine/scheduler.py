@@ -68,7 +68,7 @@ class Scheduler:
         self.decoder = Decoder(model, self.ctx, n_batch=self.n_batch, n_ctx=n_ctx, n_threads=n_threads,
                                media=self.media, step_costs=step_costs)
         # the cells a request reuses, moves, restores or saves (prefix_cache.py); a draft model's cells cannot move
-        self.cache = PrefixCache(self.ctx, self.slots, n_ctx, store, shiftable(model, self.ctx) and self.draft is None,
+        self.cache = PrefixCache(self.ctx, self.slots, n_ctx, store, shiftable(model, self.ctx, cache_types[0]) and self.draft is None,
                                  self.decoder.decode_one)
         self.queue: deque[Job] = deque()
         self.running: list[Job] = []
