@@ -132,7 +132,11 @@ class PrefixCache:
         if hit is None or min(hit[1], len(tokens) - 1) - n < RESTORE_MIN:
             return n
         slot.cached, slot.media, slot.pos_delta = self.store.restore(hit[0], self.ctx, slot.seq_id) or [], [], 0
-        return min(common_prefix(slot.cached, tokens), len(tokens) - 1)
+        served = min(common_prefix(slot.cached, tokens), len(tokens) - 1)
+        if slot.cached:
+            _log.info("prompt cache: %d tokens restored from %s (the slot held %d of them)", served,
+                      hit[0].path.name, n)
+        return served
 
     def save(self, job: Job) -> None:
         """Save the lead slot's cells when it holds SAVE_MIN tokens more than any saved prompt
