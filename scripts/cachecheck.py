@@ -46,6 +46,7 @@ import json
 import math
 import random
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -462,7 +463,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"sequence {i} (--seed {args.seed} --only {i}):{' MISMATCH' if bad else ''}\n"
                       + describe(steps, notes), flush=True)
             mismatches += bool(bad)
-            if (i + 1) % 50 == 0:
+            if (i + 1) % 10 == 0:
                 print(f"  … {i + 1} sequences, {mismatches} with a mismatch, {time.monotonic() - started:.0f} s",
                       flush=True)
         print(f"cachecheck: model {servers.model}, parallel {args.parallel}, seed {args.seed}: "
@@ -487,6 +488,7 @@ def main() -> int:
     parser.add_argument("--tolerance", type=float, help=f"|Δ log-probability| allowed where no cell moved "
                         f"(default {TOLERANCE}; the tiny model's {TINY_TOLERANCE})")
     parser.add_argument("--verbose", action="store_true", help="print every sequence, not only those that fail")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the servers are stopped on the way out
     return run(parser.parse_args())
 
 
