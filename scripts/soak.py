@@ -619,19 +619,34 @@ def scrub(text: str) -> str:
     return re.sub(r"/tmp/[\w.-]+", HOME + "/scratch", text)
 
 
+MAX_REQUESTS = 8  # a fixture's: the cold first request and up to 7 follow-ups
+
+
+def head(route: str, body: dict) -> str:
+    """What a conversation's requests share: the tools, the system prompt, the first message."""
+    turns = body.get("input" if route == "/v1/responses" else "messages") or [None]
+    return json.dumps([route, body.get("tools"), body.get("system"), body.get("instructions"), turns[0]],
+                      sort_keys=True)
+
+
 def make_fixtures(recordings: list[Path], folder: Path = AGENTS) -> None:
     """tests/fixtures/agents/<client>.json(.gz) from scripts/acceptance's <client>-<case>-<n>.requests.jsonl:
-    the generation requests in order, scrubbed; gzipped when over 300 KB."""
+    the agent's conversation in order, scrubbed (the requests that share the largest one's tools, system
+    prompt and first message: a title or a probe, a conversation of its own, is left out), its first
+    MAX_REQUESTS; gzipped when over 300 KB."""
     folder.mkdir(parents=True, exist_ok=True)
     for recording in recordings:
-        client = recording.name.split("-")[0]
-        requests = []
-        for line in recording.read_text().splitlines():
-            row = json.loads(line)
-            if row["path"] in ROUTES:
-                requests.append({"path": row["path"], "body": json.loads(scrub(row["body"]))})
-        fixture = {"client": client, "recorded": f"scripts/acceptance --only {client} --cases "
-                   f"{recording.name.split('-')[1]}, scrubbed by scripts/soak --fixtures-from", "requests": requests}
+        client, case = recording.name.split("-")[:2]
+        rows = [json.loads(line) for line in recording.read_text().splitlines()]
+        rows = [(row["path"], json.loads(scrub(row["body"]))) for row in rows if row["path"] in ROUTES]
+        main = head(*max(rows, key=lambda r: len(json.dumps(r[1]))))
+        conversation = [(route, body) for route, body in rows if head(route, body) == main]
+        kept = conversation[:MAX_REQUESTS]
+        fixture = {"client": client, "recorded": f"scripts/acceptance --only {client} --cases {case} "
+                   f"--model {kept[0][1].get('model')}, scrubbed by scripts/soak --fixtures-from",
+                   "left_out": {"other conversations (titles, probes)": len(rows) - len(conversation),
+                                "later turns": len(conversation) - len(kept)},
+                   "requests": [{"path": route, "body": body} for route, body in kept]}
         data = json.dumps(fixture, ensure_ascii=False, separators=(",", ":")).encode()
         for old in folder.glob(f"{client}.json*"):
             old.unlink()
@@ -639,7 +654,8 @@ def make_fixtures(recordings: list[Path], folder: Path = AGENTS) -> None:
             (folder / f"{client}.json.gz").write_bytes(gzip.compress(data, 9, mtime=0))
         else:
             (folder / f"{client}.json").write_bytes(data)
-        print(f"{client}: {len(requests)} requests, {len(data) / 1000:.0f} KB from {recording}")
+        print(f"{client}: {len(kept)} requests of {len(rows)} ({fixture['left_out']}), {len(data) / 1000:.0f} KB "
+              f"from {recording}")
 
 
 @dataclass
@@ -862,6 +878,9 @@ class Run:
             self.turns.append(t)
             if t.index == 0 and t.session not in self.firsts:
                 self.firsts.add(t.session)
+                print(f"  {time.monotonic() - self.began:6.0f} s  {t.session}: first request {t.ended or 'failed'} "
+                      f"in {t.seconds:.0f} s, prompt {t.prompt}, read {t.read} ({len(self.firsts)} of {self.sessions})",
+                      flush=True)
                 if len(self.firsts) == self.sessions:
                     self.warm = time.monotonic()
                 self.lock.notify_all()
@@ -915,6 +934,11 @@ def monitor(url: str, server: Server, store: Path, run: Run, samples: Samples) -
             worker = worker_info(url, AGENT_MODEL)
             samples.worker_pids.add(worker["pid"])
             samples.rss.append(((now - run.warm) / 60, rss_mb(server.proc.pid), rss_mb(worker["pid"])))
+            if len(samples.rss) % 10 == 1:
+                m, srv, wrk = samples.rss[-1]
+                print(f"  {now - run.began:6.0f} s  {m:5.1f} min after the warm-up: {len(run.turns)} requests, "
+                      f"{sum(bool(t.problems) for t in run.turns)} with problems; RSS server {fmt_mb(srv)}, worker "
+                      f"{fmt_mb(wrk)}; store {samples.disk[-1][1] / 2**20:.0f} MiB", flush=True)
 
 
 def slope(points: list[tuple[float, float]]) -> float | None:
@@ -927,10 +951,10 @@ def slope(points: list[tuple[float, float]]) -> float | None:
     return None if sxx == 0 else sum((x - mx) * (y - my) for x, y in points) / sxx
 
 
-def agents_soak(seconds: float, seed: int, count: int, store_bytes: int) -> bool:
-    fixtures = load_fixtures()
+def agents_soak(seconds: float, seed: int, count: int, store_bytes: int, clients: list[str] | None = None) -> bool:
+    fixtures = [f for f in load_fixtures() if not clients or f.client in clients]
     if not fixtures:
-        print(f"soak --agents: no fixtures in {AGENTS}")
+        print(f"soak --agents: no fixtures in {AGENTS}" + (f" for {', '.join(clients)}" if clients else ""))
         return False
     sessions = sessions_of(fixtures, count)
     home = Path(tempfile.mkdtemp(prefix="localchat-soak-agents-"))
@@ -1006,21 +1030,22 @@ def agents_report(sessions: list[Fixture], run: Run, samples: Samples, store_byt
     for category, count in problems.items():
         reasons.append(f"{count} {category}")
 
-    print("sessions (read: prompt tokens minus cached ones; cold: the first request; warm: the turns after it "
-          "that ended; worst: the largest warm read, at that turn of the fixture):")
-    print(f"  {'session':12} {'route':20} {'reqs':>4} {'turns':>5} {'hung':>4} {'cold read':>15} {'cold s':>6} "
+    print("sessions (read: prompt tokens minus cached ones; cold: the first request's prompt tokens, read "
+          "(a session in a second folder may find some in the cache); warm: the turns after it that ended; worst: "
+          "the largest warm read, at that turn of the fixture):")
+    print(f"  {'session':12} {'route':20} {'reqs':>4} {'turns':>5} {'hung':>4} {'cold prompt, read':>17} {'cold s':>6} "
           f"{'warm':>5} {'worst':>10} {'share':>6} {'median':>6} {'med s':>6}")
     for s in sessions:
         mine = [t for t in turns if t.session == s.client]
         first = next((t for t in mine if t.index == 0), None)
         warm = sorted((t for t in mine if t.index > 0 and t.ended == "end" and t.read is not None),
                       key=lambda t: t.read)
-        cold = first.read if first and first.read is not None else None
+        cold = first.prompt if first and first.read is not None else None
         worst = warm[-1] if warm else None
         share = worst.read / cold if worst and cold else None
         print(f"  {s.client:12} {s.requests[0][0]:20} {len(s.requests):4} {len(mine):5} "
               f"{sum(t.ended == 'hung up' for t in mine):4} "
-              f"{(f'{cold} of {first.prompt}' if cold is not None else 'n/a'):>15} "
+              f"{(f'{cold}, {first.read}' if cold is not None else 'n/a'):>17} "
               f"{(f'{first.seconds:.0f}' if first else 'n/a'):>6} {len(warm):5} "
               f"{(f'{worst.read} #{worst.index}' if worst else 'n/a'):>10} "
               f"{'n/a' if share is None else f'{share:.1%}':>6} {(warm[len(warm) // 2].read if warm else 'n/a'):>6} "
@@ -1082,6 +1107,7 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=8,
                     help="with --agents: concurrent sessions (default 8; past the fixtures, clients again in "
                     "other folders)")
+    ap.add_argument("--clients", help="with --agents: only these clients' fixtures, comma-separated (default: all)")
     ap.add_argument("--store-bytes", type=int, default=AGENT_STORE_BYTES,
                     help=f"with --agents: prompt_cache_bytes for the run (default {AGENT_STORE_BYTES})")
     ap.add_argument("--fixtures-from", nargs="+", type=Path, metavar="REQUESTS_JSONL",
@@ -1092,7 +1118,8 @@ def main() -> None:
         make_fixtures(args.fixtures_from)
         return
     if args.agents:
-        sys.exit(0 if agents_soak(args.seconds, args.seed, args.sessions, args.store_bytes) else 1)
+        sys.exit(0 if agents_soak(args.seconds, args.seed, args.sessions, args.store_bytes,
+                                 args.clients.split(",") if args.clients else None) else 1)
     sys.exit(0 if soak(args.seconds, args.seed, args.threads) else 1)
 
 
