@@ -24,9 +24,12 @@ streamed when the client streamed), then its follow-ups again, until --seconds a
 (every session's first request answered); 1 in 10 of the later streamed turns is hung up on after
 a few content events (seeded). Checks: no 5xx, every stream ends with its protocol's end ([DONE],
 message_stop, response.completed/incomplete) or an error event unless hung up on, every session's
-warm turns read (prompt minus cached tokens, from usage) at most 5% of its cold read, the server's
-and the worker's RSS (every 30 s after the warm-up) flat: the least-squares line grows less than
-100 MB (server) / 200 MB (worker) over the run, the prompt store (every 5 s) within its limit.
+warm turns read (prompt minus cached tokens, from usage) at most 5% of its cold read (its first
+request's prompt): a follow-up sent again, all it reads; a follow-up sent the first time, what it
+reads beyond what it adds to the turn before (the recorded answer and tool result, which no cache
+can hold: the soak's own answer was another), the server's and the worker's RSS (every 30 s after
+the warm-up) flat: the least-squares line grows less than 100 MB (server) / 200 MB (worker) over
+the run, the prompt store (every 5 s) within its limit.
 Prints each session's cold read and worst warm read, the RSS slopes in MB/min, the store's size,
 and `soak --agents: PASS` or `FAIL (reasons)`. --fixtures-from rebuilds the fixtures from
 scripts/acceptance's recordings.
@@ -699,11 +702,13 @@ def another_folder(fixture: Fixture, n: int) -> Fixture:
 
 
 def sessions_of(fixtures: list[Fixture], count: int) -> list[Fixture]:
-    """`count` sessions: one per fixture, then the fixtures again in other folders."""
+    """`count` sessions: one per fixture, then the fixtures whose first prompt names the folder (aider's
+    does not) again in other folders."""
     out = list(fixtures[:count])
+    again = [f for f in fixtures if PROJECT in json.dumps(f.requests[0][1], ensure_ascii=False)]
     n = 2
-    while len(out) < count and fixtures:
-        for f in fixtures[:count - len(out)]:
+    while len(out) < count and again:
+        for f in again[:count - len(out)]:
             out.append(another_folder(f, n))
         n += 1
     return out
@@ -720,6 +725,7 @@ class Turn:
     ended: str = ""  # "end" (the protocol's end), "error" (an error event), "cut" (neither), "hung up" (by us)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (category, text), as Result's
     seconds: float = 0.0
+    repeat: bool = False  # the session sent this prompt before (a later pass over its follow-ups)
 
     @property
     def read(self) -> int | None:
@@ -893,14 +899,15 @@ class Run:
 def agent_session(url: str, fixture: Fixture, seed: int, run: Run) -> None:
     """Replay the fixture's requests in order, then its follow-ups again and again, until the time is up."""
     rng = random.Random(seed)
-    n, i = len(fixture.requests), 0
+    n, i, sent = len(fixture.requests), 0, set()
     with httpx.Client(base_url=url, timeout=AGENT_TIMEOUT) as client:
         while run.going():
             route, body = fixture.requests[i]
             body = prepared(route, body)
             hang = rng.randint(1, 5) if i > 0 and body.get("stream") and rng.random() < HANG_UP_RATE else None
-            t = Turn(fixture.client, i)
+            t = Turn(fixture.client, i, repeat=i in sent)
             replay(client, route, body, t, hang)
+            sent.add(i)
             run.add(t)
             i = i + 1 if i + 1 < n else min(1, n - 1)
 
@@ -1030,34 +1037,42 @@ def agents_report(sessions: list[Fixture], run: Run, samples: Samples, store_byt
     for category, count in problems.items():
         reasons.append(f"{count} {category}")
 
-    print("sessions (read: prompt tokens minus cached ones; cold: the first request's prompt tokens, read "
-          "(a session in a second folder may find some in the cache); warm: the turns after it that ended; worst: "
-          "the largest warm read, at that turn of the fixture):")
-    print(f"  {'session':12} {'route':20} {'reqs':>4} {'turns':>5} {'hung':>4} {'cold prompt, read':>17} {'cold s':>6} "
-          f"{'warm':>5} {'worst':>10} {'share':>6} {'median':>6} {'med s':>6}")
+    print("sessions: read = prompt tokens minus cached ones; cold = the first request's prompt tokens; first pass = "
+          "each follow-up sent the first time: its read less what it adds to the turn before (the recorded answer and "
+          "tool result, which no cache holds); again = the follow-ups sent again; worst at #turn; limit "
+          f"{WARM_SHARE:.0%} of cold")
+    print(f"  {'session':12} {'route':20} {'reqs':>4} {'turns':>5} {'hung':>4} {'cold':>6} {'read':>6} {'secs':>5} "
+          f"{'1st pass: read-new':>19} {'again':>5} {'worst':>9} {'share':>6} {'median':>6} {'med s':>6}")
     for s in sessions:
         mine = [t for t in turns if t.session == s.client]
         first = next((t for t in mine if t.index == 0), None)
-        warm = sorted((t for t in mine if t.index > 0 and t.ended == "end" and t.read is not None),
-                      key=lambda t: t.read)
         cold = first.prompt if first and first.read is not None else None
-        worst = warm[-1] if warm else None
+        prompts = {t.index: t.prompt for t in mine if t.prompt is not None}
+        answered = [t for t in mine if t.index > 0 and t.ended == "end" and t.read is not None]
+        fresh = [(t, t.read - max(0, t.prompt - prompts.get(t.index - 1, t.prompt))) for t in answered if not t.repeat]
+        again = sorted((t for t in answered if t.repeat), key=lambda t: t.read)
+        worst_fresh = max(fresh, key=lambda tx: tx[1], default=None)
+        worst = again[-1] if again else None
         share = worst.read / cold if worst and cold else None
-        print(f"  {s.client:12} {s.requests[0][0]:20} {len(s.requests):4} {len(mine):5} "
-              f"{sum(t.ended == 'hung up' for t in mine):4} "
-              f"{(f'{cold}, {first.read}' if cold is not None else 'n/a'):>17} "
-              f"{(f'{first.seconds:.0f}' if first else 'n/a'):>6} {len(warm):5} "
-              f"{(f'{worst.read} #{worst.index}' if worst else 'n/a'):>10} "
-              f"{'n/a' if share is None else f'{share:.1%}':>6} {(warm[len(warm) // 2].read if warm else 'n/a'):>6} "
-              f"{(f'{sorted(t.seconds for t in warm)[len(warm) // 2]:.1f}' if warm else 'n/a'):>6}")
+        na = "n/a"
+        cells = [len(s.requests), len(mine), sum(t.ended == "hung up" for t in mine), na if cold is None else cold,
+                 na if first is None or first.read is None else first.read,
+                 na if first is None else f"{first.seconds:.0f}",
+                 f"{len(fresh)}: {worst_fresh[0].read}-{worst_fresh[0].read - worst_fresh[1]} #{worst_fresh[0].index}"
+                 if worst_fresh else na, len(again), f"{worst.read} #{worst.index}" if worst else na,
+                 na if share is None else f"{share:.1%}", again[len(again) // 2].read if again else na,
+                 f"{sorted(t.seconds for t in again)[len(again) // 2]:.1f}" if again else na]
+        widths = (4, 5, 4, 6, 6, 5, 19, 5, 9, 6, 6, 6)
+        print(f"  {s.client:12} {s.requests[0][0]:20} " + " ".join(f"{c!s:>{w}}" for c, w in zip(cells, widths)))
         if cold is None:
             reasons.append(f"{s.client}: no cold read")
-        elif not warm:
-            reasons.append(f"{s.client}: no warm turn")
-        elif worst.read > WARM_SHARE * cold:
-            over = sum(t.read > WARM_SHARE * cold for t in warm)
-            reasons.append(f"{s.client}: {over} warm turns read over {WARM_SHARE:.0%} of its cold {cold} "
-                           f"(worst {worst.read}, turn #{worst.index})")
+            continue
+        if not again:
+            reasons.append(f"{s.client}: no follow-up sent again")
+        over = [t for t in again if t.read > WARM_SHARE * cold] + [t for t, x in fresh if x > WARM_SHARE * cold]
+        if over:
+            reasons.append(f"{s.client}: {len(over)} warm turns read over {WARM_SHARE:.0%} of its cold {cold} "
+                           f"(turns {sorted({t.index for t in over})})")
 
     if samples.rss:
         print(f"RSS after the warm-up: {len(samples.rss)} samples, every {RSS_EVERY:.0f} s, over "

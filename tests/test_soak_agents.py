@@ -163,19 +163,27 @@ def judged(turns: list[soak.Turn], rss: list[tuple[float, float, float]], disk: 
     return soak.agents_report(sessions, run, samples, 1000, True, worker, worker), ""
 
 
-def turn(session: str, index: int, prompt: int, cached: int, ended: str = "end") -> soak.Turn:
-    return soak.Turn(session, index, 200, prompt, cached, ended)
+def turn(session: str, index: int, prompt: int, cached: int, ended: str = "end", repeat: bool = False) -> soak.Turn:
+    return soak.Turn(session, index, 200, prompt, cached, ended, repeat=repeat)
 
 
 def test_the_verdict(capsys):
     flat = [(0.0, 300.0, 900.0), (0.5, 301.0, 905.0), (1.0, 300.0, 902.0), (1.5, 302.0, 904.0)]
-    good = [turn("a", 0, 10000, 0), turn("b", 0, 9000, 100), turn("a", 1, 10300, 10000), turn("b", 1, 9200, 8900),
-            turn("a", 1, 10300, 9000, "hung up")]
+    good = [turn("a", 0, 10000, 0), turn("b", 0, 9000, 100),
+            turn("a", 1, 10300, 9950),  # first pass: reads the 300 new tokens and 50 more (0.5% of 10000)
+            turn("b", 1, 9200, 8800),  # 200 new, 200 more (2.2% of 9000)
+            turn("a", 1, 10300, 9000, "hung up", repeat=True), turn("a", 1, 10300, 10299, repeat=True),
+            turn("b", 1, 9200, 8800, repeat=True)]  # sent again: 400 read (4.4%)
     assert judged(good, flat, 900)[0]
     out = capsys.readouterr().out
-    assert "soak --agents: PASS" in out and "300 #1" in out and "slope" in out
-    assert not judged([*good, turn("b", 1, 9200, 8000)], flat, 900)[0]  # a warm turn read 1200 > 5% of 8900
-    assert "b: 1 warm turns read over 5%" in capsys.readouterr().out
+    assert "soak --agents: PASS" in out and "350-300 #1" in out and "400 #1" in out and "slope" in out
+    assert not judged([*good, turn("b", 1, 9200, 8700, repeat=True)], flat, 900)[0]  # 500 read again > 450
+    assert "b: 1 warm turns read over 5% of its cold 9000 (turns [1])" in capsys.readouterr().out
+    assert not judged([turn("b", 1, 9200, 8500) if t.session == "b" and t.index == 1 and not t.repeat else t
+                       for t in good], flat, 900)[0]  # first pass: 700 read, 200 of them new: 500 > 450
+    assert "b: 1 warm turns read" in capsys.readouterr().out
+    assert not judged([t for t in good if not (t.session == "a" and t.repeat)], flat, 900)[0]
+    assert "a: no follow-up sent again" in capsys.readouterr().out
     growing = [(m, 300.0 + 100 * m, 900.0) for m in (0.0, 0.5, 1.0, 1.5)]  # 150 MB in 1.5 min
     assert not judged(good, growing, 900)[0]
     assert "server RSS grew 150 MB" in capsys.readouterr().out
