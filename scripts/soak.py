@@ -1004,6 +1004,11 @@ def agents_soak(seconds: float, seed: int, count: int, store_bytes: int, clients
             samples.rss.append(((time.monotonic() - run.warm) / 60, rss_mb(server.proc.pid), rss_mb(end_worker["pid"])))
         samples.disk.append((time.monotonic() - run.began, folder_bytes(store)))
         ok = agents_report(sessions, run, samples, store_bytes, alive, worker, end_worker)
+        kept = Path(tempfile.mkdtemp(prefix="localchat-soak-agents-log-"))
+        (kept / "server.log").write_text(server.output())
+        (kept / "turns.jsonl").write_text("".join(json.dumps({k: v for k, v in vars(t).items()}) + "\n"
+                                                  for t in run.turns))
+        print(f"kept: the server's log and every turn (JSON lines) in {kept}")
         if not ok:
             print("--- server log (last 40 lines) ---")
             print("\n".join(server.output().splitlines()[-40:]))
