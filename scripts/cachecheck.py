@@ -362,7 +362,7 @@ def path_of(step: dict, cached: int, log: str, tainted: bool) -> str:
         return "moved"
     if not cached:
         return "cold"
-    if tainted:  # the slot's cells were moved by an earlier request of this session: they saw another span
+    if tainted:  # an earlier request of this session moved cells, which saw another span: they may serve this one
         return "after a move"
     if RESTORED.search(log):
         return "restored"
@@ -410,10 +410,8 @@ class Check:
             usage = answer["usage"]
             cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
             path = path_of(step, cached, log, session in tainted)
-            if path == "moved":
+            if path == "moved":  # (until the session is replaced: its moved cells may stay in another slot, or on disk)
                 tainted.add(session)
-            elif path == "cold":
-                tainted.discard(session)
             tally, problems = self.tallies[path], []
             for choice in answer["choices"]:
                 worst, worst_log, tie, problem = compare(choice["logprobs"]["content"],
