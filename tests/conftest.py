@@ -170,8 +170,11 @@ class Server:
         raise RuntimeError(f"localchat serve did not come up:\n{self.output()}")
 
     def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
+        """What the server has written so far, read through a handle of its own: `self.log` is the
+        server's stdout and stderr, one open file whose position is theirs too; seeking it to read
+        made the server write its next line at that position, over what it had written (an
+        access-log line then went missing: tests/test_server_log.py)."""
+        return Path(self.log.name).read_text(errors="replace")
 
     def stop(self) -> None:
         self.proc.terminate()
