@@ -618,8 +618,8 @@ def scrub(text: str) -> str:
         text = text.replace(full, to).replace(mangled(full), mangled(to))
         text = text.replace(f"{kind}-{tag}", Path(to).name)
     text = _LOOPBACK.sub(SERVER_PLACEHOLDER, text)
-    text = re.sub(r"/root/", HOME + "/", text)
-    return re.sub(r"/tmp/[\w.-]+", HOME + "/scratch", text)
+    text = re.sub(r"(?<![\w.~-])/root/", HOME + "/", text)  # (an absolute path: not `~/.qwen/tmp/`)
+    return re.sub(r"(?<![\w.~-])/tmp/[\w.-]+", HOME + "/scratch", text)
 
 
 MAX_REQUESTS = 8  # a fixture's: the cold first request and up to 7 follow-ups

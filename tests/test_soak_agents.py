@@ -47,14 +47,16 @@ def test_a_fixture_is_a_cold_request_and_its_follow_ups(fixture):
         assert body.get("tools") == first.get("tools")
         assert body.get("system") == first.get("system") and body.get("instructions") == first.get("instructions")
         assert body[key][0] == first[key][0]
-    assert len(json.dumps(fixture.requests[-1][1])) > len(json.dumps(first)), "the last turn holds more than the first"
+    assert len(json.dumps(fixture.requests[-1][1])) >= len(json.dumps(first)), "the last turn holds the first"
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[f.client for f in FIXTURES])
 def test_no_path_of_the_recording_machine_is_left(fixture):
     text = json.dumps([body for _, body in fixture.requests], ensure_ascii=False)
-    for gone in ("/tmp/", "/root/", "/acceptance/runs/", "-root--", "127.0.0.1:"):
+    for gone in ("/acceptance/runs/", "-root--", "127.0.0.1:"):
         assert gone not in text, gone
+    # an absolute /tmp/ or /root/ path (Qwen Code's prompt names its own relative `.qwen/tmp/`)
+    assert not re.search(r"(?<![\w.~-])/(?:tmp|root)/", text)
     assert not re.search(r"\b(?:work|home)-[a-z0-9_]{8}\b", text)
 
 
