@@ -44,6 +44,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -878,6 +879,7 @@ class Run:
         self.began = time.monotonic()
         self.warm: float | None = None  # when the warm-up ended (monotonic)
         self.stop = threading.Event()
+        self.interrupted = False  # by Ctrl-C or SIGTERM
 
     def add(self, t: Turn) -> None:
         with self.lock:
@@ -984,18 +986,23 @@ def agents_soak(seconds: float, seed: int, count: int, store_bytes: int, clients
                 for i, s in enumerate(sessions)]
         for t in pool:
             t.start()
-        with run.lock:
-            while run.warm is None and server.proc.poll() is None and any(t.is_alive() for t in pool):
-                run.lock.wait(5)
-        if run.warm is not None:
-            worker = worker_info(url, AGENT_MODEL)
-            print(f"warm-up over after {run.warm - run.began:.0f} s (every session's first request answered); "
-                  f"server pid {server.proc.pid}, worker pid {worker['pid']}; now {seconds:g} s", flush=True)
-        else:
-            worker = {"pid": None, "state": "unknown", "crashes": None}
-            run.stop.set()
-        for t in pool:
-            t.join()
+        worker = {"pid": None, "state": "unknown", "crashes": None}
+        interrupted = False
+        try:
+            with run.lock:
+                while run.warm is None and server.proc.poll() is None and any(t.is_alive() for t in pool):
+                    run.lock.wait(5)
+            if run.warm is not None:
+                worker = worker_info(url, AGENT_MODEL)
+                print(f"warm-up over after {run.warm - run.began:.0f} s (every session's first request answered); "
+                      f"server pid {server.proc.pid}, worker pid {worker['pid']}; now {seconds:g} s", flush=True)
+            else:
+                run.stop.set()
+            for t in pool:
+                t.join()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the report of what was done so far
+            interrupted = True
+            print("soak --agents: interrupted; the report so far (requests in flight left out)", flush=True)
         run.stop.set()
         watcher.join()
         alive = server.proc.poll() is None
@@ -1003,6 +1010,7 @@ def agents_soak(seconds: float, seed: int, count: int, store_bytes: int, clients
         if run.warm is not None:  # a last sample at the end
             samples.rss.append(((time.monotonic() - run.warm) / 60, rss_mb(server.proc.pid), rss_mb(end_worker["pid"])))
         samples.disk.append((time.monotonic() - run.began, folder_bytes(store)))
+        run.interrupted = interrupted
         ok = agents_report(sessions, run, samples, store_bytes, alive, worker, end_worker)
         kept = Path(tempfile.mkdtemp(prefix="localchat-soak-agents-log-"))
         (kept / "server.log").write_text(server.output())
@@ -1111,6 +1119,8 @@ def agents_report(sessions: list[Fixture], run: Run, samples: Samples, store_byt
         reasons.append("the worker crashed or restarted")
     if run.warm is None:
         reasons.append("the warm-up never ended")
+    if run.interrupted:
+        reasons.append("interrupted")
     print("soak --agents: PASS" if not reasons else f"soak --agents: FAIL ({'; '.join(reasons)})")
     return not reasons
 
@@ -1138,6 +1148,7 @@ def main() -> None:
         make_fixtures(args.fixtures_from)
         return
     if args.agents:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # a report of what was done, then exit 1
         sys.exit(0 if agents_soak(args.seconds, args.seed, args.sessions, args.store_bytes,
                                  args.clients.split(",") if args.clients else None) else 1)
     sys.exit(0 if soak(args.seconds, args.seed, args.threads) else 1)
