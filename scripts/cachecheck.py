@@ -63,7 +63,7 @@ from conftest import Server  # noqa: E402  (the tests' server launcher)
 from localchat.models import shipped_config  # noqa: E402
 
 TOLERANCE = 0.01  # |Δ probability| allowed where the cells are the cold read's, read in other batches
-TINY_TOLERANCE = 0.02  # the same for the tiny model: random weights swing more with the last bits
+TINY_TOLERANCE = 0.05  # the same for the tiny model: random weights swing more with the last bits (n = 2: 0.015 seen)
 MOVED_TOLERANCE = 0.25  # where moved cells saw another span: an approximation by design (see above)
 K = 6  # tokens per answer
 TOP = 4  # top log-probabilities compared
