@@ -1114,8 +1114,8 @@ def agents_report(sessions: list[Fixture], run: Run, samples: Samples, store_byt
           f"crashes {end_worker['crashes']}, pids seen {sorted(p for p in samples.worker_pids if p)}")
     if not alive:
         reasons.append("the server died")
-    elif end_worker["crashes"] or end_worker["pid"] != worker["pid"] or end_worker["state"] != "ready" \
-            or len({p for p in samples.worker_pids if p}) > 1:
+    elif end_worker["crashes"] or end_worker["state"] != "ready" or len({p for p in samples.worker_pids if p}) > 1 \
+            or (worker["pid"] is not None and end_worker["pid"] != worker["pid"]):
         reasons.append("the worker crashed or restarted")
     if run.warm is None:
         reasons.append("the warm-up never ended")
