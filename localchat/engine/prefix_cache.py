@@ -43,7 +43,7 @@ class PrefixCache:
         cache = not req.adapters and lead.adapters == req.adapters and req.cache_prompt and req.prompt_logprobs is None
         if not cache:
             n, lead.adapters = 0, req.adapters  # adapters, another's cache, none wanted, or every token's logits wanted
-        elif self.store is not None and job.prompt is None and not req.adapters:
+        elif self.store is not None and job.prompt is None:  # (no adapters: `cache` says so)
             n = self._restore(lead, job.tokens, n)
         if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
             n = span.start
