@@ -18,7 +18,7 @@ import llama_cpp as C
 from ..errors import EngineError, ModelUnavailable
 from . import draft_cost
 from .batch import Batch
-from .job import Adapters, Job, apply_adapters, read_prompt_logprobs
+from .job import Adapters, Job, apply_adapters, chunk_size, read_prompt_logprobs
 from .media_feed import MediaFeed
 from .model import Model
 from .params import SWA_FULL, PromptLogprobs
@@ -156,7 +156,8 @@ class Decoder:
                 text = min(text, job.jumps[0].span)
             every = job.request.prompt_logprobs is not None
             if job.pending and room > 0 and text > 0:
-                chunk = job.pending[: min(room, text, PROMPT_LOGPROBS_CHUNK if every else room)]
+                limit = min(room, PROMPT_LOGPROBS_CHUNK) if every else room
+                chunk = job.pending[: min(text, limit) if text < len(job.pending) else chunk_size(text, limit)]
                 if job.jumps:
                     job.jumps[0].span -= len(chunk)
                     if job.jumps[0].span == 0:

@@ -21,6 +21,25 @@ if TYPE_CHECKING:
 
 Adapters = tuple[tuple[int, float], ...]  # LoRA adapters applied: (index in the model's list, scale)
 
+# llama.cpp's CPU flash attention computes a ubatch of fewer than 64 rows a sequence (GGML_FA_TILE_Q)
+# with another kernel than a larger one: row by row, Q and the sums over V in F16, where its tiles keep
+# F32. A cold read's last token mostly lands in a large chunk; a cached read of 1,587 tokens split
+# 512/512/512/51 put it in a small one, and the same prompt answered 0.17 apart in probability (the
+# tiny model with its random LoRA adapter, whose outsized values multiply the rounding:
+# scripts/cachecheck --seed 44 --only 87; 0.0008 without the adapter). So no prompt chunk leaves a
+# last chunk of fewer than TILE_ROWS tokens (chunk_size): a prompt's last token is then computed as a
+# cold read computes it. (A cached read whose new part is shorter than that still reads it in one
+# small chunk: re-reading cached tokens to make it TILE_ROWS would cost every short turn and keystroke.)
+TILE_ROWS = 64
+
+
+def chunk_size(pending: int, room: int) -> int:
+    """How many of a prompt's `pending` tokens to read in a step with `room` free rows: all that
+    fit, else no more than leaves TILE_ROWS for the last chunk (TILE_ROWS above)."""
+    if pending <= room:
+        return pending
+    return min(room, pending - TILE_ROWS) if pending > TILE_ROWS else room
+
 
 class Job:
     def __init__(self, request: Generate, emit: Emit) -> None:

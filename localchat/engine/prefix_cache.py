@@ -38,12 +38,10 @@ class PrefixCache:
         the store when it serves more, or a shifted reuse; the slot's other cells go."""
         req, lead = job.request, job.slots[0]
         n = min(common_prefix(lead.cached, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
-        # (a request with LoRA adapters reads its prompt whole: its cached prefix answered 0.17 in probability
-        # away from its cold read, scripts/cachecheck --seed 44 --only 87, cause not found yet)
-        cache = not req.adapters and lead.adapters == req.adapters and req.cache_prompt and req.prompt_logprobs is None
+        cache = lead.adapters == req.adapters and req.cache_prompt and req.prompt_logprobs is None
         if not cache:
-            n, lead.adapters = 0, req.adapters  # adapters, another's cache, none wanted, or every token's logits wanted
-        elif self.store is not None and job.prompt is None:  # (no adapters: `cache` says so)
+            n, lead.adapters = 0, req.adapters  # other adapters' cache, none wanted, or every token's logits wanted
+        elif self.store is not None and job.prompt is None and not req.adapters:  # (saved: cells without adapters)
             n = self._restore(lead, job.tokens, n)
         if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
             n = span.start
