@@ -25,7 +25,9 @@ where they part, where the cold read's top two must be within twice the toleranc
 tolerance: a cached read decodes its prompt in other batches than the cold read (the rest from
 the cached length on, not all from position 0), so llama.cpp's kernels add in another order and
 the logits differ in their last bits: TOLERANCE on a shipped model, TINY_TOLERANCE on the tiny
-random model (random weights swing more with the last bits). A reused block that was *moved* (a
+random model (random weights swing more with the last bits). (The prompt chunks leave no last
+chunk under 64 tokens, which llama.cpp's CPU flash attention would compute with its F16 kernel:
+engine/job.py's TILE_ROWS. A new part shorter than that still is.) A reused block that was *moved* (a
 renamed folder, a moved block, a changed line: the cells after the span kept at their new
 positions) saw the old span, as llama-server's `--cache-reuse` cells do: those answers, and later
 ones reusing those cells ("after a move"), are an approximation by design, held to

@@ -3,7 +3,10 @@ chosen by `lora` on /v1/chat/completions, with default scales from /lora-adapter
 
 from __future__ import annotations
 
+import json
+import math
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -101,3 +104,38 @@ def test_lora_adapters_route_sets_the_default_scales(http: httpx.Client):
     finally:
         http.post("/lora-adapters", params={"model": "tiny-lora"}, json=[])
     assert [a["scale"] for a in http.get("/lora-adapters", params={"model": "tiny-lora"}).json()] == [0.0, 0.0]
+
+
+def test_a_lora_prompt_read_past_its_cached_prefix_answers_as_its_cold_read(http: httpx.Client):
+    """A request with an adapter reads its prompt past the prefix an earlier one left in the slot,
+    and answers as the same prompt read cold (`cache_prompt: false`). The rest to read is a chunk of
+    the batch and a few tokens more: split so, its last few rows went through llama.cpp's small-batch
+    attention kernel (F16 sums) where the cold read's went through its tiled one (F32), and this
+    adapter's outsized values carried the rounding to 0.17 in probability (scripts/cachecheck
+    --seed 44 --only 87; 0.053 here). The prompt chunks now leave the last chunk 64 tokens (job.chunk_size)."""
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "agents" / "claude.json").read_text())
+    text = " ".join(str(block.get("text", "")) for block in recorded["requests"][0]["body"]["system"])
+    words = text.split()
+    head = [{"role": "system", "content": " ".join(words[:200])}, {"role": "user", "content": "Read this."}]
+
+    def tokens(messages: list[dict]) -> list[int]:
+        prompt = http.post("/apply-template", json={"model": "tiny-lora", "messages": messages}).json()["prompt"]
+        return http.post("/tokenize", json={"model": "tiny-lora", "content": prompt, "add_special": True,
+                                            "parse_special": True}).json()["tokens"]
+
+    first = tokens(head)
+    for n in range(40, 200):  # a new turn whose rest to read is 512 + a few tokens
+        turn = head + [{"role": "assistant", "content": "Done."},
+                       {"role": "user", "content": " ".join(words[200:200 + n])}]
+        full = tokens(turn)
+        shared = next(i for i, (a, b) in enumerate(zip([*first, -1], full)) if a != b)
+        if 512 + 8 <= len(full) - shared <= 512 + 40:
+            break
+    else:
+        pytest.fail("no turn of the wanted length")
+    logprobs(http, "one", head, max_tokens=1)  # the prefix, read cold into a slot
+    cached = logprobs(http, "one", turn, max_tokens=1)
+    cold = logprobs(http, "one", turn, max_tokens=1, cache_prompt=False)
+    (token, logprob, top), (cold_token, cold_logprob, cold_top) = cached[0], cold[0]
+    assert token == cold_token
+    assert max(abs(math.exp(a) - math.exp(b)) for a, b in zip((logprob, *top), (cold_logprob, *cold_top))) < 0.01

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from localchat.engine import Done, Generate, LocalEngine, SamplingParams, Text
-from localchat.engine.job import SHIFT_MIN, SHIFT_SPAN, shifted_match, shifted_matches
+from localchat.engine.job import SHIFT_MIN, SHIFT_SPAN, TILE_ROWS, chunk_size, shifted_match, shifted_matches
 from localchat.families import FAMILIES
 from tinymodels import write_tiny_model
 
@@ -53,6 +53,25 @@ def test_no_cached_cell_moves_into_the_turn_being_answered():
     turn = len(head) + 3 + len(rules)
     assert shifted_matches(old, new, len(head), fresh_from=turn) == [(len(head) + 2, 3, len(rules) + len(reminder))]
     assert shifted_matches(old, new, len(head), fresh_from=len(head) + 3) == []  # (it would start in the message)
+
+
+@pytest.mark.fast
+def test_no_prompt_chunk_leaves_a_last_chunk_under_a_tile():
+    """A prompt's last chunk is at least TILE_ROWS tokens where it is longer (llama.cpp's CPU flash
+    attention computes fewer rows with another, F16 kernel: job.py): a cached read of 512 + 20
+    tokens reads 468 then 64, as a cold read of the whole prompt reads its last token."""
+    def chunks(pending: int, room: int) -> list[int]:
+        out = []
+        while pending:
+            out.append(chunk_size(pending, room))
+            pending -= out[-1]
+        return out
+    assert chunks(532, 512) == [468, 64]
+    assert chunks(1587, 512) == [512, 512, 499, 64]
+    assert chunks(1600, 512) == [512, 512, 512, 64]  # (a rest of 64 is left as it is)
+    assert chunks(40, 512) == [40] and chunks(512, 512) == [512]  # all that fits is read at once
+    assert chunks(100, 30) == [30, 6, 30, 30, 4]  # a step with little room: the rest is read as room allows
+    assert all(min(chunks(n, 512)[-1], n) >= min(n, TILE_ROWS) for n in range(1, 3000, 7))
 
 
 @pytest.fixture(scope="module")
