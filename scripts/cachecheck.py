@@ -1,8 +1,8 @@
 """localchat cachecheck: the prompt cache never changes an answer — random request sequences
 through every cache path, each answer compared with a cold read of the same request.
 
-    scripts/cachecheck [--model NAME] [--seed S] [--sequences N] [--parallel P] [--tokens T]
-                       [--only I] [--tolerance X] [--verbose]
+    scripts/cachecheck [--model NAME] [--seed S] [--sequences N] [--first I] [--parallel P]
+                       [--tokens T] [--only I] [--tolerance X] [--verbose]
 
 Two servers of the same model, slot count and batch size: the one under test, with its prompt
 cache and prompt store as users run it, and a reference whose every request is read cold
@@ -455,7 +455,7 @@ def run(args: argparse.Namespace) -> int:
         tolerance = args.tolerance if args.tolerance is not None else (TINY_TOLERANCE if tiny else TOLERANCE)
         check = Check(servers, tolerance)
         mismatches, started = 0, time.monotonic()
-        indexes = [args.only] if args.only is not None else range(args.sequences)
+        indexes = [args.only] if args.only is not None else range(args.first, args.first + args.sequences)
         for i in indexes:
             steps = gen.steps(i)
             notes, bad = check.sequence(steps, random.Random(f"{args.seed}:{i}:run"))
@@ -482,6 +482,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--sequences", type=int, default=100)
     parser.add_argument("--parallel", type=int, default=2, help="slots of each server (default 2)")
+    parser.add_argument("--first", type=int, default=0,
+                        help="start at sequence I (a long run in parts: --first 500 --sequences 500 after 0-499)")
     parser.add_argument("--only", type=int, help="run sequence I alone, on fresh servers")
     parser.add_argument("--tokens", type=int, default=5000,
                         help="the longest prompt a session grows to (default 5000; at most 3/4 of a slot)")
