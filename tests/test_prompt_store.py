@@ -8,6 +8,7 @@ import errno
 import json
 import logging
 import os
+import re
 import stat
 import time
 import zlib
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import Server, same_greedy_tokens
-from localchat.engine.prompt_store import MAGIC, SAVE_MIN, BadFile, PromptStore, read_file, write_file
+from localchat.engine.prompt_store import MAGIC, RESTORE_MIN, SAVE_MIN, BadFile, PromptStore, read_file, write_file
 
 MODEL = "tiny-chatml"
 # A prompt of well over SAVE_MIN tokens (the tiny models' vocabulary spells most words letter by letter).
@@ -278,3 +279,37 @@ def test_a_corrupt_cache_file_is_skipped_and_the_prompt_read_again(registry_file
         assert fresh.read_bytes() != bytes(data)
     finally:
         second.stop()
+
+
+def test_a_slot_given_to_another_prompt_is_saved_first(registry_file: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch):
+    """One slot, two chats taking turns: each takes the slot from the other. A chat shorter than
+    SAVE_MIN is not saved when its request ends, but when the other takes its slot, so its next
+    turn restores it and reads only what is new (before: it read the whole chat again)."""
+    monkeypatch.setenv("LOCALCHAT_PROMPT_CACHE_DIR", str(tmp_path))
+    server = Server(registry_file, "--model", MODEL, "--parallel", "1")
+
+    def chat(topic: str, turns: int) -> list[dict]:
+        messages = [{"role": "user", "content": " ".join(f"{topic} {i}: the sea and the world." for i in range(25))}]
+        for i in range(turns):
+            messages += [{"role": "assistant", "content": f"Noted, {topic}."}, {"role": "user", "content": f"And {i}?"}]
+        return messages
+
+    def send(messages: list[dict]) -> dict:
+        r = httpx.post(server.url + "/v1/chat/completions", timeout=300, json={
+            "model": MODEL, "messages": messages, "max_tokens": 2, "temperature": 0})
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]
+
+    try:
+        first = send(chat("lamp", 0))
+        assert RESTORE_MIN + 64 < first["prompt_tokens"] < SAVE_MIN
+        send(chat("boat", 0))  # takes the slot: the lamp chat is saved first
+        kept = re.search(r"slot 0 given to another prompt: its (\d+) tokens saved first", logged(server, "saved first"))
+        assert kept and int(kept[1]) >= first["prompt_tokens"]
+        assert len(saved(tmp_path)) == 1
+        again = send(chat("lamp", 1))
+        assert again["prompt_tokens_details"]["cached_tokens"] >= first["prompt_tokens"] - 1
+        assert "tokens restored" in logged(server, "tokens restored")
+    finally:
+        server.stop()

@@ -1,9 +1,10 @@
 """Prompts never read twice: a slot's K/V cells on disk, found again by their tokens.
 
 When a request leaves a slot holding at least `SAVE_MIN` tokens more than any saved entry shares
-with it (an agent's first 10k-token prompt, a chat grown by that much), the scheduler copies the
-sequence's state out of llama.cpp (`llama_state_seq_get_data`, a memory copy) and a writer
-thread puts it in a file of its own under the cache folder. A later request whose prompt shares
+with it (an agent's first 10k-token prompt, a chat grown by that much), or a slot holding at least
+`RESTORE_MIN` tokens more is given to another prompt (prefix_cache.py's `_spare`), the scheduler
+copies the sequence's state out of llama.cpp (`llama_state_seq_get_data`, a memory copy) and a
+writer thread puts it in a file of its own under the cache folder. A later request whose prompt shares
 at least `RESTORE_MIN` tokens more with an entry than with its slot's own cache has that entry's
 cells put back into the slot (`llama_state_seq_set_data`) and reads only the rest: after a
 restart, an unload, or when the slot was given to other work. The OS page cache keeps recent
