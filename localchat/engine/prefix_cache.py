@@ -1,11 +1,12 @@
-"""The prefix cache of one llama context: which cells a request reuses, and the cells kept
-beyond the slots. A request's lead slot serves its prompt up to the first difference (`place`);
-a saved prompt from the disk store (prompt_store.py) replaces the slot's cells when it serves
-RESTORE_MIN tokens more, and a slot holding SAVE_MIN tokens more than any saved prompt is saved
-when its request ends (`save`), one holding RESTORE_MIN more when another prompt takes it (`_spare`); a prompt that differs from the slot's only in spans (a folder's
-path, a date) keeps the cells after each span, moved to their new positions (`_shift`, `land`);
-and llama-server's slot actions (save, restore, erase an idle slot's cache). The scheduler
-(scheduler.py) owns the context and the slots, and calls these on its thread (slots.py: between two steps)."""
+"""The prefix cache of one llama context: which cells a request reuses, and the cells kept beyond the
+slots. A request's lead slot serves its prompt up to the first difference (`place`); a saved prompt
+from the disk store (prompt_store.py) replaces the slot's cells when it serves RESTORE_MIN tokens
+more, and a slot holding SAVE_MIN tokens more than any saved prompt is saved when its request ends
+(`save`), one holding SPARE_MIN more when another prompt takes it (`_spare`); a prompt that differs
+from the slot's only in spans (a folder's path, a date) keeps the cells after each span, moved to
+their new positions (`_shift`, `land`); and llama-server's slot actions (save, restore, erase an
+idle slot's cache). The scheduler (scheduler.py) owns the context and the slots, and calls these on
+its thread (slots.py: between two steps)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import llama_cpp as C
 from ..errors import EngineError, InvalidRequest, SlotBusy
 from . import kv_state
 from .job import Job, Jump, common_prefix, reuse, shifted_matches, shifts
-from .prompt_store import RESTORE_MIN, SAVE_MIN, PromptStore, copy_state, put_state
+from .prompt_store import RESTORE_MIN, SAVE_MIN, SPARE_MIN, PromptStore, copy_state, put_state
 from .slot import Slot
 
 _log = logging.getLogger("localchat.engine")
@@ -56,14 +57,14 @@ class PrefixCache:
     def _spare(self, job: Job) -> None:
         """The slots a job takes for a prompt they do not serve (the lead when `reuse` found nothing
         in it, the others of n > 1) lose their cells: each is saved first where the store lacks
-        RESTORE_MIN or more of its tokens, so the session it served restores them at its next turn
+        SPARE_MIN or more of its tokens, so the session it served restores them at its next turn
         instead of reading them again (the save when a request ends waits for SAVE_MIN new tokens:
         eight agents on four slots lost up to that much at each turn)."""
         if self.store is None:
             return
         for i, slot in enumerate(job.slots):
             if (len(slot.cached) < RESTORE_MIN or slot.adapters or slot.media or (i == 0 and reuse(slot, job))
-                    or len(slot.cached) - self.store.saved_prefix(slot.cached) < RESTORE_MIN):
+                    or len(slot.cached) - self.store.saved_prefix(slot.cached) < SPARE_MIN):
                 continue
             if self.store.save(self.ctx, slot.seq_id, slot.cached):
                 _log.info("prompt cache: slot %d given to another prompt: its %d tokens saved first",

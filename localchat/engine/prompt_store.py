@@ -2,7 +2,7 @@
 
 When a request leaves a slot holding at least `SAVE_MIN` tokens more than any saved entry shares
 with it (an agent's first 10k-token prompt, a chat grown by that much), or a slot holding at least
-`RESTORE_MIN` tokens more is given to another prompt (prefix_cache.py's `_spare`), the scheduler
+`SPARE_MIN` tokens more is given to another prompt (prefix_cache.py's `_spare`), the scheduler
 copies the sequence's state out of llama.cpp (`llama_state_seq_get_data`, a memory copy) and a
 writer thread puts it in a file of its own under the cache folder. A later request whose prompt shares
 at least `RESTORE_MIN` tokens more with an entry than with its slot's own cache has that entry's
@@ -48,6 +48,11 @@ _log = logging.getLogger("localchat.engine")
 MAGIC = b"localchat-kv 2\n"  # 1: the CRC-32 covered the state only
 SAVE_MIN = 1024  # tokens a slot must hold beyond what is saved before it is saved
 RESTORE_MIN = 256  # tokens an entry must serve beyond the slot's own cache to be restored
+# Unsaved tokens worth a save when a slot goes to another prompt (prefix_cache.py's `_spare`): a chat
+# growing by fewer than RESTORE_MIN a turn (pi, cn: 53-69 tokens) read its unsaved turns again each time
+# its slot was taken (scripts/soak --agents: 125-276 tokens, 5-13% of its cold read). Fewer than this
+# are read again in one small batch.
+SPARE_MIN = 64
 PENDING = 2  # states copied out and waiting for the writer; past it a save is skipped
 
 
