@@ -27,7 +27,9 @@ message_stop, response.completed/incomplete) or an error event unless hung up on
 warm turns read (prompt minus cached tokens, from usage) at most 5% of its cold read (its first
 request's prompt): a follow-up sent again, all it reads; a follow-up sent the first time, what it
 reads beyond what it adds to the turn before (the recorded answer and tool result, which no cache
-can hold: the soak's own answer was another), the server's and the worker's RSS (every 30 s after
+can hold: the soak's own answer was another; on chat completions, its tokens past the longest prefix
+it shares with the turn before, by the server's /apply-template and /tokenize, where that is more:
+aider rewrites the end of its prompt each turn), the server's and the worker's RSS (every 30 s after
 the warm-up) flat: the least-squares line grows less than 100 MB (server) / 200 MB (worker) over
 the run, the prompt store (every 5 s) within its limit.
 Prints each session's cold read and worst warm read, the RSS slopes in MB/min, the store's size,
@@ -702,6 +704,29 @@ def another_folder(fixture: Fixture, n: int) -> Fixture:
     return Fixture(f"{fixture.client}-{n}", [(route, moved(body)) for route, body in fixture.requests])
 
 
+def unshared(url: str, fixture: Fixture, model: str = AGENT_MODEL) -> dict[int, int]:
+    """Per follow-up on the chat completions route: its prompt tokens past the longest prefix it shares
+    with the request before it (both rendered by the server's /apply-template and read by its
+    /tokenize), which no prefix cache can hold. More than the growth when a client rewrites the middle
+    of its prompt: aider moves its reminder after the newest message and its file list into the turn."""
+    out: dict[int, int] = {}
+    with httpx.Client(timeout=AGENT_TIMEOUT) as client:
+        def tokens(body: dict) -> list[int]:
+            prompt = client.post(f"{url}/apply-template", json=prepared("/v1/chat/completions", body, model=model))
+            prompt.raise_for_status()
+            done = client.post(f"{url}/tokenize", json={"model": model, "content": prompt.json()["prompt"]})
+            done.raise_for_status()
+            return done.json()["tokens"]
+        before = None
+        for i, (route, body) in enumerate(fixture.requests):
+            now = tokens(body) if route == "/v1/chat/completions" else None
+            if now is not None and before is not None:
+                shared = next((k for k, (a, b) in enumerate(zip(before, now)) if a != b), min(len(before), len(now)))
+                out[i] = len(now) - shared
+            before = now
+    return out
+
+
 def sessions_of(fixtures: list[Fixture], count: int) -> list[Fixture]:
     """`count` sessions: one per fixture, then the fixtures whose first prompt names the folder (aider's
     does not) again in other folders."""
@@ -980,6 +1005,7 @@ def agents_soak(seconds: float, seed: int, count: int, store_bytes: int, clients
     run, samples = Run(len(sessions), seconds, server), Samples()
     try:
         url = server.url
+        news = {s.client: unshared(url, s) for s in sessions}
         watcher = threading.Thread(target=monitor, args=(url, server, store, run, samples), daemon=True)
         watcher.start()
         pool = [threading.Thread(target=agent_session, args=(url, s, seed * 1000 + i, run), daemon=True)
@@ -1011,7 +1037,7 @@ def agents_soak(seconds: float, seed: int, count: int, store_bytes: int, clients
             samples.rss.append(((time.monotonic() - run.warm) / 60, rss_mb(server.proc.pid), rss_mb(end_worker["pid"])))
         samples.disk.append((time.monotonic() - run.began, folder_bytes(store)))
         run.interrupted = interrupted
-        ok = agents_report(sessions, run, samples, store_bytes, alive, worker, end_worker)
+        ok = agents_report(sessions, run, samples, store_bytes, alive, worker, end_worker, news)
         kept = Path(tempfile.mkdtemp(prefix="localchat-soak-agents-log-"))
         (kept / "server.log").write_text(server.output())
         (kept / "turns.jsonl").write_text("".join(json.dumps({k: v for k, v in vars(t).items()}) + "\n"
@@ -1028,7 +1054,7 @@ def agents_soak(seconds: float, seed: int, count: int, store_bytes: int, clients
 
 
 def agents_report(sessions: list[Fixture], run: Run, samples: Samples, store_bytes: int, alive: bool,
-                  worker: dict, end_worker: dict) -> bool:
+                  worker: dict, end_worker: dict, news: dict[str, dict[int, int]]) -> bool:
     turns = run.turns
     elapsed = time.monotonic() - run.began
     reasons: list[str] = []
@@ -1052,7 +1078,8 @@ def agents_report(sessions: list[Fixture], run: Run, samples: Samples, store_byt
 
     print("sessions: read = prompt tokens minus cached ones; cold = the first request's prompt tokens; first pass = "
           "each follow-up sent the first time: its read less what it adds to the turn before (the recorded answer and "
-          "tool result, which no cache holds); again = the follow-ups sent again; worst at #turn; limit "
+          "tool result, which no cache holds; on chat completions, its tokens past the prefix it shares with the turn "
+          "before, if more); again = the follow-ups sent again; worst at #turn; limit "
           f"{WARM_SHARE:.0%} of cold")
     print(f"  {'session':12} {'route':20} {'reqs':>4} {'turns':>5} {'hung':>4} {'cold':>6} {'read':>6} {'secs':>5} "
           f"{'1st pass: read-new':>19} {'again':>5} {'worst':>9} {'share':>6} {'median':>6} {'med s':>6}")
@@ -1062,7 +1089,8 @@ def agents_report(sessions: list[Fixture], run: Run, samples: Samples, store_byt
         cold = first.prompt if first and first.read is not None else None
         prompts = {t.index: t.prompt for t in mine if t.prompt is not None}
         answered = [t for t in mine if t.index > 0 and t.ended == "end" and t.read is not None]
-        fresh = [(t, t.read - max(0, t.prompt - prompts.get(t.index - 1, t.prompt))) for t in answered if not t.repeat]
+        fresh = [(t, t.read - max(t.prompt - prompts.get(t.index - 1, t.prompt), news[s.client].get(t.index, 0), 0))
+                 for t in answered if not t.repeat]
         again = sorted((t for t in answered if t.repeat), key=lambda t: t.read)
         worst_fresh = max(fresh, key=lambda tx: tx[1], default=None)
         worst = again[-1] if again else None

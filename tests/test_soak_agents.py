@@ -156,14 +156,15 @@ class _Proc:
         return None
 
 
-def judged(turns: list[soak.Turn], rss: list[tuple[float, float, float]], disk: int) -> tuple[bool, str]:
+def judged(turns: list[soak.Turn], rss: list[tuple[float, float, float]], disk: int,
+           news: dict[str, dict[int, int]] | None = None) -> tuple[bool, str]:
     sessions = [soak.Fixture("a", [("/v1/messages", {})] * 2), soak.Fixture("b", [("/v1/responses", {})] * 2)]
     run = soak.Run(2, 60, type("S", (), {"proc": _Proc()})())
     for t in turns:
         run.add(t)
     samples = soak.Samples(rss=rss, disk=[(1.0, disk)], worker_pids={7})
     worker = {"pid": 7, "state": "ready", "crashes": 0}
-    return soak.agents_report(sessions, run, samples, 1000, True, worker, worker), ""
+    return soak.agents_report(sessions, run, samples, 1000, True, worker, worker, news or {"a": {}, "b": {}}), ""
 
 
 def turn(session: str, index: int, prompt: int, cached: int, ended: str = "end", repeat: bool = False) -> soak.Turn:
@@ -185,6 +186,11 @@ def test_the_verdict(capsys):
     assert not judged([turn("b", 1, 9200, 8500) if t.session == "b" and t.index == 1 and not t.repeat else t
                        for t in good], flat, 900)[0]  # first pass: 700 read, 200 of them new: 500 > 450
     assert "b: 1 warm turns read" in capsys.readouterr().out
+    # ... unless its prompt shares only a shorter prefix with the turn before (a client that rewrites the
+    # middle): 600 tokens past it, 100 read beyond them
+    assert judged([turn("b", 1, 9200, 8500) if t.session == "b" and t.index == 1 and not t.repeat else t
+                   for t in good], flat, 900, {"a": {}, "b": {1: 600}})[0]
+    assert "700-600 #1" in capsys.readouterr().out
     assert not judged([t for t in good if not (t.session == "a" and t.repeat)], flat, 900)[0]
     assert "a: no follow-up sent again" in capsys.readouterr().out
     growing = [(m, 300.0 + 100 * m, 900.0) for m in (0.0, 0.5, 1.0, 1.5)]  # 150 MB in 1.5 min
