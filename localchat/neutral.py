@@ -60,6 +60,7 @@ class Usage:
     completion_tokens: int
     cached_tokens: int
     resampled_tokens: int = 0  # written, then taken back: a value broke the schema (not in completion_tokens)
+    prediction: tuple[int, int] | None = None  # with a prediction: its tokens accepted (written), and rejected
 
     @property
     def total_tokens(self) -> int:
@@ -270,3 +271,4 @@ class GenerationRequest:
     documents: tuple[dict[str, str], ...] = ()  # for retrieval: to a template that takes them, else the system prompt
     cache_prompt: bool = True  # False: the prompt is neither read from a slot's cache nor left in it
     prompt_logprobs: int | None = None  # k: each prompt token's log-probability and the k most likely
+    prediction: str | None = None  # the text the answer is expected to be (OpenAI's Predicted Outputs): drafts read it first

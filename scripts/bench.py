@@ -27,7 +27,9 @@ two streams at once with one adapter against two streams with different adapters
 With --vision: what an image costs, in prompt tokens and time to first token (the tiny test
 projector, or the model's own `mmproj`), cold and read again from the prompt cache.
 With --edit: a 121-line file returned with a variable renamed throughout, greedy: decode tok/s without drafts
-(ngram_draft 0) and with them (the default), the text asserted identical, and llama-server's
+(ngram_draft 0) and with them (the default), the text asserted identical; the module case again with
+the file as the prediction (OpenAI's Predicted Outputs: goals >= 2x without drafts, >= drafts from
+the prompt, identical, and the prediction's accepted/rejected tokens from usage); llama-server's
 tok/s with --spec-type ngram-mod when LLAMA_SERVER names its binary (goals: >= 1.5x without
 drafts, >= llama-server's), and what drafts could give at best here: a step of k tokens' cost
 against one token's (a compute-bound CPU pays nearly k times for k).
@@ -809,6 +811,10 @@ def edit_bench(config: Path, spec: ModelSpec, n: int, draft_model: str | None = 
                           max((r[1] for r in runs), key=lambda r: r["tps"]))
             if ours[case][0]["text"] != ours[case][1]["text"]:
                 partings[case] = parting(server.url, edit_body(spec.name, n, None, case))
+        # the module case again with the file as the prediction (OpenAI's Predicted Outputs), as a client sends it
+        predicted = _logged(server, http_stream(server.url, {**edit_body(spec.name, n, None, "module"),
+                                                             "prediction": {"type": "content",
+                                                                            "content": pinned_source("llama_cache.py")}}))
         http_stream(server.url, {**four[3], "max_tokens": 8, "ngram_draft": 0})
         alone = http_stream(server.url, {**four[3], "ngram_draft": 0})
         together_plain = _together(server.url, [{**b, "ngram_draft": 0} for b in four])
@@ -849,6 +855,15 @@ def edit_bench(config: Path, spec: ModelSpec, n: int, draft_model: str | None = 
               + ", ".join(f"{name} {'PASS' if ok else 'FAIL'}" for name, ok in goals))
     for case, (why, _) in partings.items():
         print(f"  {case}: {why}")
+    plain, drafted = ours["module"]
+    details = (predicted["usage"] or {}).get("completion_tokens_details") or {}
+    goals = [("identical", predicted["text"] == plain["text"]), (">= 2.0x none", predicted["tps"] >= 2 * plain["tps"]),
+             (">= drafts from the prompt", predicted["tps"] >= drafted["tps"])]
+    print(f"module with the file as the prediction: {predicted['tps']:.1f} tok/s  "
+          f"{predicted['tps'] / plain['tps'] if plain['tps'] else 0.0:.2f}x none, "
+          f"{predicted['tps'] / drafted['tps'] if drafted['tps'] else 0.0:.2f}x drafts from the prompt; kept/drafted "
+          f"{predicted['drafts']}; prediction accepted {details.get('accepted_prediction_tokens')}, rejected "
+          f"{details.get('rejected_prediction_tokens')}  " + ", ".join(f"{g} {'PASS' if ok else 'FAIL'}" for g, ok in goals))
     total_plain = _total(together_plain)
     total = _total(together)
     print(f"four streams at once (module, synthetic, two prose): {total_plain:.1f} tok/s without drafts, {total:.1f} with "

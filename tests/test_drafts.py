@@ -75,6 +75,32 @@ def test_a_substitution_the_model_refuses_after_a_token_is_not_used_after_it_aga
     assert d.available(room=7) == [31, 60, 32, 33, 17, 50, 34]  # after 31 still 60; after 17 no more
 
 
+@pytest.mark.fast
+def test_a_prediction_is_the_first_source():
+    prompt = [7, 8, 20, 21, 22, *range(100, 120), 1, 2, 3, 30, 31, 32, 9]  # "1 2 3" followed by 30 31 32
+    predicted = [20, 21, 22, 1, 2, 3, 40, 41, 42, 43]  # the prediction has it followed by 40 41 42 43
+    d = TextDrafter([*prompt, 20], limit=16, prediction=predicted)  # the answer begins as predicted
+    assert d.accepted == 1 and d.available(room=3) == [21, 22, 1]
+    for token in (21, 22, 1, 2, 3):
+        d.push(token)
+    assert d.accepted == 6 and d.available(room=100) == [40, 41, 42, 43]
+    d.push(5)  # parts from it
+    for token in (1, 2, 3):
+        d.push(token)
+    # "1 2 3" again: the prompt's occurrence is the latest and matches as long, the prediction's wins
+    assert d.available(room=2) == [40, 41] and d.accepted == 6
+    d.push(40)
+    assert d.accepted == 7
+    # without a prediction the latest occurrence wins
+    assert TextDrafter([*prompt, 20, 21, 22, 1, 2, 3], limit=16).available(room=2) == [30, 31]
+    # an answer that begins otherwise is aligned when a lookup finds the prediction
+    d = TextDrafter([*prompt, 50], limit=16, prediction=predicted)
+    assert d.accepted == 0 and d.available(room=2) == []
+    for token in (3, 40, 41):
+        d.push(token)
+    assert d.available(room=2) == [42, 43] and d.accepted == 0
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory) -> LocalEngine:
     path = write_tiny_model(tmp_path_factory.mktemp("drafts") / "m.gguf", FAMILIES["chatml"], n_ctx=1024)
@@ -156,6 +182,25 @@ def test_drafts_change_nothing_but_the_speed(engine: LocalEngine, monkeypatch: p
         again = run(engine, Generate(tokens, drafted, frozenset(), logprobs=2))
         same_greedy_tokens(cold, again)
         assert again[3].drafted > again[3].kept > 0 and again[3].completion_tokens == done.completion_tokens
+
+
+def test_a_prediction_changes_nothing_but_the_speed(engine: LocalEngine):
+    """A prediction (Predicted Outputs) drafts; the answer is the same. The answer itself as the
+    prediction: all of it accepted; another text: none of it, rejected."""
+    tokens = prompt(engine, "Tell me about the sea and the world, the sea and the world.")
+    plain = SamplingParams(max_tokens=48, temperature=0, ngram_draft=0, repetition_stop=0, ignore_eos=True)
+    cold = run(engine, Generate(tokens, plain, frozenset(), logprobs=2))
+    ids, done = cold[0], cold[3]
+    assert done.prediction is None
+    params = replace(plain, ngram_draft=64)
+    same = run(engine, Generate(tokens, params, frozenset(), logprobs=2, prediction=tuple(ids)))
+    if same_greedy_tokens(cold, same) == len(ids):
+        assert same[3].prediction == (len(ids), 0) and same[3].kept > 0
+    other = [t for t in reversed(ids)]
+    again = run(engine, Generate(tokens, params, frozenset(), logprobs=2, prediction=tuple(other)))
+    same_greedy_tokens(cold, again)
+    accepted, rejected = again[3].prediction
+    assert accepted + rejected == len(other) and rejected > 0
 
 
 def test_sampled_output_is_the_same_draw_with_drafts(engine: LocalEngine, monkeypatch: pytest.MonkeyPatch):

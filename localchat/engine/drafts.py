@@ -20,6 +20,11 @@ used after that token again; after MAX_REFUSED such tokens, not at all. Under a 
 is also read as a JSON string writes it (json_view), so a tool call's arguments copying a file
 read earlier copy it with its newlines as `\\n`.
 
+A prediction (OpenAI's Predicted Outputs: the text the client expects back, the file being edited)
+is the first source: read before the other texts, the answer aligned with its start when they
+begin alike, and a lookup that finds it wins over any other occurrence but one that meets a parted
+copy again. Its tokens the answer wrote while aligned with it are `accepted`.
+
 How long a draft is, and whether there is one, is not decided here: `survival` says how likely
 the draft's first tokens are to be kept — how often the alignment foresaw the next token lately,
 drafted or not, counted by how long it had matched — and the scheduler's cost model
@@ -53,6 +58,7 @@ class Drafter(Protocol):
 
     drafted: int  # totals, for the log and the bench
     kept: int
+    accepted: int  # tokens of the answer written while aligned with the prediction (TextDrafter's)
 
     def push(self, token: int) -> None:
         """The sequence wrote `token`."""
@@ -75,10 +81,12 @@ class Sub:
 
 
 class TextDrafter:
-    """`history`: the tokens read and written so far; `views`: other texts drafts may copy from
-    (json_view: the prompt as a JSON string writes it), read as if they came first."""
+    """`history`: the tokens read and written so far (the prompt, then the answer's first token);
+    `views`: other texts drafts may copy from (json_view: the prompt as a JSON string writes it),
+    read as if they came first; `prediction`: the text the answer is expected to be, read first."""
 
-    def __init__(self, history: list[int], limit: int, views: Iterable[list[int]] = ()) -> None:
+    def __init__(self, history: list[int], limit: int, views: Iterable[list[int]] = (),
+                 prediction: list[int] | None = None) -> None:
         self.limit = limit  # the longest draft (the request's ngram_draft)
         self.tokens: list[int] = []
         self._index: dict[tuple[int, ...], list[int]] = {}  # n-gram -> positions after its latest occurrences
@@ -92,11 +100,17 @@ class TextDrafter:
         self._wrong = [0.0] * len(BUCKETS)
         self.drafted = self.kept = 0  # totals, for the log and the bench
         self.longest = 0  # the most drafted tokens kept in one step
-        for view in views:
+        self.accepted = 0  # tokens of the answer written while aligned with the prediction
+        self._predicted = (0, len(prediction or ()))  # where the prediction sits in the text
+        self._answering = False  # pushes are the answer's (not the texts read first)
+        for view in [prediction or [], *views]:
             for token in view:
                 self.push(token)
         for token in history:
             self.push(token)
+        self._answering = True
+        if prediction and history and prediction[0] == history[-1]:  # the answer begins as predicted
+            self._src, self.match, self.accepted = 1, 1, 1
 
     # -- the text ------------------------------------------------------------------------------
 
@@ -105,8 +119,11 @@ class TextDrafter:
         n = len(self.tokens)
         if self._src is not None:
             bucket = _bucket(self.match)
+            lo, hi = self._predicted
+            predicted = self._answering and lo <= self._src < hi
             if self._follow(token, n):
                 self._count(bucket, right=True)
+                self.accepted += predicted
             else:
                 self._count(bucket, right=False)
                 self._part(n)
@@ -166,12 +183,12 @@ class TextDrafter:
         """Align with the earlier occurrence of the last NGRAM tokens that matches the most tokens
         back (at most MAX_MATCH), or, if the text has just parted from its source, with the one that
         meets that source again within MAX_SUB tokens of where they parted (an edit goes on where it
-        was: a rename, an escape), learning the substitution."""
+        was: a rename, an escape), learning the substitution; else, with one in the prediction."""
         tokens, n = self.tokens, len(self.tokens)
         if n < NGRAM:
             return
-        broke = self._broke
-        best, best_key = None, (False, 0)
+        broke, (lo, hi) = self._broke, self._predicted
+        best, best_key = None, (False, False, 0)
         for p in reversed(self._index.get(tuple(tokens[-NGRAM:]), ())):
             if p >= n:
                 continue  # the last n-gram itself
@@ -179,13 +196,13 @@ class TextDrafter:
             while m < MAX_MATCH and m < p and tokens[p - 1 - m] == tokens[n - 1 - m]:
                 m += 1
             near = broke is not None and broke[0] < p - m <= broke[0] + MAX_SUB and broke[1] <= n - m
-            if (near, m) > best_key:
-                best, best_key = p, (near, m)
+            if (near, lo < p < hi, m) > best_key:
+                best, best_key = p, (near, lo < p < hi, m)
         if broke is not None and n - broke[1] > MAX_SUB + MAX_MATCH:
             self._broke = None  # too long ago
         if best is None:
             return
-        near, m = best_key
+        near, _, m = best_key
         if near:
             x, y = tokens[broke[0]:best - m], tokens[broke[1]:n - m]
             if len(y) <= MAX_SUB and x != y:
@@ -237,7 +254,9 @@ class TextDrafter:
                 return []
         draft = list(self._ahead[:n])
         tokens, at = self.tokens, self._src
-        while len(draft) < n:
+        lo, hi = self._predicted
+        end = hi if lo <= at < hi else None  # a draft from the prediction ends where it ends
+        while len(draft) < n and (end is None or at < end):
             # the source may be the text just written (a repeat): then it goes on with the draft itself
             token, at, ahead, used = self._emit(at, tokens if at < len(tokens) else _Joined(tokens, draft))
             if token is None:

@@ -112,6 +112,8 @@ class Generate:
     # where the turn being answered (the last message) begins in `tokens`: a shifted reuse's stretches start before
     # it and end at the message's first difference, so the request is read from there (None: the whole prompt may move)
     fresh_from: int | None = None
+    # the tokens the answer is expected to be (OpenAI's Predicted Outputs): the first source of drafts (drafts.py)
+    prediction: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,8 @@ class Done:
     kept: int = 0  # of those, the ones the model wrote
     resampled: int = 0  # tokens written, then taken back because a value broke the schema (checking.py)
     unchecked: tuple[str, ...] = ()  # what the checking gave up holding ("[tool]#/path:keyword")
+    # with a prediction: its tokens the answer wrote while aligned with it, and the rest (None: no prediction)
+    prediction: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

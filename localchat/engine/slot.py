@@ -59,7 +59,8 @@ class Slot:
 class Sequence:
     def __init__(self, index: int, slot: Slot, model: Model, sampler: Sampler, stop_tokens: frozenset[int],
                  stops: tuple[str, ...], budget: int, logprobs: int | None, emit: Callable[[Event], None],
-                 loop: LoopDetector | None = None, checks: tuple[Check, ...] = ()) -> None:
+                 loop: LoopDetector | None = None, checks: tuple[Check, ...] = (),
+                 prediction: tuple[int, ...] | None = None) -> None:
         self.index, self.slot, self.model = index, slot, model
         self.sampler, self.stop_tokens, self.budget = sampler, stop_tokens, budget
         self.logprobs, self.emit, self.loop = logprobs, emit, loop
@@ -75,6 +76,8 @@ class Sequence:
         self.drafter: Drafter | None = None  # made at the first step that may draft (scheduler)
         self.draft_model: DraftContext | None = None  # the model's draft model, if it has one (scheduler)
         self.drafts = (0, 0)  # drafted and kept by drafters dropped (a cut starts a new one)
+        self.prediction = list(prediction) if prediction else None  # OpenAI's Predicted Outputs: the first source
+        self.accepted = 0  # of the prediction's tokens, written while aligned with it by drafters dropped
         # What the grammar does not hold, checked as it is written (checking.py): the tokens sampled,
         # where the grammar's text began among them, the checked text passed on so far, the tokens
         # banned after a cut (first token of the value, the tokens from there, the banned one)
@@ -97,18 +100,18 @@ class Sequence:
         is used as it is;
         none when drafts are off, nothing matches or there is no room (the batch's, the budget's).
         A model with a draft model drafts with it instead of the text (draft_model.py), except in a
-        slot that holds images or audio (the draft model cannot read their cells); `ngram_draft = 0`
-        turns either off."""
+        slot that holds images or audio (the draft model cannot read their cells) and for a request
+        with a prediction (the text drafter reads it first); `ngram_draft = 0` turns either off."""
         limit = self.sampler.params.ngram_draft
         if not limit or self.next_token is None:
             return [], None
         if self.drafter is None:
             history = [*self.slot.cached, self.next_token]
-            if self.draft_model is not None and not self.slot.media:
+            if self.draft_model is not None and not self.slot.media and self.prediction is None:
                 self.drafter = self.draft_model.drafter(self.slot.seq_id, history)
             else:  # under a grammar (a tool call, JSON) the text may copy the prompt as a JSON string
                 views = [json_view(self.slot.cached, self.model.piece, self._plain)] if self.sampler.constraint else []
-                self.drafter = TextDrafter(history, limit, views)
+                self.drafter = TextDrafter(history, limit, views, self.prediction)
         return self.drafter.propose(min(room, self.budget - self.generated - 1))
 
     def allowed(self, draft: list[int]) -> list[int]:
@@ -146,6 +149,8 @@ class Sequence:
             self._pending_logprobs.append(self._logprob(ctx, idx, token))
         self.generated += 1
         self.out.append(token)
+        if self.drafter is not None:
+            self.drafter.push(token)
         piece = self.model.piece(token)
         if self.sampler.grammar is None:
             text, stopped = self.stopper.push(self.utf8.push(piece))
@@ -174,8 +179,6 @@ class Sequence:
             self.why = "repetition"
             return self._end("length", flush=True)
         self.next_token = token
-        if self.drafter is not None:
-            self.drafter.push(token)
 
     # -- what the grammar does not hold (checking.py) -----------------------------------------
 
@@ -269,6 +272,7 @@ class Sequence:
         self.next_token, self.cut = replay, True
         if self.drafter is not None:  # its history holds what was taken back: a new one starts
             self.drafts = (self.drafts[0] + self.drafter.drafted, self.drafts[1] + self.drafter.kept)
+            self.accepted += self.drafter.accepted
             self.drafter = None
 
     def cancel(self) -> None:
@@ -296,8 +300,12 @@ class Sequence:
         if self.drafter is not None:
             drafted, kept = drafted + self.drafter.drafted, kept + self.drafter.kept
         unchecked = tuple(self.checking.given_up) if self.checking is not None else ()
+        predicted = None
+        if self.prediction is not None:
+            accepted = min(self.accepted + (self.drafter.accepted if self.drafter else 0), len(self.prediction))
+            predicted = (accepted, len(self.prediction) - accepted)
         return Done(self.finish or "cancelled", prompt_tokens, self.generated, cached_tokens, self.index,
-                    self.stopper.matched, self.why, drafted, kept, self.resampled, unchecked)
+                    self.stopper.matched, self.why, drafted, kept, self.resampled, unchecked, predicted)
 
     def _logprob(self, ctx, idx: int, token: int) -> TokenLogprob:
         return token_logprob(self.model, ctx, idx, token, max(self.logprobs or 0, 0))

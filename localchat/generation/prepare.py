@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..engine import Generate, SamplingParams
+from ..engine import Generate, SamplingParams, Tokenizer
 from ..engine.params import Media
 from ..errors import InvalidRequest
 from ..families.codecs.split import Splitter
@@ -67,7 +67,8 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     generate = Generate(tokens, params, loaded.stop_ids, constraint, n=request.n, logprobs=request.logprobs,
                         adapters=resolve_adapters(loaded, request.lora), media=media,
                         cache_prompt=request.cache_prompt, prompt_logprobs=request.prompt_logprobs,
-                        fresh_from=fresh_from)
+                        fresh_from=fresh_from,
+                        prediction=_prediction(request.prediction, tokenizer))
     return PreparedGeneration(generate, splitters)
 
 
@@ -111,6 +112,11 @@ def _media(messages: tuple[ChatMessage, ...], settings: Settings,
             parts.append(marker(len(media) - 1) if isinstance(part, (Image, Audio)) else part)
         out[i] = replace(m, content=tuple(parts))
     return tuple(out), tuple(media)
+
+
+def _prediction(text: str | None, tokenizer: Tokenizer) -> tuple[int, ...] | None:
+    """The prediction's tokens, as plain text (no BOS, no control tokens)."""
+    return tuple(tokenizer.tokenize_bytes(text.encode("utf-8", "replace"), parse_special=False)) if text else None
 
 
 def _raw_tokens(request: GenerationRequest, loaded: LoadedModel) -> list[int]:

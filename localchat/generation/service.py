@@ -78,7 +78,8 @@ class Turn:
                     for piece in split.finish():
                         yield event.index, piece
                     reason = "length" if event.finish_reason == "length" else "stop" if event.stop is not None else "end"
-                    usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens, event.resampled)
+                    usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens, event.resampled,
+                                  event.prediction)
                     if event.unchecked:
                         self.unchecked = tuple(dict.fromkeys((*self.unchecked, *event.unchecked)))
                         log.warning("schema keywords no longer checked after %d tokens written again (the answer "
@@ -107,7 +108,7 @@ class Turn:
 def total_usage(finishes: list[Finish]) -> Usage:
     first = finishes[0].usage
     return Usage(first.prompt_tokens, sum(f.usage.completion_tokens for f in finishes), first.cached_tokens,
-                 sum(f.usage.resampled_tokens for f in finishes))
+                 sum(f.usage.resampled_tokens for f in finishes), first.prediction if len(finishes) == 1 else None)
 
 
 class Chat:

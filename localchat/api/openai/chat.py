@@ -208,11 +208,18 @@ def logprob(t: Any, as_ids: bool = False) -> dict[str, Any]:
 
 def usage(u: Usage) -> dict[str, Any]:
     """OpenAI's usage; `completion_tokens_details.resampled_tokens` (localchat's own) counts the tokens
-    written and taken back because a value broke the schema, when there were any."""
+    written and taken back because a value broke the schema, when there were any; with a prediction,
+    `accepted_prediction_tokens` (its tokens the answer wrote while aligned with it) and
+    `rejected_prediction_tokens` (the rest of it), as OpenAI reports them."""
     out = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
            "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+    details: dict[str, int] = {}
+    if u.prediction is not None:
+        details["accepted_prediction_tokens"], details["rejected_prediction_tokens"] = u.prediction
     if u.resampled_tokens:
-        out["completion_tokens_details"] = {"resampled_tokens": u.resampled_tokens}
+        details["resampled_tokens"] = u.resampled_tokens
+    if details:
+        out["completion_tokens_details"] = details
     return out
 
 

@@ -60,6 +60,22 @@ class ResponseFormat(_Lenient):
     schema_: dict[str, Any] | bool | None = Field(None, alias="schema")  # llama.cpp's: json_object with a schema
 
 
+class PredictionPart(_Lenient):
+    type: Literal["text"]
+    text: str
+
+
+class Prediction(_Lenient):
+    """OpenAI's Predicted Outputs: the text the answer is expected to be (a file being edited), as a
+    string or text parts; drafts read it first (engine/drafts.py). The answer is the same with or
+    without it."""
+    type: Literal["content"]
+    content: str | list[PredictionPart]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
 class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     model: str | None = None
     messages: list[Message] = Field(min_length=1)
@@ -90,6 +106,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     json_schema: dict[str, Any] | bool | None = None  # extension (llama.cpp's): the answer is JSON for this schema
     cache_prompt: bool = True  # extension (llama.cpp's): false: the slot's prompt cache is neither read nor kept
     prompt_logprobs: int | None = Field(None, ge=0, le=20)  # extension (vLLM's): the prompt tokens' log-probabilities
+    prediction: Prediction | None = None
 
     def to_request(self, schema: SchemaSource | None = None) -> GenerationRequest:
         """The neutral request. Without max_tokens a choice gets the model's default
@@ -100,6 +117,8 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
         if self.prompt_logprobs is not None and self.stream:
             raise InvalidRequest("prompt_logprobs: not available when streaming (as in vLLM)", param="prompt_logprobs")
+        if self.prediction is not None and self.n > 1:
+            raise InvalidRequest("prediction: not available with n greater than 1 (as in OpenAI's API)", param="n")
         knobs = self.model_dump()
         knobs["max_tokens"] = self.max_completion_tokens or self.max_tokens  # type: ignore[attr-defined]
         kwargs = dict(self.chat_template_kwargs or {})
@@ -119,6 +138,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             documents=tuple(self.documents or ()),
             cache_prompt=self.cache_prompt,
             prompt_logprobs=self.prompt_logprobs,
+            prediction=self.prediction.text() if self.prediction is not None else None,
         )
 
     def _continue_final(self) -> bool | None:
