@@ -1,4 +1,5 @@
-"""The `localchat` command: serve, chat, ps, pull, rpc-worker; `localchat models …` is in cli_models.py."""
+"""The `localchat` command: serve, chat, ps, pull, rpc-worker; `localchat models …` is in cli_models.py,
+`localchat launch` in cli_launch.py."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from .cli_common import ConfigOpt, duration, fail, human_bytes, load_registry, out
+from .cli_launch import launch
 from .cli_models import models_app, pull_model
 from .errors import LocalchatError
 from .models import ModelSpec, Registry, inspect
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A private, fast LLM server for your laptop.")
 app.add_typer(models_app, name="models")
+app.command("launch")(launch)
 
 @app.command()
 def serve(
