@@ -82,3 +82,29 @@ def test_the_counters_move_by_what_the_requests_did(metered: Server):
 
 def test_off_by_default(http: httpx.Client):
     assert http.get("/metrics").status_code == 404
+
+
+def test_prompt_tokens_by_client_from_the_user_agent(metered: Server):
+    """Each request counted under the client its User-Agent names (Claude Code's claude-cli, Codex's
+    codex_exec, …), read and from the cache apart; the SDKs under their own names."""
+    before = scrape(metered.url)
+    sent = {}
+    for agent, client in (("claude-cli/2.1.330 (external, cli)", "claude"), ("codex_exec/0.169.0 (Linux)", "codex"),
+                          ("QwenCode/0.24.4 (linux; x64)", "qwen"), ("", "other")):
+        r = httpx.post(metered.url + "/v1/chat/completions", headers={"User-Agent": agent}, json={
+            "model": MODEL, "messages": [{"role": "user", "content": f"Hello from {client}"}], "max_tokens": 1})
+        assert r.status_code == 200, r.text
+        sent[client] = r.json()["usage"]
+    chat = openai.OpenAI(base_url=metered.url + "/v1", api_key="x", max_retries=0)
+    usage = chat.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hello, SDK"}],
+                                         max_tokens=1).usage
+    sent["openai-sdk"] = {"prompt_tokens": usage.prompt_tokens,
+                          "prompt_tokens_details": {"cached_tokens": usage.prompt_tokens_details.cached_tokens or 0}}
+    after = scrape(metered.url)
+    for client, u in sent.items():
+        cached = u["prompt_tokens_details"]["cached_tokens"] or 0
+        read = value(after, "localchat_client_prompt_tokens_total", model=MODEL, client=client) - value(
+            before, "localchat_client_prompt_tokens_total", model=MODEL, client=client)
+        kept = value(after, "localchat_client_prompt_tokens_cached_total", model=MODEL, client=client) - value(
+            before, "localchat_client_prompt_tokens_cached_total", model=MODEL, client=client)
+        assert (read, kept) == (u["prompt_tokens"] - cached, cached), client

@@ -1,7 +1,8 @@
 """`GET /metrics`: Prometheus metrics (off unless `metrics = true` in models.toml or `localchat
 serve --metrics`, as llama-server's `--metrics`), written by `prometheus_client`.
 
-Per model: prompt tokens read and taken from the cache, tokens generated, drafted tokens and the
+Per model: prompt tokens read and taken from the cache (also per client, by its User-Agent: claude,
+codex, opencode, …), tokens generated, drafted tokens and the
 ones kept, requests by protocol and status, time to first token and time per generated token
 (histograms) — each observed from a request's access-log record when it ends (access.py); and at
 each scrape, what the model is doing now (generation/models.py `load_now`): requests running and
@@ -22,8 +23,25 @@ from ..generation import Chat
 from ..logs import RequestRecord
 
 PROTOCOLS = ("openai", "anthropic", "responses", "ollama", "llamacpp")
+# A User-Agent's product (its first word, before "/"), lowercased, as the client it names; others keep their
+# product's name, up to MAX_CLIENTS different ones ("other" after that, and for a User-Agent without one).
+CLIENT_NAMES = {"claude-cli": "claude", "claude-code": "claude", "codex_exec": "codex", "codex_cli_rs": "codex",
+                "codex-tui": "codex", "codex_vscode": "codex", "qwencode": "qwen", "qwen-code": "qwen",
+                "continue": "cn", "cn": "cn", "aider": "aider", "litellm": "aider", "cline": "cline",
+                "pi-coding-agent": "pi", "opencode": "opencode", "ollama": "ollama", "openai": "openai-sdk",
+                "anthropic": "anthropic-sdk", "python-httpx": "httpx", "curl": "curl"}
+MAX_CLIENTS = 32
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 TPOT_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
+
+
+def client_of(scope: Scope) -> str:
+    """The client a request came from, by its User-Agent's first product."""
+    agent = next((v for k, v in scope.get("headers") or () if k == b"user-agent"), b"").decode("latin-1")
+    product = agent.split("/", 1)[0].split(" ", 1)[0].strip().lower() if agent.strip() else ""
+    if not product or not all(c.isalnum() or c in "-_." for c in product) or len(product) > 40:
+        return "other"
+    return CLIENT_NAMES.get(product, product)
 
 
 def protocol(scope: Scope) -> str:
@@ -45,6 +63,12 @@ class Metrics:
         self.prompt = Counter("localchat_prompt_tokens", "Prompt tokens read (decoded).", ["model"], registry=r)
         self.cached = Counter("localchat_prompt_tokens_cached", "Prompt tokens taken from the prompt cache "
                               "instead of read.", ["model"], registry=r)
+        self.client_prompt = Counter("localchat_client_prompt_tokens", "Prompt tokens read (decoded), by client "
+                                     "(its User-Agent).", ["model", "client"], registry=r)
+        self.client_cached = Counter("localchat_client_prompt_tokens_cached", "Prompt tokens taken from the prompt "
+                                     "cache instead of read, by client (its User-Agent).", ["model", "client"],
+                                     registry=r)
+        self._clients: set[str] = set()
         self.generated = Counter("localchat_generated_tokens", "Tokens generated.", ["model"], registry=r)
         self.drafted = Counter("localchat_draft_tokens", "Tokens drafted (from the text or by a draft model) and "
                                "verified.", ["model"], registry=r)
@@ -76,6 +100,12 @@ class Metrics:
         cached = record.cached_tokens or 0
         self.prompt.labels(model).inc(max(record.prompt_tokens - cached, 0))
         self.cached.labels(model).inc(cached)
+        client = client_of(scope)
+        if client not in self._clients and len(self._clients) >= MAX_CLIENTS:
+            client = "other"
+        self._clients.add(client)
+        self.client_prompt.labels(model, client).inc(max(record.prompt_tokens - cached, 0))
+        self.client_cached.labels(model, client).inc(cached)
         self.generated.labels(model).inc(record.generated)
         if record.drafted:
             self.drafted.labels(model).inc(record.drafted)
