@@ -313,3 +313,35 @@ def test_a_slot_given_to_another_prompt_is_saved_first(registry_file: Path, tmp_
         assert "tokens restored" in logged(server, "tokens restored")
     finally:
         server.stop()
+
+
+def test_a_side_request_at_parallel_1_costs_the_session_nothing(registry_file: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    """Claude Code asks for a title between two turns of its session: a conversation of its own (a
+    short system prompt and the user's first message) on /v1/messages. With one slot it takes the
+    session's slot: the session's cells are saved first and restored at its next turn, which reads
+    only what is new."""
+    import anthropic
+
+    monkeypatch.setenv("LOCALCHAT_PROMPT_CACHE_DIR", str(tmp_path))
+    server = Server(registry_file, "--model", MODEL, "--parallel", "1")
+    client = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0, timeout=300)
+    system = " ".join(f"Rule {i}: answer about the sea and the world." for i in range(4))
+    tools = [{"name": "Bash", "description": "Run a shell command.",
+              "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}]
+    task = "List the files here."
+    turn = [{"role": "user", "content": task}]
+    try:
+        first = client.messages.create(model=MODEL, max_tokens=2, system=system, tools=tools, messages=turn)
+        session = first.usage.input_tokens + (first.usage.cache_read_input_tokens or 0)
+        assert RESTORE_MIN + 64 < session < SAVE_MIN
+        title = client.messages.create(model=MODEL, max_tokens=8, system="Write a 3 to 7 word title for this "
+                                       "conversation. Answer with the title only.", messages=turn)
+        assert (title.usage.cache_read_input_tokens or 0) < session  # a conversation of its own
+        assert "given to another prompt" in logged(server, "saved first")
+        then = client.messages.create(model=MODEL, max_tokens=2, system=system, tools=tools, messages=[
+            *turn, {"role": "assistant", "content": "Sure."}, {"role": "user", "content": "Go on."}])
+        assert (then.usage.cache_read_input_tokens or 0) >= session - 1
+        assert then.usage.input_tokens < 64  # only the new turn read
+    finally:
+        server.stop()
