@@ -81,6 +81,7 @@ class RequestRecord:
     why: str | None = None  # why a choice ended early with "length": repetition
     drafted: int = 0  # tokens drafted from the text and verified, and of those the ones kept
     kept: int = 0
+    miss: str | None = None  # why the prompt cache served less than it held (generation/service.py)
 
     def text(self) -> None:
         if self.first_token is None:
@@ -117,6 +118,8 @@ class RequestRecord:
         if self.first_token is not None:
             parts.append(f"ttft={self.first_token - self.started:.2f}s")
         parts.append(f"total={time.monotonic() - self.started:.2f}s")
+        if self.miss:
+            parts.append(f'cache_miss="{self.miss}"')
         if self.error:
             parts.append(f'"{self.error}"')
         return " ".join(parts)

@@ -95,6 +95,7 @@ class Stream:
         self._ended = False
         self.generated: dict[int, int] = {}
         self.cached = 0  # prompt tokens read from the cache (known once the engine starts the request)
+        self.miss: tuple[str, int, int] | None = None  # why the cache served less than it held (Started.miss)
 
         def emit(item: Event | Prepared | Started | BaseException | None) -> None:
             if not loop.is_closed():
@@ -104,7 +105,7 @@ class Stream:
 
     def _arrived(self, item: Event | Prepared | Started | BaseException | None) -> None:
         if isinstance(item, Started):  # not an item of the stream: what it says is kept here
-            self.cached = item.cached
+            self.cached, self.miss = item.cached, item.miss
             return
         if isinstance(item, (Text, Done)):
             self.generated[item.index] = item.generated if isinstance(item, Text) else item.completion_tokens

@@ -271,6 +271,11 @@ class Started:
     request that has started cannot be re-run elsewhere; one still queued can)."""
 
     cached: int = 0  # prompt tokens the slot already held (the access log's figure for a request cancelled before its end)
+    # why the cache served MISS_MIN or more tokens less than a cached sequence held (prefix_cache.py's `_missed`):
+    # (kind, a token count n, the sequence's length): "busy" / "unused": a slot busy with another request, or an
+    # idle slot or a saved prompt not used, holds n tokens of the prompt; "differs": the closest cached sequence
+    # and the prompt part at token n
+    miss: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True)

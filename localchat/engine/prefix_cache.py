@@ -23,6 +23,7 @@ from .prompt_store import RESTORE_MIN, SAVE_MIN, SPARE_MIN, PromptStore, copy_st
 from .slot import Slot
 
 _log = logging.getLogger("localchat.engine")
+MISS_MIN = 64  # cached tokens a prompt must miss for the access log to say why (prefix_cache.missed)
 
 
 class PrefixCache:
@@ -36,7 +37,13 @@ class PrefixCache:
     def place(self, job: Job) -> None:
         """How much of the job's prompt its lead slot serves (job.cached; job.pending: what is left
         to read): the slot's own cells up to the first difference, or a saved prompt restored from
-        the store when it serves more, or a shifted reuse; the slot's other cells go."""
+        the store when it serves more, or a shifted reuse; the slot's other cells go. job.miss: why
+        it was served less than a cached sequence held, if it was (`_missed`)."""
+        seen = self._seen(job)
+        self._place(job)
+        job.miss = self._missed(seen, job)
+
+    def _place(self, job: Job) -> None:
         req, lead = job.request, job.slots[0]
         self._spare(job)
         n = min(common_prefix(lead.cached, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
@@ -53,6 +60,39 @@ class PrefixCache:
             C.llama_memory_seq_rm(self.mem, lead.seq_id, -1, -1)
             n = lead.keep(0)
         job.cached, job.pending = n, list(job.tokens[n:])
+
+    def _seen(self, job: Job) -> list[tuple[int, int, bool]]:
+        """Before the job takes its slots: each cached sequence's (tokens it shares with the prompt,
+        its length, whether a slot busy with another request holds it), the slots' and the best
+        saved prompt's; none for a request that wants no cache, or another adapters' cache."""
+        req, tokens = job.request, job.tokens
+        if not req.cache_prompt or req.prompt_logprobs is not None or req.adapters or job.prompt is not None:
+            return []
+        seen = [(common_prefix(s.cached, tokens), len(s.cached), s.busy and s not in job.slots)
+                for s in self.slots if s.cached]
+        hit = self.store.best(tokens, self.n_ctx) if self.store is not None else None
+        if hit is not None:
+            seen.append((hit[1], len(hit[0].tokens), False))
+        return seen
+
+    @staticmethod
+    def _missed(seen: list[tuple[int, int, bool]], job: Job) -> tuple[str, int, int] | None:
+        """Why the prompt was served MISS_MIN or more tokens less than a cached sequence could, for
+        the access log: ("busy", n, held) when a slot busy with another request holds n tokens of
+        it, ("unused", n, held) when an idle slot or a saved prompt did and was not used (a saved
+        prompt is restored only for RESTORE_MIN tokens more); else ("differs", n, held) when the
+        closest cached sequence and the prompt part at token n, both going on for MISS_MIN tokens or
+        more (a system message changed, reasoning dropped from an earlier answer, another
+        conversation); None otherwise (a turn that only adds to what is cached)."""
+        if not seen:
+            return None
+        n, held, busy = max(seen)
+        if n - job.cached >= MISS_MIN:
+            return ("busy" if busy else "unused", n, held)
+        n, held, _ = max(seen)
+        if held - n >= MISS_MIN and len(job.tokens) - n >= MISS_MIN:
+            return ("differs", n, held)
+        return None
 
     def _spare(self, job: Job) -> None:
         """The slots a job takes for a prompt they do not serve (the lead when `reuse` found nothing

@@ -270,7 +270,7 @@ class Scheduler:
             return
         self.cache.place(job)
         self.running.append(job)
-        job.emit(Started(job.cached))
+        job.emit(Started(job.cached, job.miss))
 
     def _drop_cancelled(self) -> None:
         for job in [j for j in self.running if j.cancelled]:

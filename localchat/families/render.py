@@ -34,6 +34,27 @@ class Prompt:
     # the segment where the last message shown begins (its first piece of text; len(segments): none): what
     # follows is the turn being answered, which a shifted cache reuse always reads (engine/job.py)
     last_turn: int | None = None
+    # per segment, the message whose text it is (None: the template's own text); empty: not known
+    owners: tuple[int | None, ...] = ()
+    roles: tuple[str, ...] = ()  # each message's role, as `owners` number them
+
+    def where(self, segment: int, offset: int) -> str:
+        """Where a character of the prompt is, in words: `offset` characters into segment
+        `segment` ("user message 2, char 5,120"; the template's own text "after system message 1")."""
+        def named(k: int) -> str:
+            role = self.roles[k] if k < len(self.roles) else "?"
+            return f"{role} message {sum(1 for r in self.roles[:k + 1] if r == role)}"
+        owner = self.owners[segment] if segment < len(self.owners) else None
+        if owner is not None:
+            mine = [(t, plain) for (t, plain), o in zip(self.segments[:segment + 1], self.owners) if o == owner]
+            chars = sum(len(t) for t, _ in mine[:-1]) + offset
+            # past markup of localchat's own inside the message: the tools listed in it, calls and results written
+            added = " (in what localchat wrote into it: the tools, or calls and results)" \
+                if any(not plain for _, plain in mine) else ""
+            return f"{named(owner)}, char {chars:,}{added}"
+        before = next((o for o in reversed(self.owners[:segment]) if o is not None), None)
+        return ("the template's text before the first message (the tools, or the template's own text: a date)"
+                if before is None else f"the template's text after {named(before)}")
 
     @property
     def text(self) -> str:
@@ -100,6 +121,7 @@ def render_prompt(
     start of the first user turn, as llama.cpp does for such templates."""
     if continue_final is None:
         continue_final = is_prefill(messages)
+    roles = tuple(str(m.get("role", "")) for m in messages)
     prefill = None
     if continue_final and messages:
         prefill, messages = _plain(messages[-1].get("content")), messages[:-1]
@@ -115,8 +137,9 @@ def render_prompt(
     prompt = _render(template, messages, context, prefill)
     if folded:  # message k of the folded conversation is message k + 1 (the first holds both)
         dropped = {k + 1 for k in prompt.dropped} | ({0} if 0 in prompt.dropped else set())
-        prompt = Prompt(prompt.segments, frozenset(dropped), prompt.last_turn)
-    return prompt
+        owners = tuple(None if k is None else k + 1 if k else 0 for k in prompt.owners)
+        prompt = Prompt(prompt.segments, frozenset(dropped), prompt.last_turn, owners)
+    return Prompt(prompt.segments, prompt.dropped, prompt.last_turn, prompt.owners, roles)
 
 
 def llama_cpp_variables(tools: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -150,6 +173,7 @@ def _render(template: str, messages: list[dict[str, Any]], context: dict[str, An
         raise InvalidRequest(f"the model's chat template rejected the conversation: {exc}", param="messages") from exc
 
     segments: list[tuple[str, bool]] = []
+    owners: list[int | None] = []
     shown: set[int] = set()
     starts: dict[int, int] = {}  # each message shown: the segment its first piece is
     for i, part in enumerate(re.split(f"\ue000{nonce}:(\\d+)\ue001", rendered)):
@@ -157,14 +181,17 @@ def _render(template: str, messages: list[dict[str, Any]], context: dict[str, An
             if texts[int(part)][0]:
                 starts.setdefault(owner[int(part)], len(segments))
                 segments.append(texts[int(part)])
+                owners.append(owner[int(part)])
             shown.add(owner[int(part)])
         elif part:
             segments.append((part, False))
+            owners.append(None)
     last_turn = starts[max(starts)] if starts else len(segments)
     if prefill:
         segments.append((prefill, True))
+        owners.append(len(messages))  # (the last message, taken out to be continued)
     dropped = frozenset(set(owner) - shown)
-    return Prompt(tuple(segments), dropped, last_turn)
+    return Prompt(tuple(segments), dropped, last_turn, tuple(owners))
 
 
 def _masked(message: dict[str, Any], hide: Callable[[Content], str]) -> dict[str, Any]:

@@ -4,12 +4,14 @@ defaults and the server's limits applied once, and a splitter per choice for the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engine import Generate, SamplingParams, Tokenizer
 from ..engine.params import Media
 from ..errors import InvalidRequest
+from ..families import Prompt
 from ..families.codecs.split import Splitter
 from ..models import Settings
 from ..models.host import LoadedModel
@@ -26,6 +28,8 @@ from .media import check_audio_format, check_count, check_reads, decode_audio, d
 class PreparedGeneration:
     generate: Generate
     splitters: list[Splitter]
+    # where a prompt token is, in words (the access log's reason for a cache miss); None: a raw prompt, or media
+    explain: Callable[[int], str] | None = None
 
 
 def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings | None = None) -> PreparedGeneration:
@@ -38,7 +42,7 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
     tools = constraints.codec_tools(rules)  # made once: for the prompt, the grammar and the splitters
     family, tokenizer = loaded.family, loaded.engine.tokenizer
     media: tuple[Media, ...] = ()
-    fresh_from = None
+    fresh_from, explain = None, None
     if request.prompt is not None:
         tokens, thinking = _raw_tokens(request, loaded), False
     else:
@@ -51,6 +55,7 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
             tokens, media = place_media(tokenizer, prompt.segments, media)
         else:
             tokens = tokenizer.tokenize(list(prompt.segments))
+            explain = _explainer(prompt, tokenizer)
             # the segments are tokenized one by one, so the last message's first token is found exactly
             if prompt.last_turn is not None and prompt.last_turn < len(prompt.segments):
                 fresh_from = len(tokenizer.tokenize(list(prompt.segments[:prompt.last_turn])))
@@ -69,7 +74,7 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
                         cache_prompt=request.cache_prompt, prompt_logprobs=request.prompt_logprobs,
                         fresh_from=fresh_from,
                         prediction=_prediction(request.prediction, tokenizer))
-    return PreparedGeneration(generate, splitters)
+    return PreparedGeneration(generate, splitters, explain)
 
 
 MEDIA_TEXT = "<__media__>"  # an image or audio clip in a prompt shown as text (llama-server's marker)
@@ -112,6 +117,21 @@ def _media(messages: tuple[ChatMessage, ...], settings: Settings,
             parts.append(marker(len(media) - 1) if isinstance(part, (Image, Audio)) else part)
         out[i] = replace(m, content=tuple(parts))
     return tuple(out), tuple(media)
+
+
+def _explainer(prompt: Prompt, tokenizer: Tokenizer) -> Callable[[int], str]:
+    """Where token `at` of the prompt is, in words (Prompt.where): the prompt's segments are
+    tokenized one by one, as `prepare` tokenizes them (only when asked: on a cache miss)."""
+    def explain(at: int) -> str:
+        n = len(tokenizer.tokenize([]))  # (a BOS token, if the model adds one)
+        for i, (text, plain) in enumerate(prompt.segments):
+            tokens = tokenizer.tokenize_bytes(text.encode("utf-8", "replace"), parse_special=not plain)
+            if n + len(tokens) > at:
+                chars = len(b"".join(tokenizer.piece(t) for t in tokens[:at - n]).decode("utf-8", "ignore"))
+                return prompt.where(i, chars)
+            n += len(tokens)
+        return "the end of the prompt"
+    return explain
 
 
 def _prediction(text: str | None, tokenizer: Tokenizer) -> tuple[int, ...] | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,6 +46,7 @@ class Started:
     readers: Sequence[Reader]
     loosened: tuple[str, ...] = ()  # schema keywords neither the grammar nor a check holds
     checked: tuple[str, ...] = ()  # schema keywords the grammar holds in part and a check of written values holds
+    explain: Callable[[int], str] | None = None  # where a prompt token is, in words (prepare.py)
 
 
 class Tokens:
@@ -60,7 +61,7 @@ class Tokens:
             log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
             constraints.refuse_loosened(request.output, loosened, settings.schema_loosened == "refuse")
         stream, n_prompt = await submitted(loaded, generate)
-        return Started(stream, n_prompt, made.splitters, loosened, checked)
+        return Started(stream, n_prompt, made.splitters, loosened, checked, made.explain)
 
     def render(self, request: GenerationRequest, loaded: LoadedModel) -> str:
         return rendered(request, loaded)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..engine import Done, PromptLogprobs, Stream, Text
@@ -51,6 +51,7 @@ class Turn:
     unchecked: tuple[str, ...] = ()  # of the checked, those the checking gave up on (known once the answer ends)
     _record: RequestRecord | None = None
     _running: set[int] = field(default_factory=set)  # the choices whose Finish has not been given yet
+    _explain: Callable[[int], str] | None = None  # where a prompt token is, in words (prepare.py)
     _closed: bool = False
 
     async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | PromptLogprobs | Finish]]:
@@ -85,6 +86,8 @@ class Turn:
                         log.warning("schema keywords no longer checked after %d tokens written again (the answer "
                                     "may break them): %s", event.resampled, ", ".join(event.unchecked))
                     self._running.discard(event.index)
+                    if record is not None and record.miss is None and self._stream.miss is not None:
+                        record.miss = await self._missed(*self._stream.miss)
                     if record is not None:
                         record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens, reason,
                                     event.why, event.drafted, event.kept)
@@ -95,6 +98,15 @@ class Turn:
             raise
         finally:
             self.close()
+
+    async def _missed(self, kind: str, n: int, held: int) -> str:
+        """Why the cache served less than it held, for the access log (prefix_cache.py's `_missed`)."""
+        if kind == "busy":
+            return f"a slot busy with another request holds {n:,} tokens of this prompt"
+        if kind == "unused":
+            return f"a cached prompt of {held:,} tokens holds {n:,} of this one and was not used"
+        where = await asyncio.to_thread(self._explain, n) if self._explain else f"token {n:,}"
+        return f"differs from a cached prompt of {held:,} tokens at token {n:,}: {where}"
 
     def close(self) -> None:
         self._stream.close()
@@ -146,7 +158,7 @@ class Chat:
         if (record := current_request()) is not None:
             record.model, record.prompt_tokens = loaded.spec.name, started.prompt_tokens
         return Turn(loaded.spec.name, request.n, started.prompt_tokens, lease, started.stream, started.readers,
-                    started.loosened, started.checked)
+                    started.loosened, started.checked, _explain=started.explain)
 
     async def render(self, request: GenerationRequest) -> str:
         """The chat prompt as text, as `start` would render it (nothing is generated)."""
