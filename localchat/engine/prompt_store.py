@@ -103,18 +103,25 @@ def put_state(ctx: int, seq_id: int, state: bytearray) -> bool:
 
 # -- the file ------------------------------------------------------------------------------
 
-def write_file(path: Path, key: str, tokens: np.ndarray, state: bytes | bytearray) -> int:
+def header_of(key: str, tokens: np.ndarray, state: bytes | bytearray) -> bytes:
+    """A prompt file's header line: the model's key, the counts, the checksum of the tokens and the state."""
+    raw = np.asarray(tokens, dtype=np.int32).tobytes()
+    header = {"model": key, "tokens": len(tokens), "bytes": len(state), "crc32": zlib.crc32(state, zlib.crc32(raw))}
+    return json.dumps(header).encode() + b"\n"
+
+
+def write_file(path: Path, key: str, tokens: np.ndarray, state: bytes | bytearray, header: bytes | None = None) -> int:
     """Write a prompt file through a temporary file of its own beside it, synced to the disk and
     renamed over `path`, then the folder synced (best effort): a reader, or the next start after
     a crash or a power cut, finds the old file or the new one whole, never half of one. Raises
-    OSError (a full disk) with the temporary file removed. The bytes written."""
+    OSError (a full disk) with the temporary file removed. The bytes written (`header`: header_of's, made
+    already)."""
     raw = np.asarray(tokens, dtype=np.int32).tobytes()
-    header = {"model": key, "tokens": len(tokens), "bytes": len(state), "crc32": zlib.crc32(state, zlib.crc32(raw))}
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(MAGIC)
-            f.write(json.dumps(header).encode() + b"\n")
+            f.write(header or header_of(key, tokens, state))
             f.write(raw)
             f.write(state)
             written = f.tell()
@@ -280,19 +287,26 @@ class PromptStore:
                 self._queue.task_done()
 
     def _write(self, tokens: np.ndarray, state: bytearray) -> None:
+        """Make room first, then write: the entries the new one supersedes (its prefixes) and the least
+        recently used go until the folder and the new file fit the limit, so the folder never holds
+        more than the limit, even while a file is written (a file larger than the limit is not
+        written)."""
         name = hashlib.sha256(tokens.tobytes()).hexdigest()[:32]
         path = self.folder / f"{name}.kv"
-        self.folder.mkdir(parents=True, exist_ok=True)  # (another model's store removes folders it empties)
-        write_file(path, self.key, tokens, state)
-        entry = Entry(path, tokens, path.stat().st_size, time.time())
+        header = header_of(self.key, tokens, state)
+        need = len(MAGIC) + len(header) + 4 * len(tokens) + len(state)  # the file's size
+        if need > self.limit:
+            _log.info("prompt cache: a prompt of %d tokens (%d MiB) is larger than prompt_cache_bytes; not saved",
+                      len(tokens), need >> 20)
+            return
         with self._lock:
             superseded = [e for e in self.entries if e.path == path
                           or (len(e.tokens) <= len(tokens) and common(e.tokens, tokens) == len(e.tokens))]
-            self.entries = [e for e in self.entries if e not in superseded] + [entry]
+            self.entries = [e for e in self.entries if e not in superseded]
             # the limit holds for the whole folder: every model's prompts, those of model files gone or
             # replaced since included (another process's store finds a file it lost gone, and reads again)
             others = self._others()
-            total = sum(e.size for e in self.entries) + sum(size for _, size, _ in others)
+            total = need + sum(e.size for e in self.entries) + sum(size for _, size, _ in others)
             candidates = sorted([(e.used, e.size, e) for e in self.entries] + [(t, size, f) for f, size, t in others],
                                 key=lambda c: c[0])
             evict: list[Entry | Path] = []
@@ -303,8 +317,7 @@ class PromptStore:
                 total -= size
             self.entries = [e for e in self.entries if e not in evict]
         for e in superseded:
-            if e.path != path:
-                e.path.unlink(missing_ok=True)
+            e.path.unlink(missing_ok=True)
         for what in evict:
             (what.path if isinstance(what, Entry) else what).unlink(missing_ok=True)
             if isinstance(what, Path) and what.parent != self.folder:
@@ -312,6 +325,11 @@ class PromptStore:
                     what.parent.rmdir()  # the last of another model's prompts: its folder too
                 except OSError:
                     pass
+        self.folder.mkdir(parents=True, exist_ok=True)  # (another model's store removes folders it empties)
+        write_file(path, self.key, tokens, state, header)
+        entry = Entry(path, tokens, path.stat().st_size, time.time())
+        with self._lock:
+            self.entries.append(entry)
 
     def _others(self) -> list[tuple[Path, int, float]]:
         """Other model files' saved prompts in the cache folder: each file, its size and its time."""
