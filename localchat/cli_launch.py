@@ -89,7 +89,7 @@ def _model(registry, wanted: Optional[str], health: Optional[dict], url: str, ap
            interactive: bool) -> str:
     """The model: the one asked for; else the largest chat model on disk (that the running server lists);
     else the server's default; else qwen2.5-coder-1.5b, offered for download."""
-    names = L.listed(url, api_key) if health is not None else None
+    names = _listed(url, api_key) if health is not None else None
     if wanted:
         if names is not None and wanted not in names:
             raise fail(f"the server at {url} has no model {wanted!r}: {', '.join(sorted(names))}")
@@ -121,11 +121,20 @@ def _model(registry, wanted: Optional[str], health: Optional[dict], url: str, ap
 def _context(registry, name: str, health: Optional[dict], url: str, api_key: Optional[str]) -> Optional[int]:
     """The model's context: as the running server lists it, else its context_length in the registry."""
     if health is not None:
-        return (L.listed(url, api_key).get(name) or {}).get("context_length")
+        return (_listed(url, api_key).get(name) or {}).get("context_length")
     try:
         return registry.resolve(name).context_length
     except Exception:  # noqa: BLE001 - an unknown name was refused before
         return None
+
+
+def _listed(url: str, api_key: Optional[str]) -> dict[str, dict]:
+    import httpx
+
+    try:
+        return L.listed(url, api_key)
+    except (ValueError, httpx.HTTPError) as exc:
+        raise fail(str(exc)) from None
 
 
 def _round_up(n: int) -> int:

@@ -249,8 +249,11 @@ def listed(url: str, api_key: str | None) -> dict[str, dict]:
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    data = httpx.get(f"{url}/v1/models", headers=headers, timeout=10).json()["data"]
-    return {name: m for m in data for name in (m["id"], *m.get("aliases", ()))}
+    r = httpx.get(f"{url}/v1/models", headers=headers, timeout=10)
+    if r.status_code == 401:
+        raise ValueError(f"the server at {url} wants an API key: --api-key KEY (or LOCALCHAT_API_KEY)")
+    r.raise_for_status()
+    return {name: m for m in r.json()["data"] for name in (m["id"], *m.get("aliases", ()))}
 
 
 def on_disk(registry) -> list:

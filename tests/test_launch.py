@@ -186,3 +186,17 @@ def test_without_a_server_one_is_started_for_the_client_and_stopped_after(home: 
     assert "starting localchat serve" in r.stdout
     with pytest.raises(httpx.HTTPError):  # stopped after
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+def test_a_server_with_an_api_key_needs_it_and_the_client_gets_it(home: Path, tmp_path: Path, registry_file: Path):
+    keyed = Server(registry_file, "--model", MODEL, "--api-key", "s3cret")
+    try:
+        bins = stand_ins(tmp_path / "bin", ["claude"])
+        r = run_launch(home, "claude", "--model", MODEL, "--port", str(keyed.port), path=bins)
+        assert r.returncode == 1 and "--api-key" in r.stderr
+        r = run_launch(home, "claude", "--model", MODEL, "--port", str(keyed.port), path=bins,
+                       LOCALCHAT_API_KEY="s3cret")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert records(tmp_path)[-1]["env"]["ANTHROPIC_AUTH_TOKEN"] == "s3cret"
+    finally:
+        keyed.stop()
