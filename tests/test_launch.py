@@ -75,7 +75,7 @@ def stand_ins(folder: Path, names: list[str]) -> Path:
 
 def run_launch(home: Path, *args: str, path: Path | None = None, **env: str) -> subprocess.CompletedProcess:
     environ = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home / ".local" / "share"),
-               "XDG_CONFIG_HOME": str(home / ".config"), "PATH": f"{path or home / 'nothing'}{os.pathsep}/usr/bin:/bin",
+               "XDG_CONFIG_HOME": str(home / ".config"), "PATH": str(path or home / "nothing"),  # (only the stand-ins: a client installed here is not found)
                "RECORD": str(home.parent / "record.json"), **env}
     environ.pop("LOCALCHAT_DATA_DIR", None)
     return subprocess.run([sys.executable, "-m", "localchat", "launch", *args], env=environ, capture_output=True,
