@@ -366,12 +366,12 @@ class Tally:
 
 def path_of(step: dict, prompt: int, cached: int, log: str, tainted: bool) -> str:
     """Which cache path served the request (the server says where cells moved: prefix_cache.py's line)."""
-    if step["op"] == "lora":
-        return "lora"
     if "cache_prompt" in step["body"]:
         return "no cache"
     if MOVED.search(log):
         return "moved"
+    if step["op"] == "lora":
+        return "lora"
     if not cached:
         return "cold"
     if tainted:  # an earlier request of this session moved cells, which saw another span: they may serve this one

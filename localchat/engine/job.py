@@ -130,10 +130,12 @@ class Jump:
 
 def shifts(slot: Slot, job: Job) -> bool:
     """Whether a shifted reuse may serve this job from this slot: a prompt as long as its
-    `cache_reuse` or longer, text only, every cached position a token, the cache wanted and kept."""
+    `cache_reuse` or longer, text only, every cached position a token, the cache wanted and kept,
+    no LoRA adapter (an adapter magnifies what moved cells differ by: scripts/cachecheck saw 0.023
+    on the tiny model's, and such cells served later requests of the adapter as exact ones)."""
     req = job.request
     return (0 < req.params.cache_reuse <= len(job.tokens) and req.cache_prompt and req.prompt_logprobs is None
-            and not req.media and not slot.media and slot.pos_delta == 0)
+            and not req.media and not slot.media and slot.pos_delta == 0 and not req.adapters)
 
 
 def shifted_match(cached: list[int], tokens: list[int], c: int, t: int,
