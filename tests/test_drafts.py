@@ -249,8 +249,8 @@ def truthful(monkeypatch: pytest.MonkeyPatch, truths: dict[tuple[int, ...], list
     longest: list[int] = []
     init, verified = TextDrafter.__init__, TextDrafter.verified
 
-    def start(self: TextDrafter, history: list[int], limit: int, views=()) -> None:
-        init(self, history, limit, views)
+    def start(self: TextDrafter, history: list[int], limit: int, views=(), prediction=None) -> None:
+        init(self, history, limit, views, prediction)
         prompt = next(p for p in truths if tuple(history[:len(p)]) == p)
         self.truth, self.base = truths[prompt], len(self.tokens) - len(history) + len(prompt)
 
