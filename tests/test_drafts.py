@@ -196,11 +196,10 @@ def test_a_prediction_changes_nothing_but_the_speed(engine: LocalEngine):
     same = run(engine, Generate(tokens, params, frozenset(), logprobs=2, prediction=tuple(ids)))
     if same_greedy_tokens(cold, same) == len(ids):
         assert same[3].prediction == (len(ids), 0) and same[3].kept > 0
-    other = [t for t in reversed(ids)]
+    other = [t for t in range(3, 400) if t not in set(ids)][:24]  # tokens the answer never wrote
     again = run(engine, Generate(tokens, params, frozenset(), logprobs=2, prediction=tuple(other)))
-    same_greedy_tokens(cold, again)
-    accepted, rejected = again[3].prediction
-    assert accepted + rejected == len(other) and rejected > 0
+    if same_greedy_tokens(cold, again) == len(ids):
+        assert again[3].prediction == (0, len(other))
 
 
 def test_sampled_output_is_the_same_draw_with_drafts(engine: LocalEngine, monkeypatch: pytest.MonkeyPatch):
