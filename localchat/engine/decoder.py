@@ -237,7 +237,7 @@ class Decoder:
         if kept < len(drafts):
             slot = seq.slot
             C.llama_memory_seq_rm(self.mem, slot.seq_id, slot.keep(len(slot.cached) - (len(drafts) - kept)), -1)
-        seq.drafter.verified(len(drafts), kept)
+        seq.verified(len(drafts), kept)
 
     def _add(self, i: int, slot: Slot, token: int, logits: bool) -> None:
         self.batch.set(i, token, slot.next_pos, slot.seq_id, logits)

@@ -212,13 +212,17 @@ class Scheduler:
                 future.set_result(fn())
             except BaseException as exc:  # noqa: BLE001 - the caller raises it
                 future.set_exception(exc)
-        self._drop_cancelled()  # before admitting: a client's retry sent with its cancel finds the prompt it left
-        with self._cond:
-            admitted = self._admit()
-        for job in admitted:
-            self._start(job)
-        self._drop_cancelled()
-        busy = self._step() if self.running else False
+        try:
+            self._drop_cancelled()  # before admitting: a client's retry sent with its cancel finds the prompt it left
+            with self._cond:
+                admitted = self._admit()
+            for job in admitted:
+                self._start(job)
+            self._drop_cancelled()
+            busy = self._step() if self.running else False
+        except Exception as exc:  # noqa: BLE001 - a bug of ours: the requests it may have touched end with an error
+            self._fail_all(exc)
+            busy = True
         if self.after_step is not None:
             self.after_step()
         return busy
@@ -268,8 +272,8 @@ class Scheduler:
             job.emit(None)
             self._release(job)
             return
+        self.running.append(job)  # (before the cache places it: if that fails, the job is failed with the others)
         self.cache.place(job)
-        self.running.append(job)
         job.emit(Started(job.cached, job.miss))
 
     def _drop_cancelled(self) -> None:
@@ -327,6 +331,26 @@ class Scheduler:
     def _release(self, job: Job) -> None:
         if self.media is not None:
             self.media.release(job)
+
+    def _fail_all(self, exc: Exception) -> None:
+        """A step raised what no request's own handling caught (a bug, not a request's fault): every
+        running request ends with an error and its slots are emptied; the queue and the server go on."""
+        _log.error("a step failed; the %d running requests end with an error", len(self.running), exc_info=True)
+        error = EngineError(f"the engine failed: {type(exc).__name__}: {exc}")
+        for job in list(self.running):
+            try:
+                self._fail(job, error)
+            except Exception:  # noqa: BLE001 - failing it failed too: what is left of it is undone by hand
+                _log.error("ending a failed request failed", exc_info=True)
+                if job in self.running:
+                    self.running.remove(job)
+                for slot in job.slots:
+                    C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
+                    slot.keep(0)
+                    slot.busy = False
+                job.emit(error)
+                job.emit(None)
+                self._release(job)
 
     def _fail(self, job: Job, exc: BaseException) -> None:
         if job not in self.running:

@@ -7,6 +7,7 @@ sequence turns each sampled token into events and says when it is finished."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from .params import Check, Done, Event, TokenLogprob, TopLogprob, Text
 from .repetition import LoopDetector
 from .sampling import Sampler
 from .text import LineLimits, StopMatcher, Utf8Stream
+
+_log = logging.getLogger("localchat.engine")
 
 
 _NUMBER = frozenset("0123456789.eE+-")  # what may go on writing a number
@@ -78,6 +81,7 @@ class Sequence:
         self.drafts = (0, 0)  # drafted and kept by drafters dropped (a cut starts a new one)
         self.prediction = list(prediction) if prediction else None  # OpenAI's Predicted Outputs: the first source
         self.accepted = 0  # of the prediction's tokens, written while aligned with it by drafters dropped
+        self.drafting = True  # False after a drafter failed: drafts only make an answer faster, it goes on without
         # What the grammar does not hold, checked as it is written (checking.py): the tokens sampled,
         # where the grammar's text began among them, the checked text passed on so far, the tokens
         # banned after a cut (first token of the value, the tokens from there, the banned one)
@@ -103,16 +107,40 @@ class Sequence:
         slot that holds images or audio (the draft model cannot read their cells) and for a request
         with a prediction (the text drafter reads it first); `ngram_draft = 0` turns either off."""
         limit = self.sampler.params.ngram_draft
-        if not limit or self.next_token is None:
+        if not limit or self.next_token is None or not self.drafting:
             return [], None
-        if self.drafter is None:
-            history = [*self.slot.cached, self.next_token]
-            if self.draft_model is not None and not self.slot.media and self.prediction is None:
-                self.drafter = self.draft_model.drafter(self.slot.seq_id, history)
-            else:  # under a grammar (a tool call, JSON) the text may copy the prompt as a JSON string
-                views = [json_view(self.slot.cached, self.model.piece, self._plain)] if self.sampler.constraint else []
-                self.drafter = TextDrafter(history, limit, views, self.prediction)
-        return self.drafter.propose(min(room, self.budget - self.generated - 1))
+        try:
+            if self.drafter is None:
+                history = [*self.slot.cached, self.next_token]
+                if self.draft_model is not None and not self.slot.media and self.prediction is None:
+                    self.drafter = self.draft_model.drafter(self.slot.seq_id, history)
+                else:  # under a grammar (a tool call, JSON) the text may copy the prompt as a JSON string
+                    views = [json_view(self.slot.cached, self.model.piece, self._plain)] if self.sampler.constraint else []
+                    self.drafter = TextDrafter(history, limit, views, self.prediction)
+            return self.drafter.propose(min(room, self.budget - self.generated - 1))
+        except Exception:  # noqa: BLE001 - a bug in a drafter costs its answer the drafts, not the answer
+            self._drafter_failed()
+            return [], None
+
+    def verified(self, drafted: int, kept: int) -> None:
+        """The decoder verified `drafted` tokens of the drafter's draft and kept `kept`."""
+        if self.drafter is not None:
+            try:
+                self.drafter.verified(drafted, kept)
+            except Exception:  # noqa: BLE001 - (see draft)
+                self._drafter_failed()
+
+    def _drafter_failed(self) -> None:
+        _log.warning("a drafter failed; this answer goes on without drafts", exc_info=True)
+        self.drafting = False
+        self._retire_drafter()
+
+    def _retire_drafter(self) -> None:
+        """Drop the drafter, its counts kept (a cut starts a new one; a failed one none)."""
+        if self.drafter is not None:
+            drafter, self.drafter = self.drafter, None
+            self.drafts = (self.drafts[0] + drafter.drafted, self.drafts[1] + drafter.kept)
+            self.accepted += drafter.accepted
 
     def allowed(self, draft: list[int]) -> list[int]:
         """The draft up to the first token the grammar forbids (all of it without a grammar)."""
@@ -150,7 +178,10 @@ class Sequence:
         self.generated += 1
         self.out.append(token)
         if self.drafter is not None:
-            self.drafter.push(token)
+            try:
+                self.drafter.push(token)
+            except Exception:  # noqa: BLE001 - (see draft)
+                self._drafter_failed()
         piece = self.model.piece(token)
         if self.sampler.grammar is None:
             text, stopped = self.stopper.push(self.utf8.push(piece))
@@ -270,10 +301,7 @@ class Sequence:
         keep = self.n_prompt + len(self.out) - 1
         C.llama_memory_seq_rm(C.llama_get_memory(ctx), self.slot.seq_id, self.slot.keep(keep), -1)
         self.next_token, self.cut = replay, True
-        if self.drafter is not None:  # its history holds what was taken back: a new one starts
-            self.drafts = (self.drafts[0] + self.drafter.drafted, self.drafts[1] + self.drafter.kept)
-            self.accepted += self.drafter.accepted
-            self.drafter = None
+        self._retire_drafter()  # its history holds what was taken back: a new one starts
 
     def cancel(self) -> None:
         self.finish = "cancelled"
