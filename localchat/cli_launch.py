@@ -8,10 +8,15 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 
 from . import launch as L
 from .cli_common import ConfigOpt, fail, load_registry, out
+
+# What launch says while it starts a client goes to stderr: the client's stdout stays its own
+# (`localchat launch claude -- -p "…" --output-format json | jq` reads only Claude Code's JSON).
+say = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def launch(
@@ -50,12 +55,12 @@ def launch(
         return
     program = spec.find()
     if program is None:
-        out.print(f"{spec.title} is not installed. Install it with:\n  {spec.install}", markup=False)
+        say.print(f"{spec.title} is not installed. Install it with:\n  {spec.install}", markup=False)
         raise typer.Exit(2)
     served = None
     try:
         if health is None:
-            out.print(f"[dim]starting localchat serve --port {port} --model {escape(name)} (log: "
+            say.print(f"[dim]starting localchat serve --port {port} --model {escape(name)} (log: "
                       f"{escape(str(L.launch_dir() / 'server.log'))})[/dim]")
             served = L.Served(port, name, config)
             if not served.wait():
@@ -63,12 +68,12 @@ def launch(
             context = _context(registry, name, L.running(url), url, api_key)
             setup = L.setup(client, L.Target(url, name, context or L.PRINT_CONTEXT, api_key))
         if context and context < spec.needs():
-            out.print(f"[yellow]{escape(name)} has a context of {context:,} tokens; {spec.title}'s first request "
+            say.print(f"[yellow]{escape(name)} has a context of {context:,} tokens; {spec.title}'s first request "
                       f"needs about {spec.needs():,} (its prompt, ~{spec.first_prompt:,}, and room for the answer). "
                       f"Give the model context_length = {_round_up(spec.needs()):,} or more in models.toml "
                       f"(localchat models show {escape(name)}).[/yellow]")
         for note in setup.notes:
-            out.print(f"[dim]{escape(note)}[/dim]")
+            say.print(f"[dim]{escape(note)}[/dim]")
         setup.write()
         for step in setup.before:  # the client's own set-up (Cline's `auth`), into launch's folder
             done = subprocess.run([program, *step[1:]], env=L.environment(setup), capture_output=True, text=True)
@@ -112,7 +117,7 @@ def _model(registry, wanted: Optional[str], health: Optional[dict], url: str, ap
     if not typer.confirm(f"No chat model is on disk. Download {L.AGENT_MODEL} (about 1 GB) now?", default=True):
         raise typer.Exit(2)
     try:
-        out.print(f"{agent.name}: {agent.file()}", markup=False)
+        say.print(f"{agent.name}: {agent.file()}", markup=False)
     except KeyboardInterrupt:
         raise fail(f"interrupted: pull it again with `localchat models pull {L.AGENT_MODEL}`") from None
     return agent.name

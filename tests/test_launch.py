@@ -39,6 +39,7 @@ STAND_IN = """#!{python}
 import json, os, sys
 with open(os.environ["RECORD"], "a") as f:
     f.write(json.dumps({{"argv": sys.argv, "env": dict(os.environ)}}) + "\\n")
+print("the client's own output")
 sys.exit(int(os.environ.get("EXIT", "0")))
 """
 
@@ -127,7 +128,7 @@ def test_list_shows_every_client_installed_or_how_to_install_it(home: Path, tmp_
 def test_a_client_not_installed_gets_its_install_command_and_exit_2(home: Path, registry_file: Path):
     before = snapshot(home)
     r = run_launch(home, "opencode", "--model", MODEL, "--config", str(registry_file), "--port", str(free_port()))
-    assert r.returncode == 2 and "npm install -g opencode-ai" in r.stdout
+    assert r.returncode == 2 and "npm install -g opencode-ai" in r.stderr
     assert snapshot(home) == before
 
 
@@ -153,6 +154,7 @@ def test_a_running_server_is_used_and_the_users_files_stay_as_they_were(name: st
     before = snapshot(home)
     r = run_launch(home, name, "--model", MODEL, "--port", str(served.port), "--", "-p", "Say hi.", path=bins)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == "the client's own output\n"  # (launch's notes and warnings: stderr)
     *setups, record = records(tmp_path)
     assert record["argv"][0] == str(bins / L.CLIENTS[name].program) and record["argv"][-2:] == ["-p", "Say hi."]
     expected = L.setup(name, L.Target(served.url, MODEL, record_context(served), None),
@@ -183,7 +185,8 @@ def test_without_a_server_one_is_started_for_the_client_and_stopped_after(home: 
     record = records(tmp_path)[-1]
     config = Path(record["argv"][record["argv"].index("--config") + 1])
     assert f"apiBase: http://127.0.0.1:{port}/v1" in config.read_text()
-    assert "starting localchat serve" in r.stdout
+    assert "starting localchat serve" in r.stderr
+    assert r.stdout == "the client's own output\n"  # what launch says goes to stderr
     with pytest.raises(httpx.HTTPError):  # stopped after
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
 
