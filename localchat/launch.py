@@ -5,8 +5,8 @@ or a config file of launch's own that the client is told to read (a flag, or a v
 file or folder, for that process only). The user's own config files are never written: every file
 launch writes lies in its own folder (`launch_dir()/CLIENT`), rewritten at each launch. The
 client's own model names map to the launched model; its auto-updater and its telemetry are off for
-that process. `scripts/acceptance` starts every client through `setup()`, so the tested path is the
-user's.
+that process. `scripts/acceptance` starts every client with `localchat launch`, so the tested path is
+the user's.
 
 What each client's first request needs (FIRST_PROMPT) was measured: the first prompt of its
 recorded session in tests/fixtures/agents/ (scripts/acceptance, Qwen2.5-Coder's tokenizer), read

