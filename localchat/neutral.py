@@ -272,3 +272,4 @@ class GenerationRequest:
     cache_prompt: bool = True  # False: the prompt is neither read from a slot's cache nor left in it
     prompt_logprobs: int | None = None  # k: each prompt token's log-probability and the k most likely
     prediction: str | None = None  # the text the answer is expected to be (OpenAI's Predicted Outputs): drafts read it first
+    cache_key: str | None = None  # the client's name for the conversation (OpenAI's prompt_cache_key): its slot

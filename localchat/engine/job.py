@@ -97,6 +97,12 @@ def vacancy(slot: Slot) -> tuple[bool, float, int]:
     return (not slot.cached, -slot.used_at, -slot.seq_id)
 
 
+def owned(slot: Slot, job: Job) -> bool:
+    """Whether the slot's last request had the job's cache key (prompt_cache_key): where no slot's cache
+    serves more, a conversation goes back to its own slot, not to another conversation's."""
+    return job.request.cache_key is not None and slot.key == job.request.cache_key
+
+
 def reuse(slot: Slot, job: Job) -> int:
     """How much of a prompt a slot would serve from its cache, counted only when that is more
     than half of the prompt (llama-server's slot_prompt_similarity) or keeps at least half of

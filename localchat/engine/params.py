@@ -114,6 +114,9 @@ class Generate:
     fresh_from: int | None = None
     # the tokens the answer is expected to be (OpenAI's Predicted Outputs): the first source of drafts (drafts.py)
     prediction: tuple[int, ...] | None = None
+    # the client's name for the conversation (OpenAI's prompt_cache_key): where no slot's cache serves the prompt
+    # more than another's, it goes to the slot this key last used, not to another conversation's
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True)

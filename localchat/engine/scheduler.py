@@ -27,7 +27,7 @@ import llama_cpp as C
 from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable, QueueFull
 from .decoder import Decoder, open_context, shiftable
 from .draft_model import DraftContext
-from .job import Adapters, Emit, Job, make_sequence, reuse, vacancy
+from .job import Adapters, Emit, Job, make_sequence, owned, reuse, vacancy
 from .media_feed import MediaFeed
 from .model import Model
 from .params import N_BATCH, Draft, Generate, SlotInfo, Started
@@ -246,12 +246,13 @@ class Scheduler:
             if len(free) < job.request.n:
                 break
             self.queue.popleft()
-            lead = max(free, key=lambda s: (reuse(s, job), vacancy(s)))
+            lead = max(free, key=lambda s: (reuse(s, job), owned(s, job), vacancy(s)))
             others = sorted((s for s in free if s is not lead), key=vacancy, reverse=True)[: job.request.n - 1]
             self._tasks += 1
             for s in (lead, *others):
                 s.busy, s.task = True, self._tasks
             job.slots = [lead, *others]
+            lead.key = job.request.cache_key
             admitted.append(job)
         return admitted
 

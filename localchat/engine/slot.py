@@ -41,6 +41,7 @@ class Slot:
     media: list[tuple[int, int, int]] = field(default_factory=list)  # cached media: (start, n_tokens, n_pos)
     pos_delta: int = 0  # positions minus tokens cached (media with M-RoPE take fewer positions than tokens)
     task: int = -1  # the number of the last request it took (GET /slots' id_task); -1: none yet
+    key: str | None = None  # the cache key (prompt_cache_key) of the last request it led
 
     @property
     def next_pos(self) -> int:

@@ -73,7 +73,7 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
                         adapters=resolve_adapters(loaded, request.lora), media=media,
                         cache_prompt=request.cache_prompt, prompt_logprobs=request.prompt_logprobs,
                         fresh_from=fresh_from,
-                        prediction=_prediction(request.prediction, tokenizer))
+                        prediction=_prediction(request.prediction, tokenizer), cache_key=request.cache_key)
     return PreparedGeneration(generate, splitters, explain)
 
 

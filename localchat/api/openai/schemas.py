@@ -107,6 +107,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
     cache_prompt: bool = True  # extension (llama.cpp's): false: the slot's prompt cache is neither read nor kept
     prompt_logprobs: int | None = Field(None, ge=0, le=20)  # extension (vLLM's): the prompt tokens' log-probabilities
     prediction: Prediction | None = None
+    prompt_cache_key: str | None = Field(None, max_length=1024)  # the conversation's slot (see docs/api.md)
 
     def to_request(self, schema: SchemaSource | None = None) -> GenerationRequest:
         """The neutral request. Without max_tokens a choice gets the model's default
@@ -139,6 +140,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
             cache_prompt=self.cache_prompt,
             prompt_logprobs=self.prompt_logprobs,
             prediction=self.prediction.text() if self.prediction is not None else None,
+            cache_key=self.prompt_cache_key,
         )
 
     def _continue_final(self) -> bool | None:

@@ -111,7 +111,7 @@ def to_request(req: ResponsesRequest, history: list[InputItem], settings: Settin
                              sampling=sampling(knobs, logit_bias=req.logit_bias),
                              output=_rules(req, settings, [] if dropped is None else dropped),
                              reasoning=openai_reasoning(req.reasoning.effort if req.reasoning else None),
-                             keep_alive=req.keep_alive)
+                             keep_alive=req.keep_alive, cache_key=req.prompt_cache_key)
 
 
 def _messages(items: list[InputItem], calls: dict[str, str], where: str) -> list[ChatMessage]:

@@ -77,6 +77,7 @@ class ResponsesRequest(SamplingFields):  # type: ignore[misc, valid-type]
     stream: bool = False
     logit_bias: dict[str, float] | None = None  # extension, as in chat completions
     keep_alive: KeepAlive = None  # extension (Ollama's)
+    prompt_cache_key: str | None = Field(None, max_length=1024)  # the conversation's slot (Codex sends its session's id)
 
     def items(self) -> list[InputItem]:
         return [InputItem(role="user", content=self.input)] if isinstance(self.input, str) else list(self.input or [])
