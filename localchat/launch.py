@@ -125,7 +125,9 @@ def opencode(t: Target, folder: Path) -> Setup:
 def qwen(t: Target, folder: Path) -> Setup:
     """Qwen Code: OpenAI's variables and --auth-type openai, and a settings layer of launch's own (timeouts,
     no telemetry or update checks) named by QWEN_CODE_SYSTEM_SETTINGS_PATH, which Qwen Code merges over the
-    user's settings (which it only reads)."""
+    user's settings (which it only reads). Its 15-minute cap on one answer (QWEN_STREAM_MAX_LIFETIME_MS, an
+    environment variable only) is raised to launch's timeout: scripts/acceptance saw it cancel a 17k-token
+    first prompt still being read on a busy 2-core machine."""
     path = folder / "settings.json"
     settings = {"security": {"auth": {"selectedType": "openai"}},
                 "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
@@ -133,7 +135,8 @@ def qwen(t: Target, folder: Path) -> Setup:
                 "model": {"name": t.model, "generationConfig": {"timeout": TIMEOUT_MS, "streamIdleTimeoutMs": 0}}}
     return Setup(["qwen", "--auth-type", "openai"],
                  {"OPENAI_BASE_URL": f"{t.url}/v1", "OPENAI_API_KEY": t.key, "OPENAI_MODEL": t.model,
-                  "QWEN_CODE_SYSTEM_SETTINGS_PATH": str(path), "QWEN_TELEMETRY_ENABLED": "false",
+                  "QWEN_CODE_SYSTEM_SETTINGS_PATH": str(path), "QWEN_STREAM_MAX_LIFETIME_MS": str(TIMEOUT_MS),
+                  "QWEN_TELEMETRY_ENABLED": "false",
                   "QWEN_USAGE_STATISTICS_ENABLED": "false"},
                  {path: json.dumps(settings, indent=2) + "\n"},
                  ["Qwen Code needs Node.js 22 or later"])

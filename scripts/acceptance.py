@@ -525,6 +525,20 @@ CLIENTS: dict[str, Callable[[Run, float], None]] = {
     "aider": aider}
 
 
+def settle(url: str, model: str, seconds: float = 120) -> None:
+    """Wait until no slot is busy: a client killed at its timeout leaves its request running until the
+    server's next step sees it gone (a long prompt chunk), and that log line belongs to its run, not the next."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(url + "/slots", params={"model": model}, timeout=10)
+            if r.status_code != 200 or not any(s.get("is_processing") for s in r.json()):
+                return
+        except (httpx.HTTPError, ValueError):
+            return
+        time.sleep(0.5)
+
+
 def context_length(url: str, model: str) -> int:
     """The model's context as localchat lists it; another server (llama-server, for a side-by-side
     run: --url): its /props' n_ctx, else 32768."""
@@ -577,6 +591,7 @@ def main() -> int:
                     first = case == cases[0] and n == 0
                     CLIENTS[client](run, args.first_timeout if first else args.timeout)
                     seconds = time.monotonic() - begun
+                    settle(server.url, model)
                     ok, seen = judge(run)
                     why = "" if ok else classify(run, server.output()[mark:], recorder.declared(since))
                     matrix.setdefault((client, case), []).append((ok, why))

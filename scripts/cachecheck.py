@@ -56,6 +56,7 @@ import json
 import math
 import random
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -495,6 +496,7 @@ def run(args: argparse.Namespace) -> int:
         return 0 if not mismatches else 1
     finally:
         servers.stop()
+        shutil.rmtree(work, ignore_errors=True)  # (its prompt store: over a GB on the 0.5B)
 
 
 def main() -> int:

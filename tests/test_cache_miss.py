@@ -5,7 +5,9 @@ request held it. Real llama.cpp, a tiny model; the prompts are the client's, the
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +17,8 @@ import httpx
 import pytest
 
 from conftest import Server
-from localchat.engine.prefix_cache import MISS_MIN, PrefixCache
+from localchat.engine.prefix_cache import DIFF_TOKENS, MISS_MIN, PrefixCache
+from localchat.engine.prompt_store import RESTORE_MIN, SAVE_MIN
 
 MODEL = "tiny-chatml"
 SYSTEM = "You are a careful assistant. " * 6
@@ -85,13 +88,84 @@ def test_a_changed_tool_is_named_as_the_tools(server: Server):
     assert reason(line) is not None and ("the tools" in reason(line) or "the template's text" in reason(line)), line
 
 
+def test_a_prompt_whose_slot_went_to_another_is_said_evicted(server: Server):
+    """One slot: a second conversation takes it; the first one's next request is told its slot went
+    (its prompt is under RESTORE_MIN tokens, so it was not saved to the store first)."""
+    first = [{"role": "user", "content": "Name the rivers of Europe and where each rises. " * 2}]
+    send(server, first)
+    send(server, [{"role": "user", "content": "Write a haiku about compilers and their error messages. " * 2}])
+    line = send(server, first)
+    prompt = int(re.search(r"prompt=(\d+)", line)[1])
+    assert MISS_MIN < prompt < RESTORE_MIN, line  # (the case this test is about)
+    assert reason(line) is not None and reason(line).startswith("evicted: the slot that held"), line
+
+
+def test_prompts_saved_for_another_version_of_the_model_file_are_named(tiny_models: dict[str, Path], tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch):
+    model = tmp_path / "model.gguf"
+    shutil.copyfile(tiny_models["chatml"], model)
+    config = tmp_path / "models.toml"
+    config.write_text(f'[models.mine]\npath = "{model}"\ncontext_length = 2048\n')
+    monkeypatch.setenv("LOCALCHAT_PROMPT_CACHE_DIR", str(tmp_path / "prompts"))
+    messages = [{"role": "user", "content": "Say what each of these files holds: " + ", ".join(
+        f"src/module_{i}.py" for i in range(80))}]
+    s = Server(config, "--model", "mine")
+    try:
+        r = httpx.post(s.url + "/v1/chat/completions", timeout=300,
+                       json={"model": "mine", "messages": messages, "max_tokens": 1, "temperature": 0})
+        assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] > SAVE_MIN, r.text
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "prompts").glob("*/*.kv")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert list((tmp_path / "prompts").glob("*/*.kv"))  # saved
+    finally:
+        s.stop()
+    os.utime(model, (time.time() + 60, time.time() + 60))  # the model file changed (re-downloaded, edited)
+    s = Server(config, "--model", "mine")
+    try:
+        r = httpx.post(s.url + "/v1/chat/completions", timeout=300,
+                       json={"model": "mine", "messages": messages, "max_tokens": 1, "temperature": 0})
+        assert r.status_code == 200 and r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        deadline = time.monotonic() + 30
+        while "cache_miss=" not in s.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        line = next(line for line in s.output().splitlines() if "POST /v1/chat/completions" in line)
+        assert "another version of this model file" in (reason(line) or ""), line
+        assert "1 prompts saved for another version of model.gguf are not used" in s.output()
+    finally:
+        s.stop()
+
+
+def test_reasoning_dropped_from_an_earlier_answer_is_named(server: Server):
+    """A client that sends an earlier answer back without its reasoning (opencode#19081): the
+    message, and that the cached prompt had the family's reasoning there."""
+    thought = "<think>\n" + "The user wants the files listed, so I will list them one by one. " * 3 + "</think>\n\n"
+    answer = "a.py holds the code and b.py holds the tests."
+    base = [{"role": "system", "content": SYSTEM}, TASK]
+    send(server, [*base, {"role": "assistant", "content": thought + answer}, {"role": "user", "content": "Sizes?"}])
+    line = send(server, [*base, {"role": "assistant", "content": answer}, {"role": "user", "content": "Sizes?"}])
+    assert (reason(line) or "").endswith("assistant message 1, char 0: reasoning dropped (the cached prompt has "
+                                         "<think>… there)"), line
+
+
 @pytest.mark.fast
 def test_the_verdicts():
     job = SimpleNamespace(cached=10, tokens=list(range(500)))
-    missed = PrefixCache._missed
-    assert missed([], job) is None  # nothing cached (or no cache wanted)
-    assert missed([(400, 450, True)], job) == ("busy", 400, 450)  # a busy slot held 400 of it
-    assert missed([(400, 450, False)], job) == ("unused", 400, 450)
-    assert missed([(10, 10 + MISS_MIN, False)], job) == ("differs", 10, 10 + MISS_MIN)
-    assert missed([(10, 10 + MISS_MIN - 1, False)], job) is None  # the cached sequence held little more
-    assert missed([(10, 600, False)], SimpleNamespace(cached=10, tokens=list(range(10 + MISS_MIN - 1)))) is None
+    theirs = list(range(1000, 1600))
+
+    def missed(*seen):
+        return PrefixCache._missed([(n, held, kind, tuple(theirs[n:n + DIFF_TOKENS])) for n, held, kind in seen], job)
+    assert missed() is None  # nothing cached (or no cache wanted)
+    assert missed((400, 450, "busy")) == ("busy", 400, 450, ())  # a busy slot held 400 of it
+    assert missed((400, 450, "idle")) == ("unused", 400, 450, ())
+    # where they part: the cached sequence's next tokens from there
+    assert missed((10, 10 + MISS_MIN, "idle")) == ("differs", 10, 10 + MISS_MIN, tuple(theirs[10:10 + DIFF_TOKENS]))
+    assert missed((10, 10 + MISS_MIN - 1, "idle")) is None  # the cached sequence held little more
+    job.tokens = list(range(10 + MISS_MIN - 1))
+    assert missed((10, 600, "idle")) is None
+    job.tokens = list(range(500))
+    # gone: a slot given to another prompt, the store's eviction, another version of the model file
+    for kind in ("evicted", "dropped", "stale"):
+        assert missed((10, 600, "idle"), (400, 450, kind)) == (kind, 400, 450, ())
+        assert missed((400, 450, "idle"), (400, 450, kind)) == ("unused", 400, 450, ())  # still held: said so
+        assert missed((10, 10, "idle"), (10 + MISS_MIN - 1, 450, kind)) is None  # little more

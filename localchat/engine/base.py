@@ -95,7 +95,7 @@ class Stream:
         self._ended = False
         self.generated: dict[int, int] = {}
         self.cached = 0  # prompt tokens read from the cache (known once the engine starts the request)
-        self.miss: tuple[str, int, int] | None = None  # why the cache served less than it held (Started.miss)
+        self.miss: tuple[str, int, int, tuple[int, ...]] | None = None  # why the cache served less than it held (Started.miss)
 
         def emit(item: Event | Prepared | Started | BaseException | None) -> None:
             if not loop.is_closed():

@@ -50,7 +50,7 @@ class Job:
         self.pending: list[int] = []  # prompt tokens still to decode (into the lead slot)
         self.cached = 0  # prompt tokens found in the lead slot's cache
         self.prompt: Expanded | None = None  # with media: the prompt expanded by the projector
-        self.miss: tuple[str, int, int] | None = None  # why the cache served less than it held (prefix_cache.py)
+        self.miss: tuple[str, int, int, tuple[int, ...]] | None = None  # why the cache served less than it held (prefix_cache.py)
         self.tokens = request.tokens  # the prompt, with media placeholders once expanded
         self.n_prompt = len(request.tokens)
         self.prompt_logprobs: list = []  # TokenLogprob of prompt tokens 1…, when the request asks for them

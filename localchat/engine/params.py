@@ -276,9 +276,10 @@ class Started:
     cached: int = 0  # prompt tokens the slot already held (the access log's figure for a request cancelled before its end)
     # why the cache served MISS_MIN or more tokens less than a cached sequence held (prefix_cache.py's `_missed`):
     # (kind, a token count n, the sequence's length): "busy" / "unused": a slot busy with another request, or an
-    # idle slot or a saved prompt not used, holds n tokens of the prompt; "differs": the closest cached sequence
-    # and the prompt part at token n
-    miss: tuple[str, int, int] | None = None
+    # idle slot or a saved prompt not used, holds n tokens of the prompt; "evicted" / "dropped" / "stale": one that
+    # did is gone (a slot given to another prompt, the store's eviction, another version of the model file's);
+    # "differs": the closest cached sequence and the prompt part at token n (then: its next tokens from there)
+    miss: tuple[str, int, int, tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True)

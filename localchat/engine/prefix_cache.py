@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 import llama_cpp as C
+import numpy as np
 
 from ..errors import EngineError, InvalidRequest, SlotBusy
 from . import kv_state
 from .job import Job, Jump, common_prefix, reuse, shifted_matches, shifts
-from .prompt_store import RESTORE_MIN, SAVE_MIN, SPARE_MIN, PromptStore, copy_state, put_state
+from .prompt_store import REMEMBERED, RESTORE_MIN, SAVE_MIN, SPARE_MIN, PromptStore, common, copy_state, put_state
 from .slot import Slot
 
 _log = logging.getLogger("localchat.engine")
 MISS_MIN = 64  # cached tokens a prompt must miss for the access log to say why (prefix_cache.missed)
+DIFF_TOKENS = 16  # of the closest cached prompt where the prompt parts from it, for the log's reason
 
 
 class PrefixCache:
@@ -33,6 +36,7 @@ class PrefixCache:
         draft model). decode_one(seq, pos): one token at pos, no logits (the scheduler's batch)."""
         self.ctx, self.mem, self.slots, self.n_ctx = ctx, C.llama_get_memory(ctx), slots, n_ctx
         self.store, self.shiftable, self.decode_one = store, shiftable, decode_one
+        self.evicted: deque[np.ndarray] = deque(maxlen=REMEMBERED)  # slots' prompts lately given to other prompts
 
     def place(self, job: Job) -> None:
         """How much of the job's prompt its lead slot serves (job.cached; job.pending: what is left
@@ -40,8 +44,13 @@ class PrefixCache:
         the store when it serves more, or a shifted reuse; the slot's other cells go. job.miss: why
         it was served less than a cached sequence held, if it was (`_missed`)."""
         seen = self._seen(job)
+        before = [list(s.cached) for s in job.slots]
         self._place(job)
         job.miss = self._missed(seen, job)
+        for i, (slot, old) in enumerate(zip(job.slots, before)):  # what this request takes from its slots
+            kept = common_prefix(old, slot.cached) if i == 0 else 0  # (n > 1: the others get the lead's prompt)
+            if len(old) - kept >= MISS_MIN:
+                self.evicted.append(np.asarray(old, dtype=np.int32))
 
     def _place(self, job: Job) -> None:
         req, lead = job.request, job.slots[0]
@@ -61,37 +70,51 @@ class PrefixCache:
             n = lead.keep(0)
         job.cached, job.pending = n, list(job.tokens[n:])
 
-    def _seen(self, job: Job) -> list[tuple[int, int, bool]]:
-        """Before the job takes its slots: each cached sequence's (tokens it shares with the prompt,
-        its length, whether a slot busy with another request holds it), the slots' and the best
-        saved prompt's; none for a request that wants no cache, or another adapters' cache."""
+    def _seen(self, job: Job) -> list[tuple[int, int, str, tuple[int, ...]]]:
+        """Before the job takes its slots: each cached sequence's (tokens it shares with the prompt, its
+        length, what it is, its DIFF_TOKENS tokens after those it shares): the slots' ("busy" with another request, or "idle") and the best saved
+        prompt's ("idle"); and those the prompt could have been served from lately: a slot's prompt
+        given to another ("evicted"), a saved one the store evicted ("dropped"), one saved for another
+        version of the model file ("stale"). None for a request that wants no cache, or another
+        adapters' cache."""
         req, tokens = job.request, job.tokens
         if not req.cache_prompt or req.prompt_logprobs is not None or req.adapters or job.prompt is not None:
             return []
-        seen = [(common_prefix(s.cached, tokens), len(s.cached), s.busy and s not in job.slots)
-                for s in self.slots if s.cached]
+        seen = [(n, len(s.cached), "busy" if s.busy and s not in job.slots else "idle", _after(s.cached, n))
+                for s in self.slots if s.cached for n in [common_prefix(s.cached, tokens)]]
         hit = self.store.best(tokens, self.n_ctx) if self.store is not None else None
         if hit is not None:
-            seen.append((hit[1], len(hit[0].tokens), False))
+            seen.append((hit[1], len(hit[0].tokens), "idle", _after(hit[0].tokens, hit[1])))
+        gone = [("evicted", self.evicted)]
+        if self.store is not None:
+            gone += [("dropped", self.store.evicted), ("stale", self.store.stale)]
+        want = np.asarray(tokens, dtype=np.int32)
+        seen += [(common(old, want), len(old), kind, ()) for kind, olds in gone for old in olds]
         return seen
 
     @staticmethod
-    def _missed(seen: list[tuple[int, int, bool]], job: Job) -> tuple[str, int, int] | None:
-        """Why the prompt was served MISS_MIN or more tokens less than a cached sequence could, for
-        the access log: ("busy", n, held) when a slot busy with another request holds n tokens of
-        it, ("unused", n, held) when an idle slot or a saved prompt did and was not used (a saved
-        prompt is restored only for RESTORE_MIN tokens more); else ("differs", n, held) when the
-        closest cached sequence and the prompt part at token n, both going on for MISS_MIN tokens or
-        more (a system message changed, reasoning dropped from an earlier answer, another
-        conversation); None otherwise (a turn that only adds to what is cached)."""
+    def _missed(seen: list[tuple[int, int, str, tuple[int, ...]]], job: Job) -> tuple[str, int, int, tuple[int, ...]] | None:
+        """Why the prompt was served MISS_MIN or more tokens less than a cached sequence could, or one
+        held lately, for the access log: (kind, n, held) where a sequence of `held` tokens holds n of
+        the prompt: "busy" when a slot busy with another request holds it, "unused" when an idle slot
+        or a saved prompt did and was not used (a saved prompt is restored only for RESTORE_MIN tokens
+        more), "evicted" / "dropped" / "stale" (see _seen) when it is gone; else ("differs", n, held)
+        when the closest cached sequence and the prompt part at token n, both going on for MISS_MIN
+        tokens or more (a system message changed, reasoning dropped from an earlier answer, another
+        conversation), with the cached sequence's next DIFF_TOKENS tokens from there (what the prompt
+        lacks, as reasoning dropped); None otherwise (a turn that only adds to what is cached)."""
         if not seen:
             return None
-        n, held, busy = max(seen)
+        live = ("busy", "idle")
+        n, held, kind, _ = max(seen, key=lambda s: (s[0], s[2] in live))  # (a cache still held first, at a tie)
         if n - job.cached >= MISS_MIN:
-            return ("busy" if busy else "unused", n, held)
-        n, held, _ = max(seen)
+            return ("unused" if kind == "idle" else kind, n, held, ())
+        cached = [s for s in seen if s[2] in live]
+        if not cached:
+            return None
+        n, held, _, theirs = max(cached, key=lambda s: s[:2])
         if held - n >= MISS_MIN and len(job.tokens) - n >= MISS_MIN:
-            return ("differs", n, held)
+            return ("differs", n, held, theirs)
         return None
 
     def _spare(self, job: Job) -> None:
@@ -249,3 +272,8 @@ class PrefixCache:
         C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
         slot.keep(0)
         return n
+
+
+def _after(tokens: Sequence[int], n: int) -> tuple[int, ...]:
+    """A cached sequence's DIFF_TOKENS tokens from where a prompt parts from it (what the prompt lacks there)."""
+    return tuple(int(t) for t in tokens[n:n + DIFF_TOKENS])

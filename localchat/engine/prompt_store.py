@@ -38,6 +38,7 @@ import queue
 import threading
 import time
 import zlib
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,8 @@ RESTORE_MIN = 256  # tokens an entry must serve beyond the slot's own cache to b
 # are read again in one small batch.
 SPARE_MIN = 64
 PENDING = 2  # states copied out and waiting for the writer; past it a save is skipped
+REMEMBERED = 8  # prompts evicted lately whose tokens are kept, so a miss they would have served says so
+STALE_MAX = 64  # another version of the model file's saved prompts indexed (their tokens), for the same reason
 
 
 @dataclass
@@ -192,6 +195,8 @@ class PromptStore:
         self.folder = folder / self.key
         self.limit = limit_bytes
         self.entries: list[Entry] = []
+        self.evicted: deque[np.ndarray] = deque(maxlen=REMEMBERED)  # the tokens of entries evicted lately
+        self.stale: list[np.ndarray] = []  # tokens of prompts saved for another version of this model file
         self._lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue(PENDING)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -205,8 +210,43 @@ class PromptStore:
                 elif entry is not None:
                     _log.warning("prompt cache: skipped and removed %s: %s", path.name, entry)
                     path.unlink(missing_ok=True)
+        self._stale(model_path)
         self._writer = threading.Thread(target=self._write_loop, name="localchat-prompt-store", daemon=True)
         self._writer.start()
+
+    def _stale(self, model_path: Path) -> None:
+        """Write the folder's model file (model.json: its path), and index the prompts saved for another
+        version of the same file (replaced, re-downloaded, edited): never restored, they go as room is
+        needed; a prompt they would have served says so in the access log, and their count is said once."""
+        me = str(model_path.resolve())
+        self._named = json.dumps({"path": me}) + "\n"
+        self._name_folder()
+        found = []
+        for other in self.folder.parent.iterdir():
+            try:
+                if other == self.folder or json.loads((other / "model.json").read_text()).get("path") != me:
+                    continue
+            except (OSError, ValueError, AttributeError):
+                continue
+            found += sorted(other.glob("*.kv"), key=lambda p: p.stat().st_mtime if p.exists() else 0)[-STALE_MAX:]
+        for path in found[-STALE_MAX:]:
+            try:
+                with open(path, "rb") as f:
+                    f.readline()  # MAGIC
+                    header = json.loads(f.readline())
+                    self.stale.append(np.frombuffer(f.read(4 * int(header["tokens"])), dtype=np.int32))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        if found:
+            _log.info("prompt cache: %d prompts saved for another version of %s are not used (they go as room is "
+                      "needed)", len(found), model_path.name)
+
+    def _name_folder(self) -> None:
+        try:
+            if not (self.folder / "model.json").exists():
+                (self.folder / "model.json").write_text(self._named)
+        except OSError:
+            pass
 
     # -- finding and restoring (the scheduler's thread) --------------------------------------
 
@@ -320,12 +360,16 @@ class PromptStore:
             e.path.unlink(missing_ok=True)
         for what in evict:
             (what.path if isinstance(what, Entry) else what).unlink(missing_ok=True)
-            if isinstance(what, Path) and what.parent != self.folder:
+            if isinstance(what, Entry):
+                self.evicted.append(what.tokens)
+            if isinstance(what, Path) and what.parent != self.folder and not any(what.parent.glob("*.kv")):
+                (what.parent / "model.json").unlink(missing_ok=True)
                 try:
                     what.parent.rmdir()  # the last of another model's prompts: its folder too
                 except OSError:
                     pass
         self.folder.mkdir(parents=True, exist_ok=True)  # (another model's store removes folders it empties)
+        self._name_folder()
         write_file(path, self.key, tokens, state, header)
         entry = Entry(path, tokens, path.stat().st_size, time.time())
         with self._lock:

@@ -29,7 +29,7 @@ class PreparedGeneration:
     generate: Generate
     splitters: list[Splitter]
     # where a prompt token is, in words (the access log's reason for a cache miss); None: a raw prompt, or media
-    explain: Callable[[int], str] | None = None
+    explain: Callable[[int, tuple[int, ...]], str] | None = None
 
 
 def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings | None = None) -> PreparedGeneration:
@@ -55,7 +55,7 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
             tokens, media = place_media(tokenizer, prompt.segments, media)
         else:
             tokens = tokenizer.tokenize(list(prompt.segments))
-            explain = _explainer(prompt, tokenizer)
+            explain = _explainer(prompt, tokenizer, family.reasoning)
             # the segments are tokenized one by one, so the last message's first token is found exactly
             if prompt.last_turn is not None and prompt.last_turn < len(prompt.segments):
                 fresh_from = len(tokenizer.tokenize(list(prompt.segments[:prompt.last_turn])))
@@ -119,16 +119,23 @@ def _media(messages: tuple[ChatMessage, ...], settings: Settings,
     return tuple(out), tuple(media)
 
 
-def _explainer(prompt: Prompt, tokenizer: Tokenizer) -> Callable[[int], str]:
-    """Where token `at` of the prompt is, in words (Prompt.where): the prompt's segments are
-    tokenized one by one, as `prepare` tokenizes them (only when asked: on a cache miss)."""
-    def explain(at: int) -> str:
+def _explainer(prompt: Prompt, tokenizer: Tokenizer,
+               reasoning: tuple[str, str] | None) -> Callable[[int, tuple[int, ...]], str]:
+    """Where token `at` of the prompt is, in words (Prompt.where), and, when the cached prompt it parts
+    from (`theirs`: its tokens from there) has the family's reasoning there and this one not, that an
+    earlier answer's reasoning was dropped: the prompt's segments are tokenized one by one, as
+    `prepare` tokenizes them (only when asked: on a cache miss)."""
+    def explain(at: int, theirs: tuple[int, ...] = ()) -> str:
         n = len(tokenizer.tokenize([]))  # (a BOS token, if the model adds one)
         for i, (text, plain) in enumerate(prompt.segments):
             tokens = tokenizer.tokenize_bytes(text.encode("utf-8", "replace"), parse_special=not plain)
             if n + len(tokens) > at:
                 chars = len(b"".join(tokenizer.piece(t) for t in tokens[:at - n]).decode("utf-8", "ignore"))
-                return prompt.where(i, chars)
+                where = prompt.where(i, chars)
+                cached = b"".join(tokenizer.piece(t) for t in theirs).decode("utf-8", "ignore").lstrip()
+                if reasoning and cached.startswith(reasoning[0]) and not text[chars:].lstrip().startswith(reasoning[0]):
+                    return f"{where}: reasoning dropped (the cached prompt has {reasoning[0]}… there)"
+                return where
             n += len(tokens)
         return "the end of the prompt"
     return explain

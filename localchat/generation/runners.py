@@ -46,7 +46,7 @@ class Started:
     readers: Sequence[Reader]
     loosened: tuple[str, ...] = ()  # schema keywords neither the grammar nor a check holds
     checked: tuple[str, ...] = ()  # schema keywords the grammar holds in part and a check of written values holds
-    explain: Callable[[int], str] | None = None  # where a prompt token is, in words (prepare.py)
+    explain: Callable[[int, tuple[int, ...]], str] | None = None  # where a prompt token is, in words (prepare.py)
 
 
 class Tokens:

@@ -51,7 +51,7 @@ class Turn:
     unchecked: tuple[str, ...] = ()  # of the checked, those the checking gave up on (known once the answer ends)
     _record: RequestRecord | None = None
     _running: set[int] = field(default_factory=set)  # the choices whose Finish has not been given yet
-    _explain: Callable[[int], str] | None = None  # where a prompt token is, in words (prepare.py)
+    _explain: Callable[[int, tuple[int, ...]], str] | None = None  # where a prompt token is, in words (prepare.py)
     _closed: bool = False
 
     async def events(self) -> AsyncIterator[tuple[int, Piece | Logprobs | PromptLogprobs | Finish]]:
@@ -99,13 +99,22 @@ class Turn:
         finally:
             self.close()
 
-    async def _missed(self, kind: str, n: int, held: int) -> str:
+    async def _missed(self, kind: str, n: int, held: int, theirs: tuple[int, ...]) -> str:
         """Why the cache served less than it held, for the access log (prefix_cache.py's `_missed`)."""
         if kind == "busy":
             return f"a slot busy with another request holds {n:,} tokens of this prompt"
         if kind == "unused":
             return f"a cached prompt of {held:,} tokens holds {n:,} of this one and was not used"
-        where = await asyncio.to_thread(self._explain, n) if self._explain else f"token {n:,}"
+        if kind == "evicted":
+            return (f"evicted: the slot that held {n:,} tokens of this prompt was given to another prompt "
+                    "(the least recently used slot goes)")
+        if kind == "dropped":
+            return (f"evicted: a saved prompt that held {n:,} tokens of this one was removed from the prompt store "
+                    "(the least recently used go first, within prompt_cache_bytes)")
+        if kind == "stale":
+            return (f"a prompt saved for another version of this model file holds {n:,} tokens of this one "
+                    "(the file changed since: its saved prompts are not used)")
+        where = await asyncio.to_thread(self._explain, n, theirs) if self._explain else f"token {n:,}"
         return f"differs from a cached prompt of {held:,} tokens at token {n:,}: {where}"
 
     def close(self) -> None:
