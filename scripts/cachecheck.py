@@ -39,7 +39,10 @@ its own shape.
 A reused block that was *moved* (a renamed folder, a moved block, a changed line: the cells after the span kept at their new
 positions) saw the old span, as llama-server's `--cache-reuse` cells do: those answers, and later
 ones reusing those cells ("after a move"), are an approximation by design, held to
-MOVED_TOLERANCE and printed apart. The server's log says which path served a request.
+MOVED_TOLERANCE and printed apart. The server's log says which path served a request. Every
+request asks for moved blocks at any prompt long enough to hold one (`cache_reuse` = SHIFT_MIN, 256
+tokens): at the default, 1024, the 0.5B's sessions under `--tokens 1000` never moved a cell (26
+sequences, 24 renames and moves: none took the path).
 
 Prints each mismatch with the sequence that led to it (every step: the operation, the prompt's
 tokens, the cached tokens, the path), one line per path (answers, largest difference, partings
@@ -71,7 +74,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from conftest import Server  # noqa: E402  (the tests' server launcher)
 
-from localchat.engine.job import TILE_ROWS  # noqa: E402
+from localchat.engine.job import SHIFT_MIN, TILE_ROWS  # noqa: E402
 from localchat.models import shipped_config  # noqa: E402
 
 TOLERANCE = 0.01  # |Δ probability| allowed where the cells are the cold read's, read in other batches
@@ -311,6 +314,7 @@ def tiny_registry(work: Path) -> str:
 def full(body: dict) -> dict:
     return {"model": None, "temperature": 0, "max_tokens": K, "ignore_eos": True, "logprobs": True,
             "return_tokens_as_token_ids": True, "ngram_draft": 0,  # (see above)
+            "cache_reuse": SHIFT_MIN,  # (see above)
             "top_logprobs": TOP, **body}
 
 
