@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 
@@ -74,6 +75,9 @@ def test_a_step_that_raises_ends_its_requests_with_an_error_and_the_next_is_serv
     monkeypatch.setattr(Decoder, "decode", once)
     ids, done, error = ask(engine)
     assert raised and isinstance(error, EngineError) and "a bug in the step" in error.message and done is None
+    deadline = time.monotonic() + 10  # (the error reaches the client first; the slots are freed right after it)
+    while any(s.busy for s in engine.scheduler.slots) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert all(not s.busy for s in engine.scheduler.slots)
     for _ in range(3):  # both slots free again, the engine's thread alive
         ids, done, error = ask(engine)
