@@ -36,7 +36,7 @@ the cells such a rest wrote ("after a short rest": on the 0.5B, 0.026 at an answ
 seed 44 sequence 7, where its prompt's last cell had been read alone by a retry). Both servers draft nothing (`ngram_draft: 0`): how
 long a draft is depends on what a step costs on each server, and a verified draft is a batch of
 its own shape.
-A reused block that was *moved* (a renamed folder, a moved block, a changed line: the cells after the span kept at their new
+A reused block that was *moved* (a renamed folder, a moved block: the cells after the span kept at their new
 positions) saw the old span, as llama-server's `--cache-reuse` cells do: those answers, and later
 ones reusing those cells ("after a move"), are an approximation by design, held to
 MOVED_TOLERANCE and printed apart. The server's log says which path served a request. Every

@@ -121,6 +121,8 @@ def reuse(slot: Slot, job: Job) -> int:
 SHIFT_SPAN = 512  # tokens that may differ between a cached prompt and a new one (each side) for a shifted reuse
 SHIFT_KEY = 16  # tokens that must match right after the span for it to be found
 SHIFT_MIN = 256  # cached tokens after the span worth moving rather than reading again
+SHIFT_EDIT = 16  # tokens a span may hold on each side for the cells after it to move: a path, a date, a name
+SHIFT_EDGE = 2  # tokens at each end of a moved block that may be tokenized otherwise at its new place
 
 
 @dataclass
@@ -149,7 +151,8 @@ def shifted_match(cached: list[int], tokens: list[int], c: int, t: int,
     """Where the cached tokens from c on meet the new ones from t on again: (where in `cached`,
     the new span's length, how many tokens match from there) for the first meeting within
     SHIFT_SPAN tokens on each side that serves SHIFT_MIN tokens (never the prompt's last token:
-    it is read for the logits). A stretch starts before `fresh_from`, where the turn being
+    it is read for the logits) after a span of at most SHIFT_EDIT tokens on each side, or one
+    side of a moved block (moved_block). A stretch starts before `fresh_from`, where the turn being
     answered (the last message) begins, and may run on into it up to its first difference: from
     a difference inside that message on, everything is read. Moved cells saw the old span, and
     cells after the old message's own text would answer the new one as the old was — aider's
@@ -167,9 +170,29 @@ def shifted_match(cached: list[int], tokens: list[int], c: int, t: int,
         if j is None or (j == c and d == 0):
             continue
         length = min(common_prefix(cached[j:], tokens[t + d:]), last - (t + d))
-        if length >= SHIFT_MIN:
-            return j, d, length
+        if length >= SHIFT_MIN:  # (the first meeting is the span's end: a later one is the same stretch)
+            return (j, d, length) if max(j - c, d) <= SHIFT_EDIT or moved_block(cached, tokens, c, j, t, d) else None
     return None
+
+
+def moved_block(cached: list[int], tokens: list[int], c: int, j: int, t: int, d: int) -> bool:
+    """Whether a long span is one side of a block moved (the cells after it saw the same text, at
+    another place): the cached tokens c…j-1 left out here and held elsewhere in the new prompt, or
+    the new tokens t…t+d-1 put in here and held elsewhere in the cached one. Any other long span is
+    text the cells after it never saw, or saw and the prompt no longer holds (a line of the system
+    message replaced: on the 0.5B, moved cells then moved an answer's first token by 0.46–0.53,
+    scripts/cachecheck seed 44 sequence 2): those cells are read again."""
+    if j > c and d == 0:
+        return _within(cached[c + SHIFT_EDGE:j - SHIFT_EDGE], tokens)
+    if j == c and d > 0:
+        return _within(tokens[t + SHIFT_EDGE:t + d - SHIFT_EDGE], cached)
+    return False
+
+
+def _within(part: list[int], whole: list[int]) -> bool:
+    if len(part) < SHIFT_KEY:
+        return False
+    return f",{','.join(map(str, part))}," in f",{','.join(map(str, whole))},"
 
 
 def shifted_matches(cached: list[int], tokens: list[int], n: int,
