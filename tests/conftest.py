@@ -29,6 +29,8 @@ from tinymodels import write_tiny_lora, write_tiny_mmproj, write_tiny_model
 if TYPE_CHECKING:  # imported where used: the scripts that import this file start faster without it
     import openai
 
+    from localchat.engine import LocalEngine
+
 # A test run started in the background by a non-interactive shell inherits SIGINT ignored (POSIX
 # does that to background jobs), and so would every process it starts: the Ctrl-C tests (the
 # REPL, `localchat pull`) would press keys no one hears. The children get the default back.
@@ -63,6 +65,20 @@ os.environ["LOCALCHAT_PROMPT_CACHE_DIR"] = str(_HOME / "prompts")
 # Gone when the tests (or a script using this launcher: acceptance, bench) end: its saved prompts are
 # a shipped model's K/V cells, hundreds of MB each, and /tmp is not emptied between runs.
 atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+
+
+def tiny_engine(tmp_path_factory: pytest.TempPathFactory, n_ctx: int = 1024, costs: bool = False,
+                **options) -> Iterator[LocalEngine]:
+    """A real engine on a tiny ChatML model of its own, for a test module's `engine` fixture
+    (`yield from tiny_engine(...)`); costs: its step costs kept in a file of its own, not the user's."""
+    from localchat.engine import LocalEngine
+
+    path = write_tiny_model(tmp_path_factory.mktemp("engine") / "m.gguf", FAMILIES["chatml"], n_ctx=n_ctx)
+    if costs:
+        options["step_costs"] = str(tmp_path_factory.mktemp("costs") / "c.json")
+    engine = LocalEngine(path, n_ctx=n_ctx, **options)
+    yield engine
+    engine.close()
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -16,7 +17,7 @@ from localchat.families import FAMILIES, render_prompt
 from localchat.grammars import validate
 from localchat.grammars.schema import schema_to_gbnf
 from localchat.models import Settings
-from tinymodels import write_tiny_model
+from conftest import tiny_engine
 
 
 @pytest.mark.fast
@@ -102,11 +103,8 @@ def test_a_prediction_is_the_first_source():
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory) -> LocalEngine:
-    path = write_tiny_model(tmp_path_factory.mktemp("drafts") / "m.gguf", FAMILIES["chatml"], n_ctx=1024)
-    engine = LocalEngine(path, n_ctx=1024, parallel=2)
-    yield engine
-    engine.close()
+def engine(tmp_path_factory) -> Iterator[LocalEngine]:
+    yield from tiny_engine(tmp_path_factory, parallel=2)
 
 
 TIE = 1e-3  # two runs' log-probabilities of a token differ by less, relative to their size (float sums vary with the batch)

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
@@ -21,7 +22,7 @@ from localchat.grammars import schema_to_gbnf, validate
 from localchat.grammars.schema import convert
 from localchat.grammars.numbers import integer_range
 from localchat.grammars.regex import pattern_to_gbnf
-from tinymodels import write_tiny_model
+from conftest import tiny_engine
 
 VALID = 10  # the first ten are ordinary grammars both must accept
 GRAMMARS = [
@@ -107,11 +108,8 @@ SCHEMAS = [
 
 
 @pytest.fixture(scope="module")
-def fuzz_engine(tmp_path_factory) -> Engine:
-    path = write_tiny_model(tmp_path_factory.mktemp("fuzz") / "m.gguf", FAMILIES["chatml"], n_ctx=1024)
-    engine = LocalEngine(path, n_ctx=1024)
-    yield engine
-    engine.close()
+def fuzz_engine(tmp_path_factory) -> Iterator[LocalEngine]:
+    yield from tiny_engine(tmp_path_factory)
 
 
 def closed(schema, part: bool = False):
@@ -131,7 +129,7 @@ def closed(schema, part: bool = False):
 
 
 @pytest.mark.parametrize("index", range(len(SCHEMAS)))
-def test_random_model_under_a_schema_grammar_only_writes_valid_json(fuzz_engine: Engine, index: int):
+def test_random_model_under_a_schema_grammar_only_writes_valid_json(fuzz_engine: LocalEngine, index: int):
     """The grammar, and the checking of written values where the converter says the grammar
     holds a keyword only in part (as the server builds them): every finished answer is valid."""
     schema = closed(SCHEMAS[index])

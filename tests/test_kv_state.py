@@ -25,6 +25,7 @@ from localchat.engine.model import Model
 from localchat.engine.prompt_store import copy_state, put_state
 from localchat.families import FAMILIES
 from test_prompt_reuse import prompts, run
+from conftest import tiny_engine
 from tinymodels import write_tiny_model
 
 UNKNOWN = "layout this version does not know"
@@ -194,11 +195,7 @@ def test_an_unknown_layout_is_said_once(monkeypatch: pytest.MonkeyPatch, caplog:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEngine]:
-    path = write_tiny_model(tmp_path_factory.mktemp("unknown") / "m.gguf", FAMILIES["chatml"], n_ctx=2048)
-    engine = LocalEngine(path, n_ctx=2048, parallel=1, n_threads=1,
-                         step_costs=str(tmp_path_factory.mktemp("costs") / "c.json"))
-    yield engine
-    engine.close()
+    yield from tiny_engine(tmp_path_factory, n_ctx=2048, costs=True, parallel=1, n_threads=1)
 
 
 def test_a_save_of_a_layout_not_known_is_read_instead_and_said_once(engine: LocalEngine,

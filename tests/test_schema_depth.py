@@ -8,6 +8,7 @@ import asyncio
 import copy
 import json
 import re
+from collections.abc import Iterator
 
 import jsonschema
 import openai
@@ -19,7 +20,8 @@ from localchat.grammars import validate
 from localchat.grammars.gbnf import MAX_BYTES
 from localchat.grammars.metaschema import schema_problem
 from localchat.grammars.schema import convert
-from tinymodels import vocabulary, write_tiny_model
+from conftest import tiny_engine
+from tinymodels import vocabulary
 
 CTX = 8192
 CHAIN = {"$defs": {**{f"d{i}": {"type": "object", "properties": {"n": {"$ref": f"#/$defs/d{i + 1}"}},
@@ -32,11 +34,8 @@ TREE = {"type": "object", "properties": {"v": {"type": "integer", "minimum": 0, 
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory) -> Engine:
-    path = write_tiny_model(tmp_path_factory.mktemp("deep") / "m.gguf", FAMILIES["chatml"], n_ctx=CTX)
-    engine = LocalEngine(path, n_ctx=CTX)
-    yield engine
-    engine.close()
+def engine(tmp_path_factory) -> Iterator[LocalEngine]:
+    yield from tiny_engine(tmp_path_factory, n_ctx=CTX)
 
 
 def _no_blanks() -> dict[int, float]:
@@ -45,7 +44,7 @@ def _no_blanks() -> dict[int, float]:
     return {tokens.index(t): -100.0 for t in ("▁", "<0x20>", "<0x0A>", "<0x09>")}
 
 
-def _generate(engine: Engine, grammar: str, seed: int, max_tokens: int) -> tuple[str, str]:
+def _generate(engine: LocalEngine, grammar: str, seed: int, max_tokens: int) -> tuple[str, str]:
     prompt = engine.tokenizer.tokenize(render_prompt(FAMILIES["chatml"].template, [{"role": "user", "content": "go"}]).segments)
     params = SamplingParams(max_tokens=max_tokens, seed=seed, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
                             logit_bias=_no_blanks())
@@ -62,7 +61,7 @@ def _generate(engine: Engine, grammar: str, seed: int, max_tokens: int) -> tuple
     return asyncio.run(run())
 
 
-def test_a_200_long_ref_chain_converts_and_generates_valid_json(engine: Engine):
+def test_a_200_long_ref_chain_converts_and_generates_valid_json(engine: LocalEngine):
     assert schema_problem(CHAIN) is None  # 4 levels of JSON: well within max_schema_depth
     converter = convert(CHAIN)
     grammar = converter.grammar(converter.root_rule)
@@ -75,7 +74,7 @@ def test_a_200_long_ref_chain_converts_and_generates_valid_json(engine: Engine):
     assert text.count('{"n":') == 199  # the grammar forces the whole chain
 
 
-def test_a_recursive_tree_is_a_recursive_rule_and_generates_valid_json(engine: Engine):
+def test_a_recursive_tree_is_a_recursive_rule_and_generates_valid_json(engine: LocalEngine):
     converter = convert(TREE)
     grammar = converter.grammar(converter.root_rule)
     validate(grammar)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -16,15 +17,12 @@ from localchat.engine.decoder import Decoder
 from localchat.engine.drafts import TextDrafter
 from localchat.errors import EngineError
 from localchat.families import FAMILIES, render_prompt
-from tinymodels import write_tiny_model
+from conftest import tiny_engine
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory) -> LocalEngine:
-    path = write_tiny_model(tmp_path_factory.mktemp("failures") / "m.gguf", FAMILIES["chatml"], n_ctx=1024)
-    engine = LocalEngine(path, n_ctx=1024, parallel=2)
-    yield engine
-    engine.close()
+def engine(tmp_path_factory) -> Iterator[LocalEngine]:
+    yield from tiny_engine(tmp_path_factory, parallel=2)
 
 
 def ask(engine: LocalEngine, draft: int = 0) -> tuple[list[int], Done | None, BaseException | None]:

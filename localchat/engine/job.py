@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from difflib import SequenceMatcher
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -121,7 +122,8 @@ def reuse(slot: Slot, job: Job) -> int:
 SHIFT_SPAN = 512  # tokens that may differ between a cached prompt and a new one (each side) for a shifted reuse
 SHIFT_KEY = 16  # tokens that must match right after the span for it to be found
 SHIFT_MIN = 256  # cached tokens after the span worth moving rather than reading again
-SHIFT_EDIT = 16  # tokens a span may hold on each side for the cells after it to move: a path, a date, a name
+SHIFT_EDIT = 16  # tokens an edit may hold on each side for the cells after it to move: a path, a date, a name
+SHIFT_SAME = 4  # tokens two spans must share in a stretch for it to part two edits (small_edits)
 SHIFT_EDGE = 2  # tokens at each end of a moved block that may be tokenized otherwise at its new place
 
 
@@ -151,7 +153,7 @@ def shifted_match(cached: list[int], tokens: list[int], c: int, t: int,
     """Where the cached tokens from c on meet the new ones from t on again: (where in `cached`,
     the new span's length, how many tokens match from there) for the first meeting within
     SHIFT_SPAN tokens on each side that serves SHIFT_MIN tokens (never the prompt's last token:
-    it is read for the logits) after a span of at most SHIFT_EDIT tokens on each side, or one
+    it is read for the logits) after a span of small edits (small_edits: a path, a date), or one
     side of a moved block (moved_block). A stretch starts before `fresh_from`, where the turn being
     answered (the last message) begins, and may run on into it up to its first difference: from
     a difference inside that message on, everything is read. Moved cells saw the old span, and
@@ -171,8 +173,25 @@ def shifted_match(cached: list[int], tokens: list[int], c: int, t: int,
             continue
         length = min(common_prefix(cached[j:], tokens[t + d:]), last - (t + d))
         if length >= SHIFT_MIN:  # (the first meeting is the span's end: a later one is the same stretch)
-            return (j, d, length) if max(j - c, d) <= SHIFT_EDIT or moved_block(cached, tokens, c, j, t, d) else None
+            old, new = cached[c:j], tokens[t:t + d]
+            return (j, d, length) if small_edits(old, new) or moved_block(cached, tokens, c, j, t, d) else None
     return None
+
+
+def small_edits(old: list[int], new: list[int]) -> bool:
+    """Whether a span differs from the cached one only in short edits (each at most SHIFT_EDIT
+    tokens on each side) between stretches of SHIFT_SAME tokens or more that both hold: a folder
+    renamed in every line of a file list, a date. Two unlike lines (a rule of the system message
+    replaced) share no such stretches, or only a few far apart."""
+    if max(len(old), len(new)) <= SHIFT_EDIT:
+        return True
+    a = b = 0
+    for block in SequenceMatcher(None, old, new, autojunk=False).get_matching_blocks():
+        if block.size >= SHIFT_SAME or block.size == 0:  # (the last block, of size 0, is where both end)
+            if block.a - a > SHIFT_EDIT or block.b - b > SHIFT_EDIT:
+                return False
+            a, b = block.a + block.size, block.b + block.size
+    return True
 
 
 def moved_block(cached: list[int], tokens: list[int], c: int, j: int, t: int, d: int) -> bool:
