@@ -176,6 +176,21 @@ def test_out_of_range_is_400_naming_the_field(server: Server, extra: dict, param
     _error(post(server, {"model": TINY, "messages": HELLO, **extra}), 400, param)
 
 
+@pytest.mark.parametrize("path, extra", [
+    ("/v1/chat/completions", {"json_schema": {"type": "object"}}),
+    ("/v1/chat/completions", {"response_format": {"type": "json_object"}}),
+    ("/v1/chat/completions", {"response_format": json_schema({"type": "object"})}),
+    ("/v1/chat/completions", {"tools": [tool("f", None)]}),
+    ("/v1/completions", {"json_schema": {"type": "object"}}),
+])
+def test_a_grammar_with_a_json_format_or_tools_is_400_naming_the_grammar(server: Server, path: str, extra: dict):
+    """One rule, in one place (generation/constraints.check), whatever the protocol."""
+    body = {"model": TINY, "grammar": 'root ::= "a"', "max_tokens": 2, **extra,
+            **({"messages": HELLO} if "chat" in path else {"prompt": "Hi"})}
+    err = _error(httpx.post(server.url + path, json=body, timeout=120), 400, "grammar")
+    assert "cannot be combined" in err["message"]
+
+
 def test_a_grammar_nothing_can_follow_is_400_and_frees_its_slot(server: Server):
     """A grammar that allows no token of the vocabulary (here after its first character): the
     client's request cannot be met, so it is a 400 (mid-stream: an error event), not a 500."""

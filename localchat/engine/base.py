@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
-from ..errors import ContextOverflow, EngineError, InvalidRequest, NotSupported
+from ..errors import ContextOverflow, EngineError, InvalidRequest, NotSupported, QueueFull
 from .params import Done, Event, Generate, Prepared, SlotDone, SlotInfo, Started, Text
 
 Emit = Callable[[Event | Prepared | Started | BaseException | None], None]  # None: the request has ended
@@ -142,3 +142,11 @@ class Stream:
         if not self._ended:
             self._ended = True
             self._cancel(self._handle)
+
+
+def check_queue(waiting: int, free: int, max_queue: int | None, name: str) -> None:
+    """The queue limit, for every engine: a request may wait where fewer than `max_queue` others
+    wait beyond the `free` slots the queue's head takes next (None: no limit here; a worker's
+    child leaves it to the server's side, which also holds the requests while the child restarts)."""
+    if max_queue is not None and waiting - free >= max_queue:
+        raise QueueFull(f"{waiting} requests are already waiting for {name}; try again shortly")

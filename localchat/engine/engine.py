@@ -26,7 +26,7 @@ class LocalEngine:
 
     confirms = False  # submit refuses at once (base.py)
 
-    def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int = 64,
+    def __init__(self, path: Path, *, n_ctx: int, parallel: int = 4, max_queue: int | None = 64,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_batch: int = N_BATCH,
                  visible: Iterable[str] = (), pooling: int | None = None, rope: tuple[str, float] | None = None,
                  loras: Iterable[str] = (), mmproj: str | None = None, prompt_cache: str | None = None,

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ContextOverflow, EngineCrashed, ModelUnavailable, QueueFull
-from .base import Emit, Stream, no_slot_actions
+from ..errors import ContextOverflow, EngineCrashed, ModelUnavailable
+from .base import Emit, Stream, check_queue, no_slot_actions
 from .params import Done, Generate, Prepared, SlotDone, SlotInfo, Started, Text
 from .repetition import detector
 
@@ -134,8 +134,7 @@ class FakeEngine:
         if self.state == "failed":
             raise ModelUnavailable(self._failed_message(), param="model")
         waiting = sum(not j.started for j in self._jobs)
-        if waiting - max(self.parallel - self._busy, 0) >= self.max_queue:
-            raise QueueFull(f"{waiting} requests are already waiting for {self.name}; try again shortly")
+        check_queue(waiting, max(self.parallel - self._busy, 0), self.max_queue, self.name)
         self.requests.append(request)
         return Stream(self._start, self._cancel, request)
 

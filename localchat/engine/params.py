@@ -138,7 +138,7 @@ class EngineConfig:
     path: str
     n_ctx: int  # tokens per slot
     parallel: int = 4  # slots
-    max_queue: int = 64
+    max_queue: int | None = 64  # requests waiting beyond the free slots (None: no limit; base.check_queue)
     n_threads: int | None = None
     n_gpu_layers: int = 0
     n_batch: int = N_BATCH

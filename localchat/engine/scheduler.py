@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 
 import llama_cpp as C
 
-from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable, QueueFull
+from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable
+from .base import check_queue
 from .decoder import Decoder, open_context, shiftable
 from .draft_model import DraftContext
 from .job import Adapters, Emit, Job, make_sequence, owned, reuse, vacancy
@@ -41,7 +42,7 @@ T = TypeVar("T")
 
 
 class Scheduler:
-    def __init__(self, model: Model, *, n_ctx: int, parallel: int, max_queue: int,
+    def __init__(self, model: Model, *, n_ctx: int, parallel: int, max_queue: int | None,
                  n_threads: int | None = None, n_batch: int = N_BATCH, rope: tuple[str, float] | None = None,
                  projector: Projector | None = None, store: PromptStore | None = None,
                  draft: tuple[Model, Draft] | None = None, step_costs: str | None = None,
@@ -97,8 +98,7 @@ class Scheduler:
         with self._cond:
             free = sum(not s.busy for s in self.slots)  # the queue's head takes these at the next step
             waiting = len(self.queue) + self._preparing
-            if waiting - free >= self.max_queue:
-                raise QueueFull(f"{waiting} requests are already waiting for this model; try again shortly")
+            check_queue(waiting, free, self.max_queue, "this model")
             if self.media is None or not request.media:
                 self.queue.append(job)
                 self._cond.notify()

@@ -29,9 +29,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineCrashed, ModelUnavailable, QueueFull
+from ..errors import EngineCrashed, ModelUnavailable
 from . import rpc as rpc_link
-from .base import Emit, Stream, check_adapters
+from .base import Emit, Stream, check_adapters, check_queue
 from .params import EngineConfig, Generate, SlotDone, SlotInfo, Started
 
 log = logging.getLogger("localchat.worker")
@@ -152,8 +152,7 @@ class WorkerEngine:
                 raise ModelUnavailable(self._down_message(), param="model")
             started = sum(j.request.n for j in self._jobs.values() if j.started)
             waiting = len(self._jobs) - sum(j.started for j in self._jobs.values())
-            if waiting - (self.parallel - started) >= self.max_queue:
-                raise QueueFull(f"{waiting} requests are already waiting for {self.name}; try again shortly")
+            check_queue(waiting, self.parallel - started, self.max_queue, self.name)
             job_id = next(self._ids)
             self._jobs[job_id] = _Job(request, emit)
             if self.state == "ready":

@@ -27,7 +27,7 @@ def _worker_main(fd: int, config: EngineConfig) -> None:
     try:
         if config.rpc:  # probed by the server just before: the endpoints answer
             rpc_link.register(list(config.rpc))
-        engine = LocalEngine.from_config(replace(config, max_queue=1 << 30))  # (the server keeps the queue)
+        engine = LocalEngine.from_config(replace(config, max_queue=None))  # (the server's side keeps the queue)
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it there
         conn.send(("failed", str(exc)))
         return

@@ -56,8 +56,6 @@ class CompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
         overrides = sampling(knobs, stop=self.stop, logit_bias=self.logit_bias, ignore_eos=self.ignore_eos)
         if self.prompt_logprobs is not None and self.stream:
             raise InvalidRequest("prompt_logprobs: not available when streaming (as in vLLM)", param="prompt_logprobs")
-        if self.json_schema is not None and self.grammar is not None:
-            raise InvalidRequest("json_schema: cannot be combined with grammar", param="json_schema")
         output = OutputRules(json_schema=self.json_schema, grammar=self.grammar)
         return [GenerationRequest(model=self.model, prompt=p, suffix=self.suffix, sampling=overrides, n=self.n,
                                   logprobs=self.logprobs, keep_alive=self.keep_alive,  # type: ignore[arg-type]

@@ -202,9 +202,7 @@ class ChatCompletionRequest(SamplingFields):  # type: ignore[misc, valid-type]
         if found[0] is not None and found[0] != top:
             raise InvalidRequest(f"json_schema: it and {found[1]} are two different schemas; send one",
                                  param="json_schema")
-        if self.grammar is not None:
-            raise InvalidRequest("json_schema: cannot be combined with grammar", param="json_schema")
-        return top, found[1] or "json_schema"
+        return top, found[1] or "json_schema"  # (with a grammar too: refused with the rules, constraints.check)
 
 
 async def read_chat_request(request: Request, limits: Settings) -> ChatCompletionRequest:
