@@ -5,17 +5,24 @@ shifted_matches, prefix_cache.PrefixCache._shift, kv_state.py). Real llama.cpp, 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from llama_cpp import Llama
 
 from localchat.engine import Done, Generate, LocalEngine, SamplingParams, Text
 from localchat.engine.job import (SHIFT_EDIT, SHIFT_MIN, SHIFT_SPAN, TILE_ROWS, chunk_size, shifted_match,
                                   shifted_matches)
 from localchat.families import FAMILIES
+from localchat.models import Registry, shipped_config
 from conftest import tiny_engine
 from tinymodels import write_tiny_model
+
+FIXTURES = Path(__file__).parent / "fixtures" / "agents"
 
 
 @pytest.mark.fast
@@ -70,9 +77,32 @@ def test_cells_move_past_a_short_span_or_a_moved_block_only():
     old, new = [*head, *line, *tail, *task, 5], [*head, *tail, *line, *task, 6]
     assert shifted_matches(old, new, len(head)) == [(len(head) + len(line), 0, len(tail)),
                                                     (len(head) + len(line) + len(tail), len(line), len(task))]
+    # two blocks swapped, both too short to be met again alone (an environment block put after a short task)
+    before, after = [*head, *line, *task[:200], *tail, 5], [*head, *task[:200], *line, *tail, 6]
+    assert shifted_matches(before, after, len(head)) == [(len(head) + 240, 240, len(tail))]
     # and back: put in before the tail, left out after it
     assert shifted_matches(new, old, len(head)) == [(len(head), len(line), len(tail)),
                                                     (len(head) + len(tail) + len(line), 0, len(task))]
+
+
+@pytest.mark.real  # the shipped 0.5B's tokenizer
+@pytest.mark.parametrize("client", ["claude", "codex", "opencode", "qwen", "pi", "cline", "cn"])
+def test_a_new_folder_still_moves_every_agents_prompt(client: str):
+    """The spans moved cells may pass are short edits or moved blocks only: a new project folder in
+    each agent's recorded first request (tests/fixtures/agents, the folder in every file path) is
+    still all moved but for the paths themselves: under 1% of the prompt read (measured 0.0-0.8%,
+    the same as before the rule). aider's first request names no folder."""
+    first = json.loads((FIXTURES / f"{client}.json").read_text())["requests"][0]
+    text = json.dumps(first.get("body", first))  # (its JSON as the prompt: the folder where the client put it)
+    vocab = Llama(str(Registry.load(shipped_config()).resolve("qwen2.5-coder-0.5b").file()), vocab_only=True,
+                  verbose=False)
+    old, new = (vocab.tokenize(t.encode(), add_bos=False, special=True) for t in
+                (text, text.replace("/home/user/project", "/home/user/other-app").replace("-home-user-project",
+                                                                                        "-home-user-other-app")))
+    assert old != new
+    n = len(os.path.commonprefix([old, new]))
+    moved = sum(length for _, _, length in shifted_matches(old, new, n))
+    assert len(new) - n - moved < 0.01 * len(new), (len(new), n, moved)
 
 
 @pytest.mark.fast

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections import Counter
 from difflib import SequenceMatcher
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -195,17 +196,19 @@ def small_edits(old: list[int], new: list[int]) -> bool:
 
 
 def moved_block(cached: list[int], tokens: list[int], c: int, j: int, t: int, d: int) -> bool:
-    """Whether a long span is one side of a block moved (the cells after it saw the same text, at
-    another place): the cached tokens c…j-1 left out here and held elsewhere in the new prompt, or
-    the new tokens t…t+d-1 put in here and held elsewhere in the cached one. Any other long span is
-    text the cells after it never saw, or saw and the prompt no longer holds (a line of the system
-    message replaced: on the 0.5B, moved cells then moved an answer's first token by 0.46–0.53,
-    scripts/cachecheck seed 44 sequence 2): those cells are read again."""
-    if j > c and d == 0:
+    """Whether a long span is a block moved (the cells after it saw the same text, in another
+    order): blocks swapped within the span (both sides the same tokens but for SHIFT_EDIT, as an
+    agent's environment block put after the task), or the cached tokens c…j-1 left out here and
+    held elsewhere in the new prompt, or the new tokens t…t+d-1 put in here and held elsewhere in
+    the cached one. Any other long span is text the cells after it never saw, or saw and the prompt
+    no longer holds (a line of the system message replaced: on the 0.5B, moved cells then moved an
+    answer's first token by 0.46–0.53, scripts/cachecheck seed 44 sequence 2): those cells are read again."""
+    old, new = Counter(cached[c:j]), Counter(tokens[t:t + d])
+    if old and new:
+        return (old - new).total() + (new - old).total() <= SHIFT_EDIT
+    if old:
         return _within(cached[c + SHIFT_EDGE:j - SHIFT_EDGE], tokens)
-    if j == c and d > 0:
-        return _within(tokens[t + SHIFT_EDGE:t + d - SHIFT_EDGE], cached)
-    return False
+    return _within(tokens[t + SHIFT_EDGE:t + d - SHIFT_EDGE], cached)
 
 
 def _within(part: list[int], whole: list[int]) -> bool:
