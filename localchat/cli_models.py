@@ -37,7 +37,7 @@ def models(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
 
 
 def _describe(spec: ModelSpec, described: Description, settings: Settings) -> tuple[str, str, str, str, str, str]:
-    from .models.host import cache_types, size_model
+    from .models.host import size_model
 
     info, family = described.info, described.family or "?"
     if info is None:

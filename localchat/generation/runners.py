@@ -1,9 +1,9 @@
 """How a neutral request reaches a model's engine, one runner per way of running it, chosen once
 per model by `LoadedModel.mode` (the host decides it when it loads the model: models/host.py):
 
-- `Tokens` (every model of this server, and an upstream in token mode): render the template,
+- `TokenRunner` (every model of this server, and an upstream in token mode): render the template,
   build the grammar, tokenize (prepare.py); the family's Splitter reads the engine's text.
-- `Chat` (an upstream in chat mode: vLLM, SGLang, a hosted API): the request as OpenAI chat's
+- `ChatRunner` (an upstream in chat mode: vLLM, SGLang, a hosted API): the request as OpenAI chat's
   fields (upstream_chat.converse); a CallChecker reads the engine's parsed events. It has no
   template or vocabulary here, so a rendered prompt or a token count is a 400 that says why.
 
@@ -40,7 +40,9 @@ class Reader(Protocol):
 
 
 @dataclass
-class Started:
+class Running:
+    """A request the engine took (a runner's `start`): its stream, the prompt's length, a reader per choice."""
+
     stream: Stream
     prompt_tokens: int
     readers: Sequence[Reader]
@@ -49,10 +51,10 @@ class Started:
     explain: Callable[[int, tuple[int, ...]], str] | None = None  # where a prompt token is, in words (prepare.py)
 
 
-class Tokens:
+class TokenRunner:
     """Token mode: the prompt, the grammar and the tokens are made here (off the event loop)."""
 
-    async def start(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> Started:
+    async def start(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> Running:
         made = await asyncio.to_thread(prepare, request, loaded, settings)
         generate = made.generate
         loosened = generate.constraint.loosened if generate.constraint else ()
@@ -61,7 +63,7 @@ class Tokens:
             log.warning("schema keywords not enforced (x-localchat-loosened): %s", ", ".join(loosened))
             constraints.refuse_loosened(request.output, loosened, settings.schema_loosened == "refuse")
         stream, n_prompt = await submitted(loaded, generate)
-        return Started(stream, n_prompt, made.splitters, loosened, checked, made.explain)
+        return Running(stream, n_prompt, made.splitters, loosened, checked, made.explain)
 
     def render(self, request: GenerationRequest, loaded: LoadedModel) -> str:
         return rendered(request, loaded)
@@ -79,16 +81,16 @@ async def submitted(loaded: LoadedModel, generate: Generate) -> tuple[Stream, in
     return stream, await stream.prepared() if confirmed else len(generate.tokens)
 
 
-class Chat:
+class ChatRunner:
     """Chat mode: the upstream renders, constrains and parses; its calls are checked here."""
 
-    async def start(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> Started:
+    async def start(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> Running:
         # (off the event loop: images given by URL are read here)
         converse = await asyncio.to_thread(upstream_chat.converse, request, loaded, settings)
         stream = loaded.engine.submit(converse)  # type: ignore[arg-type]
         n_prompt = await stream.prepared()  # the upstream's refusal (its 4xx, a 5xx → 502) before the first byte
         where = f"the upstream {loaded.spec.upstream} (model {loaded.spec.upstream_model or loaded.spec.name})"
-        return Started(stream, n_prompt, [upstream_chat.CallChecker(request.output, where) for _ in range(request.n)])
+        return Running(stream, n_prompt, [upstream_chat.CallChecker(request.output, where) for _ in range(request.n)])
 
     def render(self, request: GenerationRequest, loaded: LoadedModel) -> str:
         raise self._refuse(loaded)
@@ -103,8 +105,8 @@ class Chat:
                               param="model")
 
 
-RUNNERS: dict[str, Tokens | Chat] = {"tokens": Tokens(), "chat": Chat()}
+RUNNERS: dict[str, TokenRunner | ChatRunner] = {"tokens": TokenRunner(), "chat": ChatRunner()}
 
 
-def runner(loaded: LoadedModel) -> Tokens | Chat:
+def runner(loaded: LoadedModel) -> TokenRunner | ChatRunner:
     return RUNNERS[loaded.mode]

@@ -6,7 +6,6 @@ the few it must escape."""
 
 from __future__ import annotations
 
-from .gbnf import literal
 
 Ranges = tuple[tuple[int, int], ...]  # sorted, disjoint, inclusive
 

@@ -16,7 +16,6 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from itertools import product
 from typing import Any
 
 from .combine import merge

@@ -11,7 +11,7 @@ import json
 from typing import Any, Protocol
 
 from ...neutral import Delta, Piece, ToolCallArguments, ToolCallStart, new_call_id
-from .base import BlockParser, Tool, ToolSet
+from .base import BlockParser, ToolSet
 from .jsonscan import JsonScanner, loads_object, repair
 from .pattern import FAIL, PARTIAL, held_back, match
 from .xmlargs import XmlArgs, properties
