@@ -73,7 +73,7 @@ def routes(chat: Chat) -> list[Route]:
 
     async def stats(body: dict[str, Any], name: str) -> Response:  # without loading it
         loaded = models.loaded(models.resolve(name).name)
-        return _json({"stats": loaded.engine.stats() if loaded else None})
+        return _json({"stats": loaded.engine.stats().as_dict() if loaded else None})
 
     async def tokenize(body: dict[str, Any], name: str) -> Response:
         async with models.hold(name) as loaded:
@@ -146,7 +146,7 @@ def facts(loaded: LoadedModel) -> dict[str, Any]:
     engine, vocab, spec = loaded.engine, loaded.engine.tokenizer, loaded.spec
     return {"name": spec.name, "family": loaded.family.name, "template": loaded.template, "info": info_dict(loaded.info),
             "n_ctx": engine.n_ctx, "parallel": engine.parallel, "n_vocab": vocab.n_vocab, "bos": vocab.bos,
-            "fim": vocab.fim, "stop_ids": sorted(loaded.stop_ids), "bytes": engine.stats().get("bytes", 0),
+            "fim": vocab.fim, "stop_ids": sorted(loaded.stop_ids), "bytes": engine.stats().bytes,
             "projector": asdict(loaded.projector) if loaded.projector else None,
             "sizing": loaded.sizing.as_dict() if loaded.sizing else None,
             "sampling": spec.sampling.model_dump(), "system_prompt_strip": spec.system_prompt_strip}

@@ -80,7 +80,7 @@ def test_a_crash_fails_every_started_request_and_spares_the_queued_one():
         assert isinstance(error, EngineCrashed) and error.code == "engine_crashed"
         assert error.message.startswith("the model m crashed (signal SIGSEGV) while generating")
     assert text == "Hel" and third is None and after == "xy" and ends[0].finish_reason == "stop"
-    assert engine.crashes == 1 and engine.state == "ready" and engine.stats()["busy"] == 0
+    assert engine.crashes == 1 and engine.state == "ready" and engine.stats().busy == 0
 
 
 def test_the_crash_limit_marks_the_model_failed():
@@ -137,4 +137,4 @@ def test_cancelling_frees_the_slots():
         await asyncio.sleep(0.01)
         return engine.stats()
 
-    assert run(go())["busy"] == 0
+    assert run(go()).busy == 0

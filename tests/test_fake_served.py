@@ -373,11 +373,11 @@ def test_a_client_that_leaves_frees_the_slot(served: Served):
         lines = r.iter_lines()  # held: a dropped line iterator would close the response
         next(line for line in lines if "tick" in line)
         engine = served.engine("chatml")
-        assert engine.stats()["busy"] == 1
+        assert engine.stats().busy == 1
     deadline = time.monotonic() + 5
-    while engine.stats()["busy"] and time.monotonic() < deadline:
+    while engine.stats().busy and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert engine.stats()["busy"] == 0
+    assert engine.stats().busy == 0
 
 
 # -- errors before the first byte: HTTP errors in each protocol's shape -----------------------------

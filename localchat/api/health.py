@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import __version__
+from ..engine.params import EngineStats
 from ..generation import Chat
 
 
@@ -25,18 +26,12 @@ async def health(chat: Chat, recent: Iterable[dict[str, Any]]) -> dict[str, Any]
             "memory": memory(), "recent": list(recent)}
 
 
-def _loaded_card(m: Any, stats: dict[str, Any]) -> dict[str, Any]:
-    worker = stats["worker"]
-    size = m.sizing.need.weights if m.sizing else stats["bytes"]  # every part of a split model
-    return {"name": m.spec.name, "family": m.family.name, "size_bytes": size, "context_length": stats["n_ctx"],
-            "slots": stats["slots"], "busy_slots": stats["busy"], "queued": stats["queued"], "requests": m.active,
-            "idle_seconds": round(m.idle_for(), 1),
-            "keep_alive_seconds": m.keep_alive, "worker": worker,
-            "rss_bytes": rss_bytes(worker["pid"]) if worker else None,
-            "sizing": m.sizing.as_dict() if m.sizing else None,  # the context and slots it got, and why
-            **({"upstream": stats["upstream"]} if "upstream" in stats else {}),  # where it runs, and how that fares
-            # its RPC workers: each endpoint, up or down, and the layers on them ("N/M", at the last load)
-            **({"rpc": stats["rpc"], "rpc_layers": stats["rpc_layers"]} if "rpc" in stats else {})}
+def _loaded_card(m: Any, stats: EngineStats) -> dict[str, Any]:
+    size = m.sizing.need.weights if m.sizing else stats.bytes  # every part of a split model
+    return {"name": m.spec.name, "family": m.family.name, "size_bytes": size, **stats.card(), "requests": m.active,
+            "idle_seconds": round(m.idle_for(), 1), "keep_alive_seconds": m.keep_alive,
+            "rss_bytes": rss_bytes(stats.worker.pid) if stats.worker else None,
+            "sizing": m.sizing.as_dict() if m.sizing else None}  # the context and slots it got, and why
 
 
 def memory() -> dict[str, int | None]:

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
 from ..errors import ContextOverflow, EngineError, InvalidRequest, NotSupported, QueueFull
-from .params import Done, Event, Generate, Prepared, SlotDone, SlotInfo, Started, Text
+from .params import Done, EngineStats, Event, Generate, Prepared, SlotDone, SlotInfo, Started, Text
 
 Emit = Callable[[Event | Prepared | Started | BaseException | None], None]  # None: the request has ended
 
@@ -51,7 +51,7 @@ class Engine(Protocol):
 
     async def rerank(self, prompts: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]: ...
 
-    def stats(self) -> dict[str, Any]: ...  # slots, busy, queued, n_ctx, bytes, worker
+    def stats(self) -> EngineStats: ...
 
     async def slots(self) -> list[SlotInfo]: ...  # GET /slots; NotSupported where the slots are not ours
 

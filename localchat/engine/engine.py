@@ -8,14 +8,13 @@ import threading
 from dataclasses import fields
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import Any
 
 from .base import Stream, check_adapters
 from .embed import Embedder
 from .rerank import Ranker
 from .model import Model
 from .prompt_store import PromptStore, model_key
-from .params import N_BATCH, Draft, EngineConfig, Event, Generate, SlotDone, SlotInfo
+from .params import N_BATCH, Draft, EngineConfig, EngineStats, Event, Generate, SlotDone, SlotInfo
 from .scheduler import Scheduler
 from .vision import Projector
 
@@ -124,8 +123,8 @@ class LocalEngine:
 
         return slot_action(self.scheduler, self._key, action, slot_id, path)
 
-    def stats(self) -> dict[str, Any]:
-        return {**self.scheduler.stats(), "n_ctx": self.n_ctx, "bytes": self.model.size_bytes, "worker": None}
+    def stats(self) -> EngineStats:
+        return EngineStats(**self.scheduler.stats(), n_ctx=self.n_ctx, bytes=self.model.size_bytes)
 
     def close(self) -> None:
         self.scheduler.close()

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import ContextOverflow, EngineCrashed, ModelUnavailable
 from .base import Emit, Stream, check_queue, no_slot_actions
-from .params import Done, Generate, Prepared, SlotDone, SlotInfo, Started, Text
+from .params import Done, EngineStats, Generate, Prepared, SlotDone, SlotInfo, Started, Text
 from .repetition import detector
 
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # as WorkerEngine's: this many deaths within this many seconds fail the model
@@ -254,9 +254,8 @@ class FakeEngine:
     async def slot_action(self, action: str, slot_id: int, path: str | None = None) -> SlotDone:
         raise no_slot_actions(self.name, "runs a scripted engine (no llama.cpp cache to save)")
 
-    def stats(self) -> dict[str, Any]:
-        return {"slots": self.parallel, "busy": self._busy, "queued": sum(not j.started for j in self._jobs),
-                "n_ctx": self.n_ctx, "bytes": 0, "worker": None}
+    def stats(self) -> EngineStats:
+        return EngineStats(self.parallel, self._busy, sum(not j.started for j in self._jobs), self.n_ctx, 0)
 
     def close(self) -> None:
         pass

@@ -283,6 +283,78 @@ class Started:
 
 
 @dataclass(frozen=True)
+class WorkerState:
+    """The process a model runs in (engine/worker.py): its pid, state and crashes so far."""
+
+    pid: int
+    state: str  # "starting", "ready", "restarting", "rpc_down", "failed", "stopped"
+    crashes: int
+
+
+@dataclass(frozen=True)
+class RpcEndpoint:
+    """One RPC worker a model's layers run on, as last seen."""
+
+    endpoint: str
+    state: str  # "up" or "down"
+    error: str | None = None  # why it is down
+
+
+@dataclass(frozen=True)
+class UpstreamState:
+    """The server a model stands for (engine/upstream.py, upstream_chat.py), as last probed."""
+
+    url: str
+    model: str | None
+    state: str
+    error: str | None
+    requests: int  # this server's requests to it now
+    mode: str | None = None  # "chat": the upstream renders and parses (else token mode)
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """What an engine says of itself now (Engine.stats): its slots, busy and queued, the context
+    per slot and the weights' bytes; and, by kind, the worker process it runs in, the upstream
+    it stands for, the RPC workers its layers run on. `card()` is /health's account of it;
+    `as_dict()` the JSON a peer sends (peer.py's stats route)."""
+
+    slots: int
+    busy: int
+    queued: int
+    n_ctx: int
+    bytes: int
+    worker: WorkerState | None = None
+    upstream: UpstreamState | None = None
+    rpc: tuple[RpcEndpoint, ...] = ()
+    rpc_layers: str | None = None  # "N/M" layers on devices, at the last load
+
+    def card(self) -> dict[str, Any]:
+        """/health's fields for a loaded model's engine (the model's own are health.py's)."""
+        return {"context_length": self.n_ctx, "slots": self.slots, "busy_slots": self.busy, "queued": self.queued,
+                "worker": asdict(self.worker) if self.worker else None,
+                **({"upstream": self._upstream()} if self.upstream else {}),  # where it runs, and how that fares
+                # its RPC workers: each endpoint, up or down, and the layers on them ("N/M", at the last load)
+                **({"rpc": [_rpc(e) for e in self.rpc], "rpc_layers": self.rpc_layers} if self.rpc else {})}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"slots": self.slots, "busy": self.busy, "queued": self.queued, "n_ctx": self.n_ctx, "bytes": self.bytes,
+                "worker": asdict(self.worker) if self.worker else None,
+                **({"upstream": self._upstream()} if self.upstream else {}),
+                **({"rpc": [_rpc(e) for e in self.rpc], "rpc_layers": self.rpc_layers} if self.rpc else {})}
+
+    def _upstream(self) -> dict[str, Any]:
+        u = self.upstream
+        assert u is not None
+        return {"url": u.url, "model": u.model, **({"mode": u.mode} if u.mode else {}), "state": u.state,
+                "error": u.error, "requests": u.requests}
+
+
+def _rpc(e: RpcEndpoint) -> dict[str, Any]:
+    return {"endpoint": e.endpoint, "state": e.state, **({"error": e.error} if e.error else {})}
+
+
+@dataclass(frozen=True)
 class SlotInfo:
     """One slot of a model, as llama-server's GET /slots shows it."""
 

@@ -22,7 +22,7 @@ import httpx
 from ..errors import LocalchatError, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from . import wire
 from .base import Emit, Stream, check_adapters, check_fits, no_slot_actions
-from .params import Generate, SlotDone, SlotInfo
+from .params import EngineStats, Generate, SlotDone, SlotInfo, UpstreamState
 
 PREFIX = "/internal/engine"
 # a request that failed on a kept-alive connection before any answer: the peer had dropped it
@@ -244,14 +244,13 @@ class UpstreamEngine(Link):
         body = {"prompts": prompts, "judge": list(judge) if judge else None}
         return (await asyncio.to_thread(self._call, "rerank", body))["scores"]
 
-    def stats(self) -> dict[str, Any]:
-        """The peer's slots as last probed (`probe`), else this server's requests to it."""
+    def stats(self) -> EngineStats:
+        """The peer's slots as last probed (`probe`: its EngineStats.as_dict()), else this server's requests to it."""
         mine = sum(n for _, n in self._jobs.values())
         probed = self._probed
-        return {"slots": self.parallel, "busy": probed.get("busy", mine), "queued": probed.get("queued", 0),
-                "n_ctx": self.n_ctx, "bytes": self.facts.get("bytes", 0), "worker": None,
-                "upstream": {"url": self.peer.url, "model": self.peer.model, "state": self.state,
-                             "error": self.error, "requests": mine}}
+        return EngineStats(self.parallel, probed.get("busy", mine), probed.get("queued", 0), self.n_ctx,
+                           self.facts.get("bytes", 0),
+                           upstream=UpstreamState(self.peer.url, self.peer.model, self.state, self.error, mine))
 
     def probe(self) -> None:
         """Ask the peer how the model fares (its slots), so that stats() tells; a failure is the

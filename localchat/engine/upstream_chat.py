@@ -18,7 +18,7 @@ import httpx
 
 from ..errors import InvalidRequest, LocalchatError, QueueFull, UpstreamError
 from .base import Emit, Stream
-from .params import CallDelta, Converse, Done, Prepared, Text, Thought
+from .params import CallDelta, Converse, Done, EngineStats, Prepared, Text, Thought, UpstreamState
 from .upstream import DESCRIBE_TIMEOUT, Link, Peer, mapped
 
 # The requests this server sends an upstream at once are not limited here (the upstream queues
@@ -171,11 +171,10 @@ class ChatEngine(Link):
     async def rerank(self, prompts: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]:
         raise self.tokenizer._refuse()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> EngineStats:
         mine = sum(n for _, n in self._jobs.values())
-        return {"slots": self.parallel, "busy": mine, "queued": 0, "n_ctx": self.n_ctx, "bytes": 0, "worker": None,
-                "upstream": {"url": self.peer.url, "model": self.peer.model, "mode": "chat", "state": self.state,
-                             "error": self.error, "requests": mine}}
+        return EngineStats(self.parallel, mine, 0, self.n_ctx, 0, upstream=UpstreamState(
+            self.peer.url, self.peer.model, self.state, self.error, mine, mode="chat"))
 
     def probe(self) -> None:
         """The health probe: GET /v1/models; a failure is the state. Blocking, short timeouts."""

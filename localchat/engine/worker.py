@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import EngineCrashed, ModelUnavailable
 from . import rpc as rpc_link
 from .base import Emit, Stream, check_adapters, check_queue
-from .params import EngineConfig, Generate, SlotDone, SlotInfo, Started
+from .params import EngineConfig, EngineStats, Generate, RpcEndpoint, SlotDone, SlotInfo, Started, WorkerState
 
 log = logging.getLogger("localchat.worker")
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # this many deaths within this many seconds: the model is failed
@@ -117,14 +117,14 @@ class WorkerEngine:
                 raise ModelUnavailable(f"the model {self.name} is restarting; try again shortly", param="model")
         return await future
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> EngineStats:
         with self._lock:
             started = [j for j in self._jobs.values() if j.started]
-            return {"slots": self.parallel, "busy": sum(j.request.n for j in started),
-                    "queued": len(self._jobs) - len(started), "n_ctx": self.n_ctx, "bytes": self.model.size_bytes,
-                    "worker": {"pid": self._proc.pid, "state": self.state, "crashes": self.crashes},
-                    **({"rpc": [{"endpoint": e, "state": "down" if why else "up", **({"error": why} if why else {})}
-                                for e, why in self.rpc.items()], "rpc_layers": self.offloaded} if self.rpc else {})}
+            return EngineStats(self.parallel, sum(j.request.n for j in started), len(self._jobs) - len(started),
+                               self.n_ctx, self.model.size_bytes, WorkerState(self._proc.pid, self.state, self.crashes),
+                               rpc=tuple(RpcEndpoint(e, "down" if why else "up", why or None)
+                                         for e, why in self.rpc.items()),
+                               rpc_layers=self.offloaded if self.rpc else None)
 
     def close(self) -> None:
         with self._lock:

@@ -13,9 +13,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ..engine.params import SlotDone, SlotInfo
+from ..engine.params import EngineStats, SlotDone, SlotInfo
 from ..errors import InvalidRequest, LocalchatError, NotSupported
 from ..logs import current_request
 from ..models import ModelSpec, user
@@ -135,7 +134,7 @@ class Models:
         return self._host.current
 
     @staticmethod
-    def stats(model: LoadedModel) -> dict[str, Any]:
+    def stats(model: LoadedModel) -> EngineStats:
         """What its engine says of itself now: context, slots, busy, queued, bytes, its worker (and upstream, RPC)."""
         return model.engine.stats()
 
@@ -148,8 +147,8 @@ class Models:
                 used: int | None = sum(slot.cached for slot in await asyncio.wait_for(m.engine.slots(), 5))
             except (LocalchatError, TimeoutError):  # not ours to list (an upstream), a worker restarting
                 used = None
-            out.append(Load(m.spec.name, stats["slots"], stats["busy"], m.active, stats["queued"],
-                            stats["n_ctx"] * stats["slots"], used, (stats["worker"] or {}).get("crashes", 0)))
+            out.append(Load(m.spec.name, stats.slots, stats.busy, m.active, stats.queued,
+                            stats.n_ctx * stats.slots, used, stats.worker.crashes if stats.worker else 0))
         return out
 
     @property

@@ -96,8 +96,8 @@ def routes(chat: Chat) -> list[Route]:
         loaded = chat.models.loaded(spec.name)
         sizing = None if loaded else await chat.models.sizing(spec.name)
         stats = chat.models.stats(loaded) if loaded else None
-        n_ctx = stats["n_ctx"] if stats else sizing.context if sizing else None
-        slots = stats["slots"] if stats else sizing.slots if sizing else None
+        n_ctx = stats.n_ctx if stats else sizing.context if sizing else None
+        slots = stats.slots if stats else sizing.slots if sizing else None
         projector = await chat.models.projector(spec.name)
         return JSONResponse({
             "default_generation_settings": {"n_ctx": n_ctx, "model": spec.name, "params": {

@@ -106,9 +106,9 @@ async def ps(chat: Chat, catalog: Catalog, request: Request) -> Response:
     models = []
     for m in chat.models.running():
         facts, stats, name = await catalog.facts(m.spec), chat.models.stats(m), m.spec.name
-        models.append({"name": name, "model": name, "size": stats["bytes"], "digest": facts.digest,
+        models.append({"name": name, "model": name, "size": stats.bytes, "digest": facts.digest,
                        "details": _details(facts), "expires_at": _expires(m),
-                       "size_vram": stats["bytes"] if m.spec.gpu_layers else 0, "context_length": stats["n_ctx"]})
+                       "size_vram": stats.bytes if m.spec.gpu_layers else 0, "context_length": stats.n_ctx})
     return JSONResponse({"models": models})
 
 
