@@ -53,6 +53,8 @@ class Engine(Protocol):
 
     def stats(self) -> EngineStats: ...
 
+    def probe(self) -> None: ...  # an engine elsewhere asks its peer how it fares (blocking); a local one has none
+
     async def slots(self) -> list[SlotInfo]: ...  # GET /slots; NotSupported where the slots are not ours
 
     # llama-server's POST /slots/{id}?action=save|restore|erase (path: the file, checked by the caller);

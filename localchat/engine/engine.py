@@ -123,6 +123,9 @@ class LocalEngine:
 
         return slot_action(self.scheduler, self._key, action, slot_id, path)
 
+    def probe(self) -> None:
+        pass  # (nothing elsewhere to ask)
+
     def stats(self) -> EngineStats:
         return EngineStats(**self.scheduler.stats(), n_ctx=self.n_ctx, bytes=self.model.size_bytes)
 

@@ -254,6 +254,9 @@ class FakeEngine:
     async def slot_action(self, action: str, slot_id: int, path: str | None = None) -> SlotDone:
         raise no_slot_actions(self.name, "runs a scripted engine (no llama.cpp cache to save)")
 
+    def probe(self) -> None:
+        pass  # (nothing elsewhere to ask)
+
     def stats(self) -> EngineStats:
         return EngineStats(self.parallel, self._busy, sum(not j.started for j in self._jobs), self.n_ctx, 0)
 

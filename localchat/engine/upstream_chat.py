@@ -107,9 +107,17 @@ def describe(peer: Peer) -> dict[str, Any]:
     return {"family": "upstream", **models_list(peer)}
 
 
+def token_mode_only(name: str) -> InvalidRequest:
+    """The refusal of what needs tokens (raw prompts, infill, embeddings, counting tokens, a
+    rendered prompt) for a model in chat mode: it has no template or vocabulary here."""
+    return InvalidRequest(f"the model {name} runs upstream in chat mode (the upstream renders and "
+                          "tokenizes): raw prompts, infill, embeddings and token counts need token mode",
+                          param="model")
+
+
 class NoTokenizer:
-    """A model in chat mode has no vocabulary here: what needs tokens (raw prompts, infill,
-    embeddings, counting tokens) is refused with a 400 that says so."""
+    """A model in chat mode has no vocabulary here: what needs tokens is refused with a 400 that
+    says so (token_mode_only)."""
 
     n_vocab = 0
     bos = None
@@ -118,22 +126,17 @@ class NoTokenizer:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def _refuse(self) -> InvalidRequest:
-        return InvalidRequest(f"the model {self.name} runs upstream in chat mode (the upstream renders and "
-                              "tokenizes): raw prompts, infill, embeddings and token counts need token mode",
-                              param="model")
-
     def tokenize(self, segments: Any) -> list[int]:
-        raise self._refuse()
+        raise token_mode_only(self.name)
 
     def tokenize_bytes(self, data: bytes, parse_special: bool) -> list[int]:
-        raise self._refuse()
+        raise token_mode_only(self.name)
 
     def token_id(self, text: str) -> int | None:
         return None
 
     def piece(self, token: int) -> bytes:
-        raise self._refuse()
+        raise token_mode_only(self.name)
 
 
 class ChatEngine(Link):
@@ -162,14 +165,14 @@ class ChatEngine(Link):
 
     def submit(self, request: Converse) -> Stream:  # type: ignore[override]
         if not isinstance(request, Converse):
-            raise self.tokenizer._refuse()
+            raise token_mode_only(self.name)
         return Stream(self._start, self._cancel, request)  # type: ignore[arg-type]
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
-        raise self.tokenizer._refuse()
+        raise token_mode_only(self.name)
 
     async def rerank(self, prompts: list[list[int]], judge: tuple[int, int] | None = None) -> list[float]:
-        raise self.tokenizer._refuse()
+        raise token_mode_only(self.name)
 
     def stats(self) -> EngineStats:
         mine = sum(n for _, n in self._jobs.values())

@@ -117,6 +117,9 @@ class WorkerEngine:
                 raise ModelUnavailable(f"the model {self.name} is restarting; try again shortly", param="model")
         return await future
 
+    def probe(self) -> None:
+        pass  # (nothing elsewhere to ask)
+
     def stats(self) -> EngineStats:
         with self._lock:
             started = [j for j in self._jobs.values() if j.started]

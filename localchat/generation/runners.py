@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..engine import Generate, Stream
-from ..errors import InvalidRequest
+from ..engine.upstream_chat import token_mode_only
 from ..models import Settings
 from ..models.host import LoadedModel
 from ..neutral import GenerationRequest, Piece
@@ -93,16 +93,10 @@ class ChatRunner:
         return Running(stream, n_prompt, [upstream_chat.CallChecker(request.output, where) for _ in range(request.n)])
 
     def render(self, request: GenerationRequest, loaded: LoadedModel) -> str:
-        raise self._refuse(loaded)
+        raise token_mode_only(loaded.spec.name)
 
     def count(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> int:
-        raise self._refuse(loaded)
-
-    @staticmethod
-    def _refuse(loaded: LoadedModel) -> InvalidRequest:
-        return InvalidRequest(f"the model {loaded.spec.name} runs upstream in chat mode (the upstream renders and "
-                              "tokenizes): raw prompts, infill, embeddings and token counts need token mode",
-                              param="model")
+        raise token_mode_only(loaded.spec.name)
 
 
 RUNNERS: dict[str, TokenRunner | ChatRunner] = {"tokens": TokenRunner(), "chat": ChatRunner()}

@@ -29,6 +29,7 @@ from .models import Models
 from .rerank import Ranking, RerankRequest, rerank
 from .runners import Reader, runner
 from .tokens import Tokenized, detokenize, tokenize
+from .upstream_chat import CallChecker
 
 log = logging.getLogger("localchat.generation")
 
@@ -73,7 +74,8 @@ class Turn:
                     for piece in split.push(event.text):
                         yield event.index, piece
                 elif isinstance(event, (Thought, CallDelta)):  # an engine that parses itself (chat mode)
-                    for piece in split.take(event):  # type: ignore[union-attr]
+                    assert isinstance(split, CallChecker)  # (runners.ChatRunner's reader)
+                    for piece in split.take(event):
                         yield event.index, piece
                 elif isinstance(event, Done):
                     for piece in split.finish():

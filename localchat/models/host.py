@@ -109,10 +109,10 @@ class ModelHost:
         return sum(not m.remote for m in self.loaded.values()) + sum(self._loading.values())
 
     def probe(self) -> None:
-        """Ask each loaded upstream model's peer how it fares (its stats then tell). Blocking."""
+        """Ask each loaded upstream model's peer how it fares (its stats then tell; a local engine has
+        nothing to ask). Blocking."""
         for model in list(self.loaded.values()):
-            if model.remote:
-                model.engine.probe()  # type: ignore[attr-defined]
+            model.engine.probe()
 
     def _loaded(self, model: LoadedModel) -> None:
         if model.sizing is not None:
