@@ -64,7 +64,7 @@ class LocalEngine:
         self._pooling, self._threads, self._embedder_ready = pooling, n_threads, threading.Lock()
         self._embedder: Embedder | None = None
         self._rankers: dict[tuple[int, int] | None, Ranker] = {}
-        self._key = model_key(path)  # what a slot file saved with this model file says (slots.py)
+        self._key = model_key(path)  # what a slot file saved with this model file says (slot_actions.py)
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "LocalEngine":
@@ -114,12 +114,12 @@ class LocalEngine:
         return self.scheduler.slots_info()
 
     async def slot_action(self, action: str, slot_id: int, path: str | None = None) -> SlotDone:
-        """llama-server's slot actions (slots.py): save a slot's cache to `path`, restore it from
+        """llama-server's slot actions (slot_actions.py): save a slot's cache to `path`, restore it from
         `path`, erase it; off the event loop."""
         return await asyncio.to_thread(self.slot_action_blocking, action, slot_id, path)
 
     def slot_action_blocking(self, action: str, slot_id: int, path: str | None = None) -> SlotDone:
-        from .slots import slot_action
+        from .slot_actions import slot_action
 
         return slot_action(self.scheduler, self._key, action, slot_id, path)
 

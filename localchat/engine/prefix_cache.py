@@ -6,7 +6,7 @@ more, and a slot holding SAVE_MIN tokens more than any saved prompt is saved whe
 from the slot's only in spans (a folder's path, a date) keeps the cells after each span, moved to
 their new positions (`_shift`, `land`); and llama-server's slot actions (save, restore, erase an
 idle slot's cache). The scheduler (scheduler.py) owns the context and the slots, and calls these on
-its thread (slots.py: between two steps)."""
+its thread (slot_actions.py: between two steps)."""
 
 from __future__ import annotations
 
