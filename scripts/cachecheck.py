@@ -33,7 +33,10 @@ read's last token went through its F32 tiles: those answers ("short rest") are h
 SHORT_TOLERANCE (measured on the 0.5B in llama.cpp alone, no cache: a last token read alone moves
 the first tokens' probabilities by up to 0.017), and so are later answers of the session that read
 the cells such a rest wrote ("after a short rest": on the 0.5B, 0.026 at an answer's second token,
-seed 44 sequence 7, where its prompt's last cell had been read alone by a retry). Both servers draft nothing (`ngram_draft: 0`): how
+seed 44 sequence 7, where its prompt's last cell had been read alone by a retry), and so are answers
+that read cells an earlier answer wrote (a new turn whose assistant message starts with the token
+the model wrote: that cell was decoded alone, as each generated token is; on the 0.5B, 0.017 at
+the first token, seed 44 sequence 40 at b6e41d2). Both servers draft nothing (`ngram_draft: 0`): how
 long a draft is depends on what a step costs on each server, and a verified draft is a batch of
 its own shape.
 A reused block that was *moved* (a renamed folder, a moved block: the cells after the span kept at their new
@@ -415,12 +418,14 @@ class Check:
         """Each step's note, and what was wrong."""
         servers, notes, bad, tainted = self.servers, [], [], set()
         short: dict[str, int] = {}  # per session: the first position of cells a short rest read (and later ones kept)
+        read: dict[str, int] = {}  # per session: the longest prompt it has sent (cells past it were an answer's)
         for step in steps:
             op, body, session = step["op"], step["body"], step["session"]
             self.ops[op] += 1
             if op == "new":
                 tainted.discard(session)
                 short.pop(session, None)
+                read.pop(session, None)
             began = time.monotonic()
             cold, seconds = servers.reference({k: v for k, v in body.items() if k != "cache_prompt"})
             if op == "restart":
@@ -437,10 +442,13 @@ class Check:
                 tainted.add(session)
             if session in short and cached <= short[session]:
                 del short[session]  # those cells were read again
+            if path in ("prefix", "restored", "n=2 shared") and session in read and cached > read[session]:
+                short.setdefault(session, read[session])  # it reads cells an answer wrote, one token a step
             if path in ("prefix", "restored", "n=2 shared") and session in short:
                 path = "after a short rest"  # it reads cells a short rest wrote (the F16 kernel's), kept since
             if path == "short rest":
                 short.setdefault(session, cached)
+            read[session] = max(read.get(session, 0), usage["prompt_tokens"])
             tally, problems = self.tallies[path], []
             for choice, cold_choice in zip(answer["choices"], cold["choices"]):
                 worst, worst_log, tie, problem = compare(choice["logprobs"]["content"],
