@@ -5,6 +5,7 @@ on the tiny model, every answer against a cold read on a fresh context; and its 
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,8 @@ def entry(token: int, logprob: float, top: list[tuple[int, float]]) -> dict:
 
 @pytest.mark.fast
 def test_answers_agree_within_the_tolerance_and_part_only_at_a_near_tie():
-    """Probabilities within the tolerance; a parting only where the cold read's top two are within twice it."""
+    """Probabilities within the tolerance; a parting only where the cold read's probabilities of the two
+    tokens are within twice it."""
     cold = [entry(5, -0.1, [(5, -0.1), (6, -2.5)]), entry(7, -0.69, [(7, -0.69), (8, -0.70)])]
     same = [entry(5, -0.11, [(5, -0.11), (6, -2.49)]), entry(7, -0.69, [(7, -0.69), (8, -0.70)])]
     assert cachecheck.compare(same, cold, 0.02)[3] is None
@@ -35,6 +37,12 @@ def test_answers_agree_within_the_tolerance_and_part_only_at_a_near_tie():
     # parting where the cold read is sure: a mismatch
     wrong = [entry(6, -0.1, [(9, -2.5)]), *cold[1:]]
     assert "where the cold read has" in cachecheck.compare(wrong, cold, 0.3)[3]
+    # with ignore_eos the end of turn tops both lists and is never chosen: the two tokens below it are a near-tie
+    end, low = 151645, math.log(0.001)
+    cold = [entry(1446, low, [(end, -0.01), (1446, low), (5209, low - 0.01)])]
+    parted = [entry(5209, low, [(end, -0.01), (5209, low), (1446, low - 0.01)])]
+    assert cachecheck.compare(parted, cold, 0.01)[2:] == (True, None)
+    cold = [entry(5, -0.1, [(5, -0.1), (6, -2.5)]), entry(7, -0.69, [(7, -0.69), (8, -0.70)])]
     # a top log-probability of another token moved too far
     far = [entry(5, -0.1, [(5, -0.1), (6, -3.5)]), *cold[1:]]
     assert "differ by" in cachecheck.compare(far, cold, 0.03)[3]
