@@ -228,7 +228,7 @@ def test_top_level_json_schema_on_completions(http: httpx.Client):
     ({"response_format": {"type": "json_object", "schema": UNSATISFIABLE}}, "response_format.schema"),
     ({"json_schema": {"type": 123}}, "json_schema"),
     ({"json_schema": CHOICE, "response_format": {"type": "json_object", "schema": {"type": "array"}}}, "json_schema"),
-    ({"json_schema": CHOICE, "grammar": 'root ::= "a"'}, "json_schema"),
+    ({"json_schema": CHOICE, "grammar": 'root ::= "a"'}, "grammar"),  # (one rule for every endpoint: constraints.check)
 ])
 def test_a_bad_schema_names_the_field_it_came_in(http: httpx.Client, fields: dict, param: str):
     error = refused(http, "/v1/chat/completions", {"model": "tiny-chatml", "messages": HI, **fields})
