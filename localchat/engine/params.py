@@ -332,14 +332,16 @@ class EngineStats:
     def card(self) -> dict[str, Any]:
         """/health's fields for a loaded model's engine (the model's own are health.py's)."""
         return {"context_length": self.n_ctx, "slots": self.slots, "busy_slots": self.busy, "queued": self.queued,
-                "worker": asdict(self.worker) if self.worker else None,
-                **({"upstream": self._upstream()} if self.upstream else {}),  # where it runs, and how that fares
-                # its RPC workers: each endpoint, up or down, and the layers on them ("N/M", at the last load)
-                **({"rpc": [_rpc(e) for e in self.rpc], "rpc_layers": self.rpc_layers} if self.rpc else {})}
+                **self._where()}
 
     def as_dict(self) -> dict[str, Any]:
         return {"slots": self.slots, "busy": self.busy, "queued": self.queued, "n_ctx": self.n_ctx, "bytes": self.bytes,
-                "worker": asdict(self.worker) if self.worker else None,
+                **self._where()}
+
+    def _where(self) -> dict[str, Any]:
+        """Its worker; the upstream it stands for, and how that fares; its RPC workers, each endpoint up or
+        down, and the layers on them ("N/M", at the last load)."""
+        return {"worker": asdict(self.worker) if self.worker else None,
                 **({"upstream": self._upstream()} if self.upstream else {}),
                 **({"rpc": [_rpc(e) for e in self.rpc], "rpc_layers": self.rpc_layers} if self.rpc else {})}
 
