@@ -2,7 +2,7 @@
 through every cache path, each answer compared with a cold read of the same request.
 
     scripts/cachecheck [--model NAME] [--seed S] [--sequences N] [--first I] [--parallel P]
-                       [--tokens T] [--only I] [--tolerance X] [--verbose]
+                       [--tokens T] [--only I] [--tolerance X] [--corpus-at REV] [--verbose]
 
 Two servers of the same model, slot count and batch size: the one under test, with its prompt
 cache and prompt store as users run it, and a reference whose every request is read cold
@@ -99,17 +99,17 @@ class Corpus:
     their instructions, tool descriptions, reminders) and of the docs, and this repository's
     source files, cut at their top-level definitions."""
 
-    def __init__(self) -> None:
-        texts = [doc.read_text() for doc in sorted((ROOT / "docs").glob("*.md"))]
-        for fixture in sorted((ROOT / "tests" / "fixtures" / "agents").glob("*.json")):
+    def __init__(self, root: Path = ROOT) -> None:
+        texts = [doc.read_text() for doc in sorted((root / "docs").glob("*.md"))]
+        for fixture in sorted((root / "tests" / "fixtures" / "agents").glob("*.json")):
             texts += _strings(json.loads(fixture.read_text())["requests"][0]["body"])
         self.prose = list(dict.fromkeys(p.strip() for text in texts for p in text.split("\n\n")
                                         if 80 < len(p.strip()) < 600 and "|" not in p))
         self.code = []
-        for path in sorted((ROOT / "localchat").rglob("*.py")):
+        for path in sorted((root / "localchat").rglob("*.py")):
             for chunk in re.split(r"\n(?=(?:def|class|async def) )", path.read_text()):
                 if 200 < len(chunk) < 1500:
-                    self.code.append((str(path.relative_to(ROOT)), chunk))
+                    self.code.append((str(path.relative_to(root)), chunk))
         self.files = sorted({f for f, _ in self.code})
 
 
@@ -305,6 +305,17 @@ class Servers:
         self.ref.stop()
 
 
+def corpus_at(rev: str, work: Path) -> Path:
+    """The files the corpus is made of, as they were at commit `rev` (git archive into `work`)."""
+    import subprocess
+    root = work / "corpus"
+    root.mkdir()
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "docs", "localchat", "tests/fixtures/agents"],
+                         capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=tar, check=True)
+    return root
+
+
 def tiny_registry(work: Path) -> str:
     from localchat.families import FAMILIES
     from tinymodels import write_tiny_lora, write_tiny_model
@@ -484,7 +495,7 @@ def run(args: argparse.Namespace) -> int:
         has_lora = info.status_code == 200 and bool(info.json())
         n_ctx = httpx.get(servers.test.url + "/props", params={"model": servers.model}, timeout=60).json()
         n_ctx = n_ctx.get("default_generation_settings", {}).get("n_ctx") or 4096
-        corpus = Corpus()
+        corpus = Corpus(corpus_at(args.corpus_at, work) if args.corpus_at else ROOT)
         sample = "\n\n".join(corpus.prose[:40] + [c for _, c in corpus.code[:40]])
         tokens = httpx.post(servers.test.url + "/tokenize", json={"model": servers.model, "content": sample},
                             timeout=60).json()["tokens"]
@@ -528,6 +539,10 @@ def main() -> int:
                         help="the longest prompt a session grows to (default 5000; at most 3/4 of a slot)")
     parser.add_argument("--tolerance", type=float, help=f"|Δ probability| allowed where the cells are the cold read's "
                         f"(default {TOLERANCE})")
+    parser.add_argument("--corpus-at", metavar="REV",
+                        help="make the prompts of docs/, localchat/ and the agents' fixtures as they were at commit REV "
+                        "(default: as they are now; any change to them changes the sequences: pin a long run's "
+                        "parts to one commit's text with this)")
     parser.add_argument("--verbose", action="store_true", help="print every sequence, not only those that fail")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the servers are stopped on the way out
     return run(parser.parse_args())
