@@ -62,7 +62,7 @@ def launch(
         if health is None:
             say.print(f"[dim]starting localchat serve --port {port} --model {escape(name)} (log: "
                       f"{escape(str(L.launch_dir() / 'server.log'))})[/dim]")
-            served = L.Served(port, name, config)
+            served = L.serve(port, name, config)
             if not served.wait():
                 raise fail(f"the server did not start: see {served.log}")
             context = _context(registry, name, L.running(url), url, api_key)
@@ -86,7 +86,7 @@ def launch(
             code = 130
     finally:
         if served is not None:
-            served.stop()
+            served.stop(30)
     raise typer.Exit(code)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .models.paths import data_dir
+from .serve_process import ServeProcess
 
 ANSWER_ROOM = 4096  # tokens each client is told it may ask for an answer (its max output), and that launch leaves
 TIMEOUT_MS = 1_800_000  # how long a client waits for an answer: a first prompt read on a laptop CPU takes minutes
@@ -271,42 +272,8 @@ def on_disk(registry) -> list:
     return [spec for _, spec in sorted(found, key=lambda x: -x[0])]
 
 
-class Served:
-    """A `localchat serve` launch started for the client's lifetime: its log in launch's folder."""
-
-    def __init__(self, port: int, model: str, config: Path | None) -> None:
-        import subprocess
-        import sys
-
-        self.url = f"http://127.0.0.1:{port}"
-        log = launch_dir() / "server.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self.log = log
-        argv = [sys.executable, "-m", "localchat", "serve", "--port", str(port), "--model", model,
-                *(["--config", str(config)] if config else [])]
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def wait(self, seconds: float = 600) -> bool:
-        import time
-
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            health = running(self.url)
-            if health is not None and health.get("status", "ok") in ("ok", "ready"):
-                return True
-            time.sleep(0.5)
-        return False
-
-    def stop(self) -> None:
-        import subprocess
-
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def serve(port: int, model: str, config: Path | None) -> ServeProcess:
+    """`localchat serve` started for the client's lifetime (not yet up: `.wait()`), its log in
+    launch's folder."""
+    return ServeProcess("--model", model, *(["--config", str(config)] if config else []), port=port,
+                        log=launch_dir() / "server.log")

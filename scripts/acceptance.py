@@ -60,8 +60,10 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's localchat
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conftest import Server, free_port  # noqa: E402  (the launcher the tests use)
+from localchat.devtools import isolate_home  # noqa: E402
+from localchat.serve_process import Server, free_port  # noqa: E402  (the launcher the tests use)
+
+isolate_home()  # (the servers it starts keep away from the user's registry and prompt store)
 
 from localchat.families.codecs.base import Tool, ToolSet  # noqa: E402
 from localchat.models import shipped_config  # noqa: E402

@@ -40,7 +40,7 @@ user's prompt inside its text), and the same on /v1/messages as Claude Code 2.1.
 block a system message after the user's): each against cold (goal <= 5%), and llama-server's
 figures for the same requests when LLAMA_SERVER names its binary (--cache-reuse 256, --cache-ram).
 With --rpc: the model with all its layers on a `localchat rpc-worker` in a network namespace joined by
-a veth pair (tests/rpclink.py) against the same model loaded directly: decode tok/s and time to first
+a veth pair (localchat/devtools/rpclink.py) against the same model loaded directly: decode tok/s and time to first
 token, rounds interleaved. Both run on this machine's CPU, so this is the link's cost, not a GPU's gain.
 With --long: decode tok/s after a prompt of ~2k and ~8k tokens (read first, then the decode
 measured), greedy past any end of turn, no drafts, against llama-server's (goal: >= it).
@@ -77,8 +77,10 @@ from pathlib import Path
 import httpx
 import llama_cpp as C
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conftest import Server  # noqa: E402  (the same server launcher the tests use)
+from localchat.devtools import isolate_home  # noqa: E402
+from localchat.serve_process import Server  # noqa: E402  (the same server launcher the tests use)
+
+isolate_home()  # (the servers it starts keep away from the user's registry and prompt store)
 
 from localchat.models.host import load_model  # noqa: E402
 from localchat.engine.model import quiet_progress as _quiet_progress  # noqa: E402
@@ -406,7 +408,7 @@ def tools_bench(spec: ModelSpec, rounds: int) -> None:
     """An agent's request: 100 tools, ~200 KB of schemas. Preparing it (checking every schema,
     rendering the prompt, building the grammar, tokenizing) the first time and the next times,
     when the compiled grammar and the tokens of the tool descriptions are reused."""
-    from agent_tools import agent_tools, size
+    from localchat.devtools.agent_tools import agent_tools, size
 
     from localchat.generation.constraints import OutputRules, ToolSpec
     from localchat.generation import ChatMessage, GenerationRequest
@@ -446,7 +448,7 @@ def lora_targets(path: Path) -> tuple[str, dict[str, tuple[int, int]]]:
 def lora_bench(spec: ModelSpec, n: int, rounds: int) -> None:
     """Two streams at once: without adapters, both with one adapter, each with its own. llama.cpp
     applies adapters to the whole context, so two adapter sets decode in two batches a step."""
-    from tinymodels import write_lora
+    from localchat.devtools.tinymodels import write_lora
 
     folder = Path(tempfile.mkdtemp(prefix="localchat-bench-lora-"))
     arch, targets = lora_targets(spec.file())
@@ -489,7 +491,7 @@ def vision_bench(config: Path, spec: ModelSpec, rounds: int) -> None:
 
     if spec.mmproj is None:  # the tiny model and projector the tests use
         from localchat.families import FAMILIES
-        from tinymodels import write_tiny_mmproj, write_tiny_model
+        from localchat.devtools.tinymodels import write_tiny_mmproj, write_tiny_model
 
         folder = Path(tempfile.mkdtemp(prefix="localchat-bench-vision-"))
         model = write_tiny_model(folder / "tiny-vision.gguf", FAMILIES["gemma"], n_ctx=2048,
@@ -1161,7 +1163,7 @@ class LlamaServer:
     def __init__(self, spec: ModelSpec, *flags: str) -> None:
         import os
 
-        from conftest import free_port
+        from localchat.serve_process import free_port
         self.url = ""
         self.argv = [os.environ["LLAMA_SERVER"], "-m", str(spec.file()), "--port", str(free_port()), "--jinja",
                      "-t", str(spec.threads or os.cpu_count()), *flags]
@@ -1201,7 +1203,7 @@ def rpc_bench(spec: ModelSpec, n: int, rounds: int) -> None:
     """llama.cpp RPC over a veth pair against the model loaded directly (same file, same slots)."""
     import os
 
-    import rpclink
+    from localchat.devtools import rpclink
 
     if why := rpclink.missing():
         raise SystemExit(f"--rpc: {why}")

@@ -53,7 +53,7 @@ tokens, the cached tokens, the path), one line per path (answers, largest differ
 at a near-tie), and `cachecheck: PASS` or `cachecheck: FAIL`; exit 0 on PASS. `--only I` runs
 sequence I alone on fresh servers (a mismatch seen in a long run may need the sequences before
 it: then run `--sequences I+1` again). With no --model it uses a tiny synthetic model written
-for the run (tests/tinymodels.py, with a LoRA adapter): what CI runs (tests/test_cachecheck.py).
+for the run (localchat/devtools/tinymodels.py, with a LoRA adapter): what CI runs (tests/test_cachecheck.py).
 """
 
 from __future__ import annotations
@@ -75,11 +75,12 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from conftest import Server  # noqa: E402  (the tests' server launcher)
-
+from localchat.devtools import isolate_home  # noqa: E402
 from localchat.engine.job import SHIFT_MIN, TILE_ROWS  # noqa: E402
 from localchat.models import shipped_config  # noqa: E402
+from localchat.serve_process import Server  # noqa: E402  (the tests' server launcher)
+
+isolate_home()  # (the servers it starts keep away from the user's registry and prompt store)
 
 TOLERANCE = 0.01  # |Δ probability| allowed where the cells are the cold read's, read in other batches
 MOVED_TOLERANCE = 0.25  # where moved cells saw another span: an approximation by design (see above)
@@ -318,7 +319,7 @@ def corpus_at(rev: str, work: Path) -> Path:
 
 def tiny_registry(work: Path) -> str:
     from localchat.families import FAMILIES
-    from tinymodels import write_tiny_lora, write_tiny_model
+    from localchat.devtools.tinymodels import write_tiny_lora, write_tiny_model
 
     model = write_tiny_model(work / "tiny.gguf", FAMILIES["chatml"], n_ctx=8192)
     lora = write_tiny_lora(work / "lora.gguf", seed=1)

@@ -40,7 +40,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's localchat, whatever the venv installed
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from families_checks import PROTOCOL_TEMPLATES, Row, Server, check_template, prepare  # noqa: E402

@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,8 +18,9 @@ from localchat.families import Family, choose, render_prompt, template_caps
 from localchat.generation.constraints import OutputRules, ToolSpec, codec_tools
 from localchat.generation.conversation import _template_messages, _with_tools
 from localchat.models.gguf import inspect
-from tinymodels import value_ends, vocabulary, write_tiny_model
-from tool_schemas import ADD, WEATHER
+from localchat.serve_process import ServeProcess
+from localchat.devtools.tinymodels import value_ends, vocabulary, write_tiny_model
+from localchat.devtools.tool_schemas import ADD, WEATHER
 
 # Protocol routes are checked for these (one per syntax that thinks only when asked).
 PROTOCOL_TEMPLATES = {"Qwen-Qwen2.5-7B-Instruct", "Qwen3-Coder", "Mistral-Small-3.2-24B-Instruct-2506",
@@ -97,37 +93,22 @@ def prepare(path: Path, work: Path) -> Prepared:
     return Prepared(path.stem, source, family, gguf, vocabulary(family, extra, control)[0])
 
 
-class Server:
+class Server(ServeProcess):
+    """A quiet server of `config`, up, with an HTTP client of its own."""
+
     def __init__(self, config: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="localchat-families-", suffix=".log")
-        self.proc = subprocess.Popen([sys.executable, "-m", "localchat", "serve", "--port", str(self.port),
-                                      "--config", str(config), "--quiet"], stdout=self.log, stderr=subprocess.STDOUT)
+        super().__init__("--config", str(config), "--quiet")
+        if not self.wait(180):
+            out = self.output()
+            self.stop()
+            raise RuntimeError(f"localchat serve did not come up:\n{out}")
         self.http = httpx.Client(base_url=self.url, timeout=300)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.seek(0)
-                raise RuntimeError(f"localchat serve exited:\n{self.log.read()}")
-            try:
-                if self.http.get("/health").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        raise RuntimeError("localchat serve did not come up")
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         return self.http.post(path, json=body)
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+    def stop(self, grace: float = 15) -> None:
+        super().stop(grace)
 
 
 def _rules(choice: str = "auto") -> OutputRules:

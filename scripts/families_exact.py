@@ -1,6 +1,6 @@
 """The `exact` column of the template conformance table (scripts/families.py): localchat's
 rendering of a few conversations, byte for byte against the template's own rendering with
-plain jinja2 (tests/plain_jinja.py: HF's set-up, the messages as the client sent them, the
+plain jinja2 (localchat/devtools/plain_jinja.py: HF's set-up, the messages as the client sent them, the
 model's BOS / EOS tokens, the variables llama.cpp gives every template).
 
 A conversation is compared only where localchat means to render exactly what the template
@@ -24,8 +24,8 @@ from localchat.families.render import takes_system, template_caps
 from localchat.generation.constraints import OutputRules, ToolSpec, codec_tools
 from localchat.generation.conversation import render_conversation
 from localchat.neutral import GenerationRequest
-from plain_jinja import reference_render
-from tool_schemas import ADD, WEATHER
+from localchat.devtools.plain_jinja import reference_render
+from localchat.devtools.tool_schemas import ADD, WEATHER
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
                                            "parameters": WEATHER}},

@@ -53,7 +53,6 @@ import ctypes
 import json
 import multiprocessing as mp
 import random
-import statistics
 import re
 import sys
 import tarfile

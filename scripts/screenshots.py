@@ -7,7 +7,7 @@ Starts `localchat serve` with the shipped registry (its default model unless --m
 page in a fresh browser context per picture, asks the question (seed 1; a prompt read from the
 cache may still sample another answer), waits for the whole answer, opens the status panel on the
 desktop pictures, and writes docs/webui-{desktop,phone}-{light,dark}.png. Then docs/webui-mcp.png:
-an MCP server's tool (tests/mcp_server.py, the SDK's MCPServer, its clock real) added in Settings,
+an MCP server's tool (localchat/devtools/mcp_server.py, the SDK's MCPServer, its clock real) added in Settings,
 "What time is it on the server?" asked of --tool-model (default qwen2.5-coder-1.5b: the 0.5B
 default calls the tool but cannot answer from its result), each call approved with Run. What the
 model writes is its own: look at the pictures before committing them."""
@@ -18,8 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conftest import Server  # noqa: E402
+from localchat.devtools import isolate_home  # noqa: E402
+from localchat.serve_process import Server  # noqa: E402
+
+isolate_home()
 
 from localchat.models import Registry, shipped_config  # noqa: E402
 
@@ -34,9 +36,13 @@ def main() -> int:
     parser.add_argument("--tool-model", default="qwen2.5-coder-1.5b", help="the model of the MCP picture")
     parser.add_argument("--mcp-only", action="store_true", help="take the MCP picture only")
     args = parser.parse_args()
-    # (the page helpers of the browser tests; importing them skips, with the reason, where no Chromium is)
-    from test_webui import ARGS, CHROMIUM, DESKTOP, PHONE, Page, playwright_api
-    from mcp_server import McpServer
+    from playwright import sync_api as playwright_api
+
+    from localchat.devtools.mcp_server import McpServer
+    from localchat.devtools.webpage import ARGS, CHROMIUM, DESKTOP, PHONE, Page
+
+    if not CHROMIUM:
+        sys.exit("no Chromium here (Debian: apt-get install chromium), or LOCALCHAT_CHROMIUM=/path/to/chromium")
 
     model = args.model or Registry.load(shipped_config()).default
     server = Server(shipped_config(), "--model", model)

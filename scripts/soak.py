@@ -59,8 +59,10 @@ from pathlib import Path
 import httpx
 import jsonschema
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conftest import Server  # noqa: E402  (the same server launcher the tests use)
+from localchat.devtools import isolate_home  # noqa: E402
+from localchat.serve_process import Server  # noqa: E402  (the same server launcher the tests use)
+
+isolate_home()  # (the servers it starts keep away from the user's registry and prompt store)
 
 from localchat.models import shipped_config  # noqa: E402
 

@@ -30,7 +30,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import acceptance as A  # noqa: E402
-from conftest import Server  # noqa: E402  (acceptance put tests/ on the path)
+from localchat.serve_process import Server  # noqa: E402
 
 from localchat.models import shipped_config  # noqa: E402
 

@@ -3,15 +3,8 @@ models, and a real `localchat serve` process on a free loopback port."""
 
 from __future__ import annotations
 
-import atexit
 import json
-import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 import tomllib
 from collections.abc import Callable, Iterator
@@ -24,7 +17,9 @@ import pytest
 
 from localchat.families import FAMILIES
 from localchat.models import shipped_config
-from tinymodels import write_tiny_lora, write_tiny_mmproj, write_tiny_model
+from localchat.devtools import isolate_home
+from localchat.devtools.tinymodels import write_tiny_lora, write_tiny_mmproj, write_tiny_model
+from localchat.serve_process import Server, free_port  # noqa: F401  (the launcher the tests share with launch and scripts/)
 
 if TYPE_CHECKING:  # imported where used: the scripts that import this file start faster without it
     import openai
@@ -58,13 +53,7 @@ KWARGS_TEMPLATE = (
     "{% else %}<think>{{ '\\n' }}{% endif %}{% endif -%}")
 
 # Keep the tests (and the servers they start) away from the user's own registry and history.
-_HOME = Path(tempfile.mkdtemp(prefix="localchat-tests-"))
-os.environ["LOCALCHAT_CONFIG_DIR"] = str(_HOME / "config")
-os.environ["LOCALCHAT_DATA_DIR"] = str(_HOME / "data")
-os.environ["LOCALCHAT_PROMPT_CACHE_DIR"] = str(_HOME / "prompts")
-# Gone when the tests (or a script using this launcher: acceptance, bench) end: its saved prompts are
-# a shipped model's K/V cells, hundreds of MB each, and /tmp is not emptied between runs.
-atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+_HOME = isolate_home()
 
 
 def tiny_engine(tmp_path_factory: pytest.TempPathFactory, n_ctx: int = 1024, costs: bool = False,
@@ -158,47 +147,6 @@ def serve_in_thread(app) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, config: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"localchat-server-{self.port}-", suffix=".log")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "localchat", "serve", "--port", str(self.port), "--config", str(config), *extra],
-            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"localchat serve exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        raise RuntimeError(f"localchat serve did not come up:\n{self.output()}")
-
-    def output(self) -> str:
-        """What the server has written so far, read through a handle of its own: `self.log` is the
-        server's stdout and stderr, one open file whose position is theirs too; seeking it to read
-        made the server write its next line at that position, over what it had written (an
-        access-log line then went missing: tests/test_server_log.py)."""
-        return Path(self.log.name).read_text(errors="replace")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 def shipped(fixture: Callable) -> Callable:

@@ -12,13 +12,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from agent_tools import agent_tools
+from localchat.devtools.agent_tools import agent_tools
 from localchat.engine import Done, LocalEngine, Generate, SamplingParams, Text
 from localchat.families import FAMILIES, render_prompt
 from localchat.generation.constraints import OutputRules, ToolSpec, build, codec_tools
 from localchat.models import Settings
 from localchat.neutral import ToolCallArguments, ToolCallStart
-from tinymodels import write_tiny_model
+from localchat.devtools.tinymodels import write_tiny_model
 
 TOOLS = agent_tools()
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -26,7 +26,7 @@ RULES = OutputRules(tools=tuple(ToolSpec(t["function"]["name"], t["function"]["d
                                          t["function"]["parameters"]) for t in TOOLS), tool_choice="required")
 
 
-def generate(engine: Engine, prompt: list[int], constraint, seed: int) -> tuple[str, str]:
+def generate(engine: LocalEngine, prompt: list[int], constraint, seed: int) -> tuple[str, str]:
     # A random model writes 100,000-character strings if let, and (JSON Schema allows them) other keys
     # in a free-form object without end: lean it towards closing them, and away from one more member.
     ends = {t: 6.0 for text in ('"', "}", "]") for t in engine.model.tokenize_bytes(text.encode(), False)}

@@ -20,8 +20,8 @@ import pytest
 
 from conftest import Server
 from localchat.families import FAMILIES, render_prompt, system_first
-from tinymodels import vocabulary
-from tool_schemas import ADD, WEATHER
+from localchat.devtools.tinymodels import vocabulary
+from localchat.devtools.tool_schemas import ADD, WEATHER
 
 VOCAB = vocabulary(FAMILIES["chatml"])[0]  # tiny-chatml's
 TRIGGER = VOCAB.index("<tool_call>")

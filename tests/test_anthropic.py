@@ -6,7 +6,6 @@ against its schema), not the model. Sampling is seeded through the `seed` extens
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 
@@ -19,8 +18,8 @@ from conftest import DEFAULT, GEMMA
 from localchat.api.anthropic.stream import Blocks
 from localchat.families import FAMILIES
 from localchat.generation import Delta, ToolCallArguments, ToolCallStart
-from tinymodels import vocabulary
-from tool_schemas import ADD, SCHEMAS, WEATHER
+from localchat.devtools.tinymodels import vocabulary
+from localchat.devtools.tool_schemas import ADD, SCHEMAS, WEATHER
 
 TOOLS = [{"name": "get_weather", "description": "Weather in a city", "input_schema": WEATHER},
          {"name": "add", "input_schema": ADD}]

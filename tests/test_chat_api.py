@@ -144,7 +144,7 @@ def test_lenient_input_is_accepted(client: openai.OpenAI):
 
 def test_logit_bias_forces_a_token(client: openai.OpenAI):
     from localchat.families import FAMILIES
-    from tinymodels import vocabulary
+    from localchat.devtools.tinymodels import vocabulary
 
     z = vocabulary(FAMILIES["chatml"])[0].index("z")
     r = client.chat.completions.create(model="tiny-chatml", messages=HELLO, max_tokens=3, temperature=0.7,

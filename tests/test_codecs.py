@@ -17,7 +17,7 @@ from localchat.families import FAMILIES
 from localchat.families.codecs.base import Call, GrammarOptions, Tool, ToolSet
 from localchat.grammars import validate
 from localchat.neutral import Delta, Piece, ReasoningDelta, ToolCallArguments, ToolCallStart
-from tool_schemas import ADD, WEATHER
+from localchat.devtools.tool_schemas import ADD, WEATHER
 
 WRITE = {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"},
                                           "mode": {"type": "integer"}, "tags": {"type": "array"}},

@@ -97,7 +97,7 @@ def test_an_engine_measures_while_idle_once_and_reads_the_figures_back(tmp_path,
 
     from localchat.engine import LocalEngine
     from localchat.families import FAMILIES
-    from tinymodels import write_tiny_model
+    from localchat.devtools.tinymodels import write_tiny_model
 
     path = write_tiny_model(tmp_path / "m.gguf", FAMILIES["chatml"], n_ctx=256)
     store = tmp_path / "step-costs.json"

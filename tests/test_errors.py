@@ -151,7 +151,7 @@ def test_n_above_the_slots_is_a_400_from_the_engine_too(tmp_path):
     from localchat.engine import Generate, LocalEngine, SamplingParams
     from localchat.errors import InvalidRequest
     from localchat.families import FAMILIES
-    from tinymodels import write_tiny_model
+    from localchat.devtools.tinymodels import write_tiny_model
 
     engine = LocalEngine(write_tiny_model(tmp_path / "m.gguf", FAMILIES["chatml"], n_ctx=256), n_ctx=256, parallel=2)
 

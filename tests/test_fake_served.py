@@ -32,7 +32,7 @@ from localchat.errors import EngineError
 from localchat.generation import Chat, ModelHost
 from localchat.models import ModelSpec, Registry, Settings
 from test_protocols import sse_events
-from tool_schemas import ADD
+from localchat.devtools.tool_schemas import ADD
 
 pytestmark = pytest.mark.fast
 

@@ -11,7 +11,7 @@ from localchat.engine import LocalEngine
 from localchat.families import FAMILIES, detect, render_prompt, template_caps
 from localchat.models import inspect
 from localchat.neutral import ChatMessage, PastCall
-from tinymodels import write_tiny_model
+from localchat.devtools.tinymodels import write_tiny_model
 
 CONVERSATION = [
     {"role": "system", "content": "Be brief."},

@@ -20,7 +20,7 @@ from localchat.models import Registry, inspect, shipped_config
 from localchat.models import fit
 from localchat.errors import ModelTooLarge
 from localchat.models.fit import F16, Memory, MemoryShape, choose, largest_context, need
-from tinymodels import write_tiny_model
+from localchat.devtools.tinymodels import write_tiny_model
 
 MiB = 1 << 20
 GEMMA = "gemma-3-270m"  # shipped; Gemma 3 has sliding-window layers

@@ -18,7 +18,7 @@ from localchat.engine import Constraint, LocalEngine, Generate, SamplingParams, 
 from localchat.errors import GrammarError
 from localchat.families import FAMILIES, render_prompt
 from localchat.generation.constraints import value_check
-from localchat.grammars import schema_to_gbnf, validate
+from localchat.grammars import validate
 from localchat.grammars.schema import convert
 from localchat.grammars.numbers import integer_range
 from localchat.grammars.regex import pattern_to_gbnf

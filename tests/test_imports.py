@@ -6,6 +6,7 @@ imports another that imports it back, at any depth (an import inside a function 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections import deque
@@ -142,3 +143,38 @@ def test_no_import_cycles_among_localchat_modules():
     described = ["  " + " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:])) + f" -> {cycle[-1]}"
                  for cycle in cycles(graph)]
     assert not described, "import cycles (each module with the line that imports the next):\n" + "\n".join(described)
+
+
+# -- layers -----------------------------------------------------------------------------------------
+
+def test_the_api_reaches_the_engine_only_through_generation():
+    """api/ translates protocols onto generation's service; what it knows of an engine (its stats,
+    its events) comes through generation, so an engine change never reaches a protocol module."""
+    graph = import_graph()
+    upward = sorted(f"{m} (line {line}) imports {target}" for m, edges in graph.items() if m.startswith("localchat.api")
+                    for target, line in edges.items() if target.startswith("localchat.engine"))
+    assert not upward, "api/ importing the engine:\n  " + "\n  ".join(upward)
+
+
+def _script_imports(path: Path) -> list[tuple[str, int]]:
+    """The top-level module of every import in a script, with its line (at any depth)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name.split(".")[0], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.module.split(".")[0], node.lineno))
+    return found
+
+
+def test_scripts_import_nothing_from_the_tests():
+    """scripts/ and tests/ share what they share through localchat/ (the launcher in
+    serve_process.py, tiny models and the like in devtools/): a script never puts tests/ on its path."""
+    tests = {p.stem for p in (REPO / "tests").glob("*.py")}
+    scripts = sorted((REPO / "scripts").glob("*.py"))
+    assert len(scripts) > 10 and "conftest" in tests
+    wrong = [f"{p.name}:{line} imports {name} (tests/{name}.py)" for p in scripts
+             for name, line in _script_imports(p) if name in tests]
+    wrong += [f"{p.name} puts tests/ on sys.path" for p in scripts
+              if re.search(r"sys\.path\.insert\(.*\btests\b", p.read_text(encoding="utf-8"))]
+    assert not wrong, "\n".join(wrong)

@@ -17,7 +17,7 @@ from pathlib import Path
 import llama_cpp as C
 import pytest
 
-import tinymodels
+from localchat.devtools import tinymodels
 from localchat.engine import LocalEngine, kv_state
 from localchat.engine.batch import Batch
 from localchat.engine.decoder import open_context, shiftable
@@ -26,7 +26,7 @@ from localchat.engine.prompt_store import copy_state, put_state
 from localchat.families import FAMILIES
 from test_prompt_reuse import prompts, run
 from conftest import tiny_engine
-from tinymodels import write_tiny_model
+from localchat.devtools.tinymodels import write_tiny_model
 
 UNKNOWN = "layout this version does not know"
 TYPES = {"f16": (C.GGML_TYPE_F16, 2, 1), "q8_0": (C.GGML_TYPE_Q8_0, 34, 32), "q4_0": (C.GGML_TYPE_Q4_0, 18, 32)}

@@ -13,14 +13,14 @@ from localchat.engine import Constraint, LocalEngine, Generate, SamplingParams, 
 from localchat.families import FAMILIES, render_prompt
 from localchat.grammars import validate
 from localchat.families.codecs.base import GrammarOptions, Tool
-from tinymodels import vocabulary, write_tiny_model
+from localchat.devtools.tinymodels import vocabulary, write_tiny_model
 
 ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"],
        "additionalProperties": False}
 STRADDLE = "x<tool_call>y"  # one token: text, the whole trigger, and more text
 
 
-def generate(engine: Engine, family, bias: dict[int, float], constraint: Constraint | None) -> str:
+def generate(engine: LocalEngine, family, bias: dict[int, float], constraint: Constraint | None) -> str:
     prompt = render_prompt(family.template, [{"role": "user", "content": "add"}])
 
     async def run() -> str:

@@ -1,4 +1,4 @@
-"""MCP tools, through the official SDK both ways: a real MCP server (tests/mcp_server.py, the
+"""MCP tools, through the official SDK both ways: a real MCP server (localchat/devtools/mcp_server.py, the
 SDK's MCPServer) over Streamable HTTP and over stdio; the page's bridge (POST /mcp/tools,
 /mcp/call) on a real server; the terminal chat's `/mcp add` with a tiny model whose call the
 grammar forces (a named tool_choice), the call approved in the terminal. The browser's side is
@@ -22,9 +22,10 @@ from localchat import mcp_tools
 from localchat.errors import ToolServerError, ToolServerTimeout
 from localchat.mcp_tools import Hub, Target
 
-from mcp_server import LISTED, TIME, McpServer, dead_url
+from localchat.devtools import mcp_server as mcp_server_module
+from localchat.devtools.mcp_server import LISTED, TIME, McpServer, dead_url
 
-STDIO = f"-- {sys.executable} {Path(__file__).resolve().parent / 'mcp_server.py'}"
+STDIO = f"-- {sys.executable} {mcp_server_module.__file__}"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 from localchat.errors import ModelUnavailable
 from localchat.families import FAMILIES
 from localchat.models import Registry
-from tinymodels import write_tiny_model
+from localchat.devtools.tinymodels import write_tiny_model
 
 MEMBER = "tiny_gguf_wheel/tiny.gguf"
 

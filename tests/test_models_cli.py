@@ -11,7 +11,7 @@ import pytest
 
 from conftest import DEFAULT, GEMMA, SMOLLM
 from localchat.families import FAMILIES
-from tinymodels import write_tiny_model
+from localchat.devtools.tinymodels import write_tiny_model
 
 
 def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -22,7 +22,7 @@ from localchat.api.ollama.chat import ChatBody, chat_request
 from localchat.api.ollama.stream import Answer, Clock, LineShape, collect, stream
 from localchat.generation import Finish, ReasoningDelta, Sampling, ToolCallArguments, ToolCallStart, Usage
 from localchat.models import ModelSpec, Registry
-from tinymodels import FIM
+from localchat.devtools.tinymodels import FIM
 
 DEFAULT = GEMMA  # the real model these tests use, by name
 SHORT = {"num_predict": 12, "seed": 7, "temperature": 0.8}

@@ -20,7 +20,7 @@ from localchat.engine.job import (SHIFT_EDIT, SHIFT_MIN, SHIFT_SPAN, TILE_ROWS, 
 from localchat.families import FAMILIES
 from localchat.models import Registry, shipped_config
 from conftest import tiny_engine
-from tinymodels import write_tiny_model
+from localchat.devtools.tinymodels import write_tiny_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agents"
 
@@ -234,7 +234,7 @@ def test_a_request_cancelled_inside_its_new_span_leaves_the_slot_usable(engine: 
 def test_a_quantized_k_cache_reads_the_span_and_what_follows(tmp_path, monkeypatch: pytest.MonkeyPatch):
     """llama.cpp 0.3.36 segfaults turning a q8_0 K cache's RoPE (tests/test_kv_state.py): with one,
     a prompt that differs in a span is served up to the span and the rest is read, no cell moved."""
-    import tinymodels
+    from localchat.devtools import tinymodels
 
     monkeypatch.setattr(tinymodels, "N_HEAD", 2)  # heads of 32 values: a q8_0 block's size
     path = write_tiny_model(tmp_path / "m.gguf", FAMILIES["chatml"], n_ctx=2048)

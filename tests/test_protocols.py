@@ -25,7 +25,7 @@ from localchat.engine.fake import fake_factory
 from localchat.errors import EngineError
 from localchat.generation import Chat, ModelHost, constraints
 from localchat.models import ModelSpec, Registry, Settings
-from tool_schemas import ADD
+from localchat.devtools.tool_schemas import ADD
 
 pytestmark = pytest.mark.fast  # the fast tier (scripts/test --fast)
 

@@ -22,7 +22,7 @@ from conftest import Server
 from fakehub import FakeHub, Served
 from localchat.families import FAMILIES
 from test_repl import STATS, Chat
-from tinymodels import write_tiny_mmproj, write_tiny_model
+from localchat.devtools.tinymodels import write_tiny_mmproj, write_tiny_model
 
 MiB = 1 << 20
 CHUNK = 10 * MiB  # huggingface_hub writes a download to disk 10 MiB at a time

@@ -1,6 +1,6 @@
 """localchat renders exactly what the chat template renders (no server): Qwen2.5-Coder 0.5B's
 template (the default model's; a copy in tests/fixtures, checked against the real GGUF when it
-is on this machine) against plain jinja2 set up as Hugging Face sets it up (tests/plain_jinja.py).
+is on this machine) against plain jinja2 set up as Hugging Face sets it up (localchat/devtools/plain_jinja.py).
 An empty text must stay empty for the template: Qwen's `{% if message.content %}` leaves out the
 newline before an assistant's tool call only when it sees the text empty."""
 
@@ -17,7 +17,7 @@ from localchat.generation.conversation import render_conversation
 from localchat.models import inspect
 from localchat.models.catalog import Registry, shipped_config
 from localchat.neutral import ChatMessage, GenerationRequest, PastCall
-from plain_jinja import reference_render
+from localchat.devtools.plain_jinja import reference_render
 
 FIXTURE = Path(__file__).parent / "fixtures" / "qwen2.5-coder-0.5b-instruct.jinja"
 QWEN = FIXTURE.read_text()

@@ -7,7 +7,6 @@ translation, not the model."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import httpx
@@ -15,13 +14,13 @@ import jsonschema
 import openai
 import pydantic
 import pytest
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import Response
 
 from conftest import DEFAULT as SHIPPED_DEFAULT, GEMMA
-from localchat.api.responses.request import ResponsesRequest, Store
+from localchat.api.responses.request import Store
 from localchat.families import FAMILIES
-from tinymodels import vocabulary
-from tool_schemas import ADD, SCHEMAS, WEATHER
+from localchat.devtools.tinymodels import vocabulary
+from localchat.devtools.tool_schemas import ADD, SCHEMAS, WEATHER
 
 DEFAULT = GEMMA  # the real model these tests use, by name
 ONE_CALL = 500  # tokens: more than the longest call or object the grammar allows (see test_tools)

@@ -7,7 +7,7 @@ loaded locally; the rpc-worker killed mid-stream → that request's error event,
 `/health` saying the endpoint is down, 503s naming it; the rpc-worker back → the model serves again.
 It needs llama-cpp-python built with `CMAKE_ARGS="-DGGML_RPC=on"` (`scripts/test --rpc` builds one
 into its own folder and runs this module under `unshare -n`, so the machine's network is left as it
-is), root and `ip` (rpclink.py); without them it is skipped and says why. The probe, the entries' checks and the
+is), root and `ip` (localchat/devtools/rpclink.py); without them it is skipped and says why. The probe, the entries' checks and the
 command's refusals run everywhere (fast)."""
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
-import rpclink
+from localchat.devtools import rpclink
 from conftest import Server
 from localchat.cli import app
 from localchat.engine import rpc
 from localchat.families import FAMILIES
 from localchat.models import ModelSpec
 from localchat.models.host import load_model, make_engine
-from tinymodels import write_tiny_model
+from localchat.devtools.tinymodels import write_tiny_model
 
 ASK = [{"role": "user", "content": "Say something long."}]
 

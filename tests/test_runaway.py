@@ -19,7 +19,7 @@ import pytest
 from conftest import TINY_CTX, Server
 from localchat.engine.params import SamplingParams
 from localchat.families import FAMILIES
-from tinymodels import vocabulary
+from localchat.devtools.tinymodels import vocabulary
 
 DEFAULT = SamplingParams().repetition_stop
 HELLO = vocabulary(FAMILIES["chatml"])[0].index("▁hello")  # the tiny chatml model's token

@@ -21,7 +21,7 @@ from localchat.grammars.gbnf import MAX_BYTES
 from localchat.grammars.metaschema import schema_problem
 from localchat.grammars.schema import convert
 from conftest import tiny_engine
-from tinymodels import vocabulary
+from localchat.devtools.tinymodels import vocabulary
 
 CTX = 8192
 CHAIN = {"$defs": {**{f"d{i}": {"type": "object", "properties": {"n": {"$ref": f"#/$defs/d{i + 1}"}},

@@ -1,6 +1,6 @@
-"""The tests' `localchat serve` (conftest.py's Server) writes its log to a file the tests read
+"""The tests' `localchat serve` (serve_process.py's ServeProcess) writes its log to a file the tests read
 while it runs: reading it never loses or moves a line the server writes meanwhile. (The server's
-stdout and stderr are that file's handle: its position is theirs, so a read that seeks it made
+stdout and stderr were that file's handle: its position was theirs, so a read that seeked it made
 the server write its next line over the start of the file; an access-log line then went missing,
 test_runaway.py's "no access-log line for loop-cancel".)"""
 
@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
-from conftest import Server
+from localchat.serve_process import ServeProcess
 
 pytestmark = pytest.mark.fast
 
@@ -23,11 +22,12 @@ WRITER = (f"import time\nfor i in range({LINES}):\n    print(f'{{i:05d}} POST /v
           "    time.sleep(0.0003)")
 
 
-def test_reading_a_servers_log_while_it_writes_loses_no_line():
-    server = Server.__new__(Server)  # its log alone, as Server.__init__ makes it, written by a stand-in
-    server.log = tempfile.NamedTemporaryFile("w+", prefix="localchat-server-test-", suffix=".log")
-    writer = subprocess.Popen([sys.executable, "-c", WRITER], stdout=server.log, stderr=subprocess.STDOUT,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+def test_reading_a_servers_log_while_it_writes_loses_no_line(tmp_path):
+    server = ServeProcess.__new__(ServeProcess)  # its log alone, as ServeProcess.__init__ makes it, written by a stand-in
+    server.log = tmp_path / "server.log"
+    with open(server.log, "w") as out:
+        writer = subprocess.Popen([sys.executable, "-c", WRITER], stdout=out, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         reads = 0
         while writer.poll() is None:  # read as the tests do (log_line polls), while every line is written
@@ -41,4 +41,3 @@ def test_reading_a_servers_log_while_it_writes_loses_no_line():
     finally:
         writer.kill()
         writer.wait()
-        server.log.close()

@@ -18,11 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-import tinymodels
+from localchat.devtools import tinymodels
 from conftest import TINY_CTX, Server
 from localchat.engine.prompt_store import MAGIC, SAVE_MIN
 from localchat.families import FAMILIES
-from tinymodels import write_tiny_model
+from localchat.devtools.tinymodels import write_tiny_model
 
 # Prompts of well over SAVE_MIN tokens (the tiny models spell most words letter by letter), each
 # sharing only the chat template's first tokens with another: each is saved, and restored alone.

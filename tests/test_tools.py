@@ -19,8 +19,8 @@ import pytest
 from conftest import GEMMA, SMOLLM
 from localchat.families import FAMILIES, render_prompt
 from localchat.families.codecs.pattern import fill
-from tinymodels import value_ends, vocabulary
-from tool_schemas import ADD, SCHEMAS, WEATHER
+from localchat.devtools.tinymodels import value_ends, vocabulary
+from localchat.devtools.tool_schemas import ADD, SCHEMAS, WEATHER
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
                                            "parameters": WEATHER}},

@@ -31,8 +31,8 @@ from localchat.models import ModelSpec
 from localchat.models.upstream import _with_defaults
 from test_tools import ASK, ONE_CALL, TOOLS, check_calls, nudge, stream_calls
 from test_vision import ask, logprobs, png, uri
-from tinymodels import write_tiny_mmproj, write_tiny_model
-from tool_schemas import WEATHER
+from localchat.devtools.tinymodels import write_tiny_mmproj, write_tiny_model
+from localchat.devtools.tool_schemas import WEATHER
 
 FAMILY = "qwen3-coder"  # tool calls in XML (<function=NAME><parameter=KEY>…), not plain JSON
 KEY = "peer-secret"

@@ -29,7 +29,7 @@ from localchat.engine.params import CallDelta, Thought
 from localchat.errors import UpstreamError
 from localchat.generation.upstream_chat import CallChecker, check_call
 from localchat.neutral import OutputRules, ReasoningDelta, ToolCallArguments, ToolCallStart, ToolSpec
-from tool_schemas import WEATHER
+from localchat.devtools.tool_schemas import WEATHER
 
 pytestmark = pytest.mark.fast  # no model is loaded: the engine is the fake
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import DEFAULT, GEMMA, SMOLLM, Server
+from conftest import DEFAULT, GEMMA, Server
 from localchat.grammars import metaschema
 from localchat.models import Registry, Settings
 

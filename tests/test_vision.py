@@ -14,7 +14,7 @@ import openai
 import pytest
 from PIL import Image
 
-from tinymodels import V_IMAGE, V_MERGE, V_PATCH
+from localchat.devtools.tinymodels import V_IMAGE, V_MERGE, V_PATCH
 
 IMAGE_TOKENS = (V_IMAGE // V_PATCH // V_MERGE) ** 2  # what the projector makes of any image
 WRAPPERS = 2  # <start_of_image> and <end_of_image>, which mtmd adds around it

@@ -9,10 +9,8 @@ scripts/screenshots (the shipped default model answering a real question), not f
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import urlsplit
@@ -21,14 +19,13 @@ import httpx
 import pytest
 
 from conftest import Server
-from mcp_server import LISTED, TIME, McpServer, dead_url
+from localchat.devtools.webpage import ARGS, CHROMIUM, MODELS_LISTED, PHONE, Page
+from localchat.devtools.mcp_server import LISTED, TIME, McpServer, dead_url
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="the Python package playwright is not installed: "
                                      "pip install playwright (scripts/test does)")
 expect = playwright_api.expect
 expect.set_options(timeout=60_000)  # a model loads, a shared machine is slow: waits are long, never fixed
-CHROMIUM = os.environ.get("LOCALCHAT_CHROMIUM") or next(
-    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 if not CHROMIUM:
     pytest.skip("no Chromium here: the browser tests need one (Debian: apt-get install chromium; scripts/test "
                 "installs it when it can) or LOCALCHAT_CHROMIUM=/path/to/chromium", allow_module_level=True)
@@ -36,12 +33,6 @@ if not CHROMIUM:
 REAL_MODEL = "gemma-3-270m"  # a real GGUF, named: the tests do not depend on which model is the default
 TINY = "tiny-chatml"
 KEY = "web-key"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# Functions, not expressions: the page's CSP forbids eval, which Playwright uses for an expression.
-MODELS_LISTED = "() => document.querySelector('#model').options.length > 1"
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
 
 
 def literal(text: str) -> str:
@@ -67,77 +58,6 @@ def web(registry_file: Path) -> Iterator[Server]:
     s = Server(registry_file, "--model", TINY, "--max-loaded-models", "4")
     yield s
     s.stop()
-
-
-class Page:
-    """One browser context (fresh storage) on the server, its network limited to the server."""
-
-    def __init__(self, browser: object, server: Server, **options: object) -> None:
-        self.server = server
-        self.origin = urlsplit(server.url).netloc
-        self.context = browser.new_context(**{"viewport": DESKTOP, **options})  # type: ignore[attr-defined]
-        self.blocked: list[str] = []
-        self.requested: list[str] = []
-        self.chats: list[dict] = []  # the bodies of the page's chat requests
-        self.errors: list[str] = []
-        self.context.route("**/*", self._route)
-        self.page = self.context.new_page()
-        self.page.set_default_timeout(60_000)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.on("request", self._request)
-
-    def _route(self, route: object) -> None:
-        url = route.request.url  # type: ignore[attr-defined]
-        self.requested.append(url)
-        if urlsplit(url).netloc == self.origin:
-            route.continue_()  # type: ignore[attr-defined]
-        else:
-            self.blocked.append(url)
-            route.abort()  # type: ignore[attr-defined]
-
-    def _request(self, request: object) -> None:
-        if request.url.endswith("/v1/chat/completions"):  # type: ignore[attr-defined]
-            self.chats.append(request.post_data_json)  # type: ignore[attr-defined]
-
-    def open(self) -> object:
-        self.page.goto(self.server.url + "/")
-        self.page.wait_for_function(MODELS_LISTED, polling=100)
-        return self.page
-
-    def choose(self, model: str) -> None:
-        self.page.select_option("#model", model)
-
-    def settings(self, extra: dict | None = None, **fields: str) -> None:
-        p = self.page
-        p.click("#open-settings")
-        p.fill("textarea[name=extra]", json.dumps(extra) if extra else "")
-        for name, value in fields.items():
-            p.fill(f"[name={name}]", value)
-        p.click("#settings-save")
-        assert not p.is_visible("#settings"), p.inner_text("#settings-error")
-
-    def send(self, text: str, wait: bool = True) -> object:
-        """Type a message and press Enter: the new answer's <article> (once it has ended, if wait)."""
-        self.page.fill("#prompt", text)
-        return self.new_answer(lambda: self.page.press("#prompt", "Enter"), wait)
-
-    def new_answer(self, act: Callable[[], object], wait: bool = True) -> object:
-        """Do `act`; the answer it starts (once it has ended, if wait)."""
-        p = self.page
-        before = p.eval_on_selector_all("article.msg.assistant", "els => els.map(e => e.dataset.id)")
-        act()
-        new = ("ids => [...document.querySelectorAll('article.msg.assistant')]"
-               ".map(e => e.dataset.id).find(id => !ids.includes(id))")
-        p.wait_for_function(new, arg=before, polling=50)
-        article = p.locator(f"article.msg.assistant[data-id='{p.evaluate(new, before)}']")
-        if wait:
-            expect(article).to_have_attribute("aria-busy", "false")
-        return article
-
-    def close(self) -> None:
-        self.context.close()
-        assert not self.errors, f"errors in the page: {self.errors}"
-        assert not self.blocked, f"the page tried to reach other hosts: {self.blocked}"
 
 
 @pytest.fixture

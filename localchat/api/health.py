@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import __version__
-from ..engine.params import EngineStats
+from ..generation.models import EngineStats
 from ..generation import Chat
 
 
