@@ -1,4 +1,4 @@
-"""The engine core's step, on its own: a Scheduler made without its thread (`run=False`) on a tiny
+"""The engine core's step, on its own: a Scheduler made without its thread (no `deliver`) on a tiny
 GGUF, stepped by the test, every step seen. What the model writes is not asserted (random
 weights); what the scheduler does with the requests is: when they are admitted, how many tokens a
 step gives each, that they share a step, that a cancel frees the slot at the next step and keeps
@@ -31,15 +31,12 @@ def make(model: object, tmp_path: Path, **kw: object) -> object:
 
     costs = tmp_path / "step-costs.json"  # known step costs: no measuring decodes between the test's steps
     draft_cost.save(costs, draft_cost.machine_key(model.path, 1, model.n_gpu_layers), {1: 0.01, 64: 0.1})  # type: ignore[attr-defined]
-    return Scheduler(model, n_ctx=256, n_threads=1, step_costs=str(costs), run=False, **{"parallel": 2, "max_queue": 1, **kw})
+    return Scheduler(model, n_ctx=256, n_threads=1, step_costs=str(costs), **{"parallel": 2, "max_queue": 1, **kw})
 
 
 class Seen:
     def __init__(self) -> None:
         self.events: list[object] = []
-
-    def __call__(self, event: object) -> None:
-        self.events.append(event)
 
     @property
     def done(self) -> Done | None:
@@ -48,6 +45,14 @@ class Seen:
     @property
     def ended(self) -> bool:
         return bool(self.events) and self.events[-1] is None
+
+
+def step(s: object) -> bool:
+    """One step, its outputs handed to the requests' Seen (each request's sink): whether it decoded."""
+    output = s.step()  # type: ignore[attr-defined]
+    for seen, items in output.events:
+        seen.events.extend(items)
+    return output.busy
 
 
 def ask(tokens: int, max_tokens: int, **kw: object) -> Generate:
@@ -61,16 +66,16 @@ def test_a_request_moves_only_when_stepped(model: object, tmp_path: Path):
         seen = Seen()
         s.submit(ask(20, 5), seen)
         assert seen.events == [] and s.stats()["queued"] == 1  # nothing runs until the caller steps
-        assert s.step()  # admitted, the prompt read, the first token sampled
+        assert step(s)  # admitted, the prompt read, the first token sampled
         assert isinstance(seen.events[0], Started) and s.stats()["busy"] == 1
         assert s.slots_info()[0].cached == 20  # the prompt is in the slot (the token sampled joins it next step)
         steps = 1
         while not seen.ended:
-            assert s.step() and steps < 5  # a token a step (or more, when a draft is kept)
+            assert step(s) and steps < 5  # a token a step (or more, when a draft is kept)
             steps += 1
         assert seen.done.finish_reason == "length" and seen.done.completion_tokens == 5
         assert seen.done.prompt_tokens == 20 and s.stats()["busy"] == 0
-        assert not s.step()  # nothing left to do
+        assert not step(s)  # nothing left to do
     finally:
         s.close()
 
@@ -84,17 +89,17 @@ def test_two_requests_share_each_step_and_a_third_waits_for_a_slot(model: object
         s.submit(ask(16, 2), c)  # the queue holds it: both slots are taken at the next step
         with pytest.raises(QueueFull):
             s.submit(ask(8, 2), Seen())
-        s.step()  # one decode reads both prompts and samples a token for each
+        step(s)  # one decode reads both prompts and samples a token for each
         assert isinstance(a.events[0], Started) and isinstance(b.events[0], Started) and c.events == []
         assert sorted(slot.cached for slot in s.slots_info()) == [12, 14]
         while not (a.ended and b.ended):
-            s.step()
+            step(s)
             assert c.events == []
         assert a.done.completion_tokens == b.done.completion_tokens == 4
-        s.step()  # a slot is free: the third is admitted now
+        step(s)  # a slot is free: the third is admitted now
         assert isinstance(c.events[0], Started)
         while not c.ended:
-            s.step()
+            step(s)
         assert c.done.completion_tokens == 2
     finally:
         s.close()
@@ -105,15 +110,15 @@ def test_a_cancel_frees_the_slot_at_the_next_step_and_keeps_the_prompt(model: ob
     try:
         first = Seen()
         job = s.submit(ask(30, 50), first)
-        s.step()
-        s.step()
+        step(s)
+        step(s)
         s.cancel(job)
-        s.step()
+        step(s)
         assert first.ended and first.done is None and s.stats()["busy"] == 0  # ended, unfinished: the slot is free
         again = Seen()
         s.submit(ask(30, 1), again)  # the same prompt: read from the slot the cancel left
         while not again.ended:
-            s.step()
+            step(s)
         assert again.done.cached_tokens >= 29
         assert s.between_steps(lambda: "now") == "now"  # no thread: between two of the caller's steps
     finally:
@@ -126,13 +131,13 @@ def test_a_retry_sent_with_the_cancel_is_admitted_into_the_slot_the_cancel_frees
     s = make(model, tmp_path)  # two slots
     try:
         job = s.submit(ask(30, 50), Seen())
-        s.step()
-        s.step()
+        step(s)
+        step(s)
         s.cancel(job)
         again = Seen()
         s.submit(ask(30, 1), again)
         while not again.ended:
-            s.step()
+            step(s)
         assert again.done.cached_tokens >= 29
     finally:
         s.close()

@@ -91,19 +91,23 @@ class Stream:
 
     def __init__(self, submit: Callable[[Generate, Emit], Any], cancel: Callable[[Any], None],
                  request: Generate) -> None:
-        loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[Event | Prepared | Started | BaseException | None] = asyncio.Queue()
         self._cancel = cancel
         self._ended = False
         self.generated: dict[int, int] = {}
         self.cached = 0  # prompt tokens read from the cache (known once the engine starts the request)
         self.miss: tuple[str, int, int, tuple[int, ...]] | None = None  # why the cache served less than it held (Started.miss)
+        self._handle = submit(request, self)  # (the stream is the engine's emit: `__call__`, or `deliver` a step's worth)
 
-        def emit(item: Event | Prepared | Started | BaseException | None) -> None:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(self._arrived, item)
+    def __call__(self, item: Event | Prepared | Started | BaseException | None) -> None:
+        """One event, from any thread (an engine that has them one at a time)."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._arrived, item)
 
-        self._handle = submit(request, emit)
+    def _arrived_all(self, items: list[Event | Prepared | Started | BaseException | None]) -> None:
+        for item in items:
+            self._arrived(item)
 
     def _arrived(self, item: Event | Prepared | Started | BaseException | None) -> None:
         if isinstance(item, Started):  # not an item of the stream: what it says is kept here
@@ -144,6 +148,22 @@ class Stream:
         if not self._ended:
             self._ended = True
             self._cancel(self._handle)
+
+
+def deliver(events: Iterable[tuple[Stream, list[Event | Prepared | Started | BaseException | None]]]) -> None:
+    """A step's events (each stream's, in order), from the engine's thread: the event loop woken
+    once for them all, not once an event."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Stream, list]]] = {}
+    for stream, items in events:
+        by_loop.setdefault(stream.loop, []).append((stream, items))
+    for loop, batch in by_loop.items():
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_arrive, batch)
+
+
+def _arrive(batch: list[tuple[Stream, list]]) -> None:
+    for stream, items in batch:
+        stream._arrived_all(items)
 
 
 def check_queue(waiting: int, free: int, max_queue: int | None, name: str) -> None:

@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import fields
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
-from .base import Stream, check_adapters
+from .base import Stream, check_adapters, deliver as deliver_to_streams
 from .embed import Embedder
 from .rerank import Ranker
 from .model import Model
 from .prompt_store import PromptStore, model_key
 from .params import N_BATCH, Draft, EngineConfig, EngineStats, Event, Generate, SlotDone, SlotInfo
+from .outputs import StepOutput
 from .scheduler import Scheduler
 from .vision import Projector
 
@@ -31,7 +32,10 @@ class LocalEngine:
                  loras: Iterable[str] = (), mmproj: str | None = None, prompt_cache: str | None = None,
                  prompt_cache_bytes: int = 0, tensor_split: Iterable[float] | None = None,
                  draft: Draft | None = None, step_costs: str | None = None,
-                 cache_types: tuple[str, str] = ("f16", "f16")) -> None:
+                 cache_types: tuple[str, str] = ("f16", "f16"),
+                 deliver: Callable[[StepOutput], None] | None = None) -> None:
+        """deliver: where each step's outputs go (default: the streams of `submit`; a worker's child
+        sends them to the server)."""
         self.model = Model(path, n_gpu_layers=n_gpu_layers, tensor_split=tensor_split)
         self.projector: Projector | None = None
         self.draft_model: Model | None = None  # speculative decoding's draft model (draft_model.py)
@@ -50,7 +54,8 @@ class LocalEngine:
             self.scheduler = Scheduler(self.model, n_ctx=n_ctx, parallel=parallel, max_queue=max_queue,
                                        n_threads=n_threads, n_batch=n_batch, rope=rope, projector=self.projector,
                                        store=store, draft=(self.draft_model, draft) if draft is not None else None,
-                                       step_costs=step_costs, cache_types=cache_types)
+                                       step_costs=step_costs, cache_types=cache_types,
+                                       deliver=deliver or _to_streams)
         except BaseException:
             if self.projector is not None:
                 self.projector.close()
@@ -67,10 +72,10 @@ class LocalEngine:
         self._key = model_key(path)  # what a slot file saved with this model file says (slot_actions.py)
 
     @classmethod
-    def from_config(cls, config: EngineConfig) -> "LocalEngine":
+    def from_config(cls, config: EngineConfig, deliver: Callable[[StepOutput], None] | None = None) -> "LocalEngine":
         """The engine models/host.py chose (its RPC endpoints, if any, registered by the caller)."""
         options = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in ("path", "rpc")}
-        return cls(Path(config.path), **options)
+        return cls(Path(config.path), deliver=deliver, **options)
 
     def check_fits(self, tokens: list[int]) -> None:
         self.model.check_fits(tokens, self.n_ctx)
@@ -140,3 +145,8 @@ class LocalEngine:
         if self.draft_model is not None:
             self.draft_model.close()
         self.model.close()
+
+
+def _to_streams(output: StepOutput) -> None:
+    """A step's events to the streams that submitted them (the event loop woken once a step)."""
+    deliver_to_streams(output.events)

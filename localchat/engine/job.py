@@ -7,12 +7,12 @@ import os
 from collections import Counter
 from difflib import SequenceMatcher
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp as C
 
-from .base import Emit
 from .model import Model
+from .outputs import Item, Outbox
 from .params import Generate
 from .repetition import detector
 from .sampling import Sampler
@@ -44,8 +44,10 @@ def chunk_size(pending: int, room: int) -> int:
 
 
 class Job:
-    def __init__(self, request: Generate, emit: Emit) -> None:
-        self.request, self.emit = request, emit
+    def __init__(self, request: Generate, sink: Any, outbox: Outbox) -> None:
+        """sink: what the request's events go to, opaque here (a Stream; a worker's job id); its
+        events wait in the outbox until the step ends (outputs.py)."""
+        self.request, self.sink, self._outbox = request, sink, outbox
         self.cancelled = False
         self.seqs: list[Sequence] = []
         self.slots: list[Slot] = []  # the lead slot (it decodes the prompt) first
@@ -63,6 +65,9 @@ class Job:
     @property
     def lead(self) -> Sequence:
         return self.seqs[0]
+
+    def emit(self, item: Item) -> None:
+        self._outbox.put(self, item)
 
 
 def make_sequence(job: Job, i: int, slot: Slot, model: Model, n_ctx: int) -> Sequence:

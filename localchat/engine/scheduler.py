@@ -6,8 +6,9 @@ of the slot's cache (else an empty or the least recently used slot), and the pre
 (prefix_cache.py) says how much of its prompt that slot serves. With n > 1 the prompt is decoded
 once and its cells are shared with the other n - 1 slots. Each step is one decode of every running
 request (decoder.py: a token each, drafts, prompt chunks); requests with other LoRA adapters decode
-in a batch of their own in the same step (_step). `step()` is one turn on the caller's thread; the
-engines run it in a thread of its own (run=True). Other threads reach the context only through
+in a batch of their own in the same step (_step). `step()` is one turn on the caller's thread and
+returns what it produced (a StepOutput: each request's events); the engines run it in a thread of
+its own and hand each step's outputs to their `deliver`. Other threads reach the context only through
 `between_steps` (llama-server's slot actions: the prefix cache's slot_state, slot_restore, slot_erase), run
 between two steps. While idle, a step measures what a step of k tokens costs (draft_cost.probe)."""
 
@@ -28,9 +29,10 @@ from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailab
 from .base import check_queue
 from .decoder import Decoder, open_context, shiftable
 from .draft_model import DraftContext
-from .job import Adapters, Emit, Job, make_sequence, owned, reuse, vacancy
+from .job import Adapters, Job, make_sequence, owned, reuse, vacancy
 from .media_feed import MediaFeed
 from .model import Model
+from .outputs import Outbox, StepOutput
 from .params import N_BATCH, Draft, Generate, SlotInfo, Started
 from .prefix_cache import PrefixCache
 from .prompt_store import PromptStore
@@ -46,9 +48,11 @@ class Scheduler:
                  n_threads: int | None = None, n_batch: int = N_BATCH, rope: tuple[str, float] | None = None,
                  projector: Projector | None = None, store: PromptStore | None = None,
                  draft: tuple[Model, Draft] | None = None, step_costs: str | None = None,
-                 cache_types: tuple[str, str] = ("f16", "f16"), run: bool = True) -> None:
-        """run: step in a thread of its own whenever there is work (the engines); False: the caller
-        calls `step()` (tests: no thread, every step seen)."""
+                 cache_types: tuple[str, str] = ("f16", "f16"),
+                 deliver: Callable[[StepOutput], None] | None = None) -> None:
+        """deliver: step in a thread of its own whenever there is work, and hand each step's outputs
+        to `deliver` there (the engines: base.deliver to the streams, a worker's child to the
+        server); None: the caller calls `step()` and takes what it returns (tests: no thread)."""
         self.model, self.n_ctx, self.parallel, self.max_queue = model, n_ctx, parallel, max_queue
         self.store = store  # slots' prompts on disk (prompt_store.py): saved when big, restored when they serve
         self.n_batch = max(n_batch, parallel + 1)
@@ -77,24 +81,26 @@ class Scheduler:
         self._stopping = False
         self._preparing = 0  # requests whose media are being tokenized before they queue
         self._woken = False  # a media chunk was encoded since the loop last looked
-        self.after_step: Callable[[], None] | None = None  # the step hook: after every step (a worker flushes)
+        self.outbox = Outbox()  # the requests' events until the step ends (outputs.py)
+        self._deliver = deliver
         self._commands: deque[tuple[Callable[[], Any], Future]] = deque()  # for the loop to run between steps
         self._tasks = 0  # requests admitted so far: each slot's `task` is the number of its last one
         self._thread: threading.Thread | None = None
-        if run:
+        if deliver is not None:
             self._thread = threading.Thread(target=self._loop, name="localchat-scheduler", daemon=True)
             self._thread.start()
 
     # -- called from other threads ---------------------------------------------------------
 
-    def submit(self, request: Generate, emit: Emit) -> Job:
+    def submit(self, request: Generate, sink: Any) -> Job:
+        """Queue a request; its events go to `sink` in the step outputs (StepOutput.events)."""
         if request.n > self.parallel:  # generation says so first (limits.check_n): the same 400 from either
             raise InvalidRequest(f"at most {self.parallel} completions per request for this model (its `parallel` "
                                  "setting)", field="n")
         if request.media and self.media is None:
             raise InvalidRequest(f"{request.media[0].param}: this model takes no images or audio (it has no "
                                  "projector: `mmproj` in models.toml)", param=request.media[0].param)
-        job = Job(request, emit)
+        job = Job(request, sink, self.outbox)
         with self._cond:
             free = sum(not s.busy for s in self.slots)  # the queue's head takes these at the next step
             waiting = len(self.queue) + self._preparing
@@ -161,6 +167,7 @@ class Scheduler:
             job.emit(EngineError("the model was unloaded"))
             job.emit(None)
             self._release(job)
+        self._ship()  # (with no thread: the caller's next step() never comes; nothing is handed out)
         if self.store is not None:
             self.store.close()  # what was copied out reaches the disk before the model goes
         self.decoder.close()
@@ -176,37 +183,39 @@ class Scheduler:
         return job in self.running or job in self.queue
 
     def _loop(self) -> None:
-        """Step while there is work; sleep until there is."""
+        """Step while there is work, each step's outputs delivered; sleep until there is."""
+        deliver = self._deliver
+        assert deliver is not None
         while True:
             # First: a request cancelled during the last step frees its slot, and the prompt it had
             # read stays there as that slot's cache, so a client's immediate retry is admitted into it.
             self._drop_cancelled()
-            if self.after_step is not None:
-                self.after_step()  # what the drop emitted goes out before the loop sleeps (a worker's batch)
+            self._ship()  # what the drop emitted goes out before the loop sleeps
             with self._cond:
                 if not self._stopping and self._idle() and self.decoder.probe is None:
                     self._cond.wait()  # then one turn, if only to flush (a request refused while preparing)
                 if self._stopping:
                     return
-            if not self.step() and self.running:  # every running request waits for its media to encode
+            output = self.step()
+            deliver(output)
+            if not output.busy and self.running:  # every running request waits for its media to encode
                 with self._cond:
                     if not self._woken:
                         self._cond.wait(0.05)
                     self._woken = False
 
-    def step(self) -> bool:
+    def step(self) -> StepOutput:
         """One turn, on the caller's thread: the commands asked for between steps, then the
         cancelled dropped, the queue's head admitted into free slots (their cached prompts reused,
         moved or restored), and one decode of every running request (a token each, prompt chunks,
-        drafts); the step hook after it. Idle, with the step costs still unmeasured: one decode of
-        that measurement instead. Returns whether a decode ran (False: nothing to do, or every
-        running request waits for its media)."""
+        drafts). Idle, with the step costs still unmeasured: one decode of that measurement instead.
+        Returns every request's events since the last step, and whether a decode ran."""
         with self._cond:
             probing = self.decoder.probe is not None and self._idle()
             commands = [self._commands.popleft() for _ in range(len(self._commands))]
         if probing:  # nothing else to do: one decode of the step-cost measurement
             self.decoder.measure()
-            return True
+            return StepOutput(self.outbox.take(), True)
         for fn, future in commands:  # before admitting: a slot found free by a command is still free
             try:
                 future.set_result(fn())
@@ -223,9 +232,13 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - a bug of ours: the requests it may have touched end with an error
             self._fail_all(exc)
             busy = True
-        if self.after_step is not None:
-            self.after_step()
-        return busy
+        return StepOutput(self.outbox.take(), busy)
+
+    def _ship(self) -> None:
+        """Hand out the events made outside a step (a drop before the loop sleeps, an unload)."""
+        events = self.outbox.take()
+        if events and self._deliver is not None:
+            self._deliver(StepOutput(events, False))
 
     def _idle(self) -> bool:
         return not self.running and not self.queue and not self._commands
@@ -294,9 +307,7 @@ class Scheduler:
             groups.setdefault(job.request.adapters, []).append(job)
         order = sorted(groups, key=lambda a: a != self.decoder.adapters)
         busy = False
-        for i, adapters in enumerate(order):
-            if i and self.after_step is not None:
-                self.after_step()  # the events of the sets decoded so far go out now
+        for adapters in order:
             busy = self.decoder.decode(adapters, groups[adapters], self.cache, self._fail) or busy
         for job in [j for j in self.running if all(s.finish for s in j.seqs)]:
             self._finish(job)

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..errors import EngineCrashed, ModelUnavailable
 from . import rpc as rpc_link
-from .base import Emit, Stream, check_adapters, check_queue
+from .base import Stream, check_adapters, check_queue, deliver
 from .params import EngineConfig, EngineStats, Generate, RpcEndpoint, SlotDone, SlotInfo, Started, WorkerState
 
 log = logging.getLogger("localchat.worker")
@@ -42,7 +42,7 @@ RPC_RETRY = 2.0  # seconds between probes of an RPC endpoint that is down
 @dataclass
 class _Job:
     request: Generate
-    emit: Emit
+    emit: Stream
     started: bool = False
 
 
@@ -147,7 +147,7 @@ class WorkerEngine:
 
     # -- what a Stream calls -----------------------------------------------------------------
 
-    def _submit_job(self, request: Generate, emit: Emit) -> int:
+    def _submit_job(self, request: Generate, emit: Stream) -> int:
         with self._lock:
             if self.state == "failed":
                 raise ModelUnavailable(self._failed_message(), param="model")
@@ -217,6 +217,8 @@ class WorkerEngine:
                 self._embedded(*payload)
 
     def _dispatch(self, events: list[tuple[int, Any]]) -> None:
+        """One step's events from the child: to their streams, the event loop woken once."""
+        batch: dict[int, tuple[Stream, list]] = {}
         with self._lock:
             for job_id, item in events:
                 job = self._jobs.get(job_id)
@@ -226,7 +228,8 @@ class WorkerEngine:
                     job.started = True
                 if item is None:
                     del self._jobs[job_id]
-                job.emit(item)
+                batch.setdefault(job_id, (job.emit, []))[1].append(item)
+            deliver(batch.values())
 
     def _embedded(self, job_id: int, result: Any) -> None:
         with self._lock:

@@ -1,6 +1,6 @@
 """The worker's child process (worker.py starts it, one per loaded model): it loads the model with
-the server's EngineConfig, takes requests from the socket, and sends back, after every scheduler
-step (the step hook), every event of that step in one message; embeddings, reranking and slot
+the server's EngineConfig, takes requests from the socket, and sends back every scheduler step's
+events in one message (the step's outputs, delivered on the step's thread); embeddings, reranking and slot
 actions run in threads of their own and answer each in one message."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from ..logs import configure, escape_request_text
 from . import rpc as rpc_link
+from .outputs import StepOutput
 from .params import EngineConfig
 
 
@@ -24,33 +25,32 @@ def _worker_main(fd: int, config: EngineConfig) -> None:
     from .engine import LocalEngine
 
     conn = Connection(fd)
+    send_lock = threading.Lock()  # (the step's thread, the calls' threads and this one all send)
+    jobs: dict[int, Any] = {}  # job id -> the scheduler's handle, to cancel it; gone with its last event
+    jobs_lock = threading.Lock()
+
+    def send(message: tuple) -> None:
+        with send_lock:
+            conn.send(message)
+
+    def ship(output: StepOutput) -> None:
+        """A step's events, in one message (each sink is the server's job id)."""
+        if not output.events:
+            return
+        with jobs_lock:
+            for job_id, items in output.events:
+                if items[-1] is None:  # the request's last event: its handle is no longer needed
+                    jobs.pop(job_id, None)
+        send(("events", [(job_id, item) for job_id, items in output.events for item in items]))
+
     try:
         if config.rpc:  # probed by the server just before: the endpoints answer
             rpc_link.register(list(config.rpc))
-        engine = LocalEngine.from_config(replace(config, max_queue=None))  # (the server's side keeps the queue)
+        engine = LocalEngine.from_config(replace(config, max_queue=None), deliver=ship)  # (the server's side keeps the queue)
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it there
         conn.send(("failed", str(exc)))
         return
-    scheduler, outbox, lock = engine.scheduler, [], threading.Lock()
-    jobs: dict[int, Any] = {}  # job id -> the scheduler's handle, to cancel it
-    send_lock = threading.Lock()
-
-    def flush() -> None:
-        with lock:
-            batch = outbox[:]
-            outbox.clear()
-        if batch:
-            with send_lock:
-                conn.send(("events", batch))
-
-    def emitter(job_id: int):
-        def emit(item: Any) -> None:
-            with lock:
-                outbox.append((job_id, item))
-            if item is None:  # the request's last event: its handle is no longer needed
-                jobs.pop(job_id, None)
-        return emit
-
+    scheduler = engine.scheduler
     calls = {"embed": engine.embed_blocking, "rerank": engine.rerank_blocking, "slots": engine.slots_blocking,
              "slot_action": engine.slot_action_blocking}
 
@@ -59,36 +59,31 @@ def _worker_main(fd: int, config: EngineConfig) -> None:
             result: Any = calls[kind](*args)
         except Exception as exc:  # noqa: BLE001 - the server raises it for that request
             result = exc
-        with send_lock:
-            conn.send(("embedded", (job_id, result)))
+        send(("embedded", (job_id, result)))
 
-    scheduler.after_step = flush
-    with send_lock:
-        conn.send(("ready", os.getpid(), model_module.offloaded))
+    send(("ready", os.getpid(), model_module.offloaded))
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):  # the server is gone
             break
         if message[0] == "submit":
-            emit = emitter(message[1])
+            job_id = message[1]
             try:
-                jobs[message[1]] = scheduler.submit(message[2], emit)
+                with jobs_lock:  # (stored before the step can ship its last event, which removes it)
+                    jobs[job_id] = scheduler.submit(message[2], job_id)
             except Exception as exc:  # noqa: BLE001 - refused (the server checks first): that request's error
-                emit(exc)
-                emit(None)
-                flush()
-        elif message[0] == "cancel" and message[1] in jobs:
-            scheduler.cancel(jobs.pop(message[1]))
+                send(("events", [(job_id, exc), (job_id, None)]))
+        elif message[0] == "cancel":
+            with jobs_lock:
+                job = jobs.pop(message[1], None)
+            if job is not None:
+                scheduler.cancel(job)
         elif message[0] in calls:
             threading.Thread(target=call, args=message, daemon=True).start()
         elif message[0] == "stop":
             break
-        if len(jobs) > 1024:  # a handle stored just after its request ended (a race with emit)
-            for job_id in [k for k, job in jobs.items() if not scheduler.holds(job)]:
-                del jobs[job_id]
-    engine.close()
-    flush()
+    engine.close()  # (what is still running ends with an error, shipped)
 
 
 def child_main() -> None:
