@@ -72,12 +72,18 @@ def routes(chat: Chat) -> list[Route]:
             return _json(facts(loaded))
 
     async def stats(body: dict[str, Any], name: str) -> Response:  # without loading it
-        loaded = models.loaded(models.resolve(name).name)
-        return _json({"stats": loaded.engine.stats().as_dict() if loaded else None})
+        stats = models.stats(models.resolve(name).name)
+        return _json({"stats": stats.as_dict() if stats else None})
 
     async def tokenize(body: dict[str, Any], name: str) -> Response:
         async with models.hold(name) as loaded:
             vocab = loaded.engine.tokenizer
+            if "segments" in body and "at" in body:  # the tokens, and where segment `at` starts
+                at = body["at"]
+                if not isinstance(at, int) or isinstance(at, bool) or at < 0:
+                    raise InvalidRequest("at: a segment's index", param="at")
+                tokens, start = await asyncio.to_thread(vocab.tokenize_at, _segments(body["segments"]), at)
+                return _json({"tokens": tokens, "at": start})
             if "segments" in body:
                 segments = _segments(body["segments"])
                 tokens = await asyncio.to_thread(vocab.tokenize, segments)

@@ -83,8 +83,8 @@ class Server(ServeProcess):
     """A server of `config` that is up (or RuntimeError with what it wrote): what the tests and the
     scripts start."""
 
-    def __init__(self, config: Path, *extra: str, seconds: float = 120) -> None:
-        super().__init__("--config", str(config), *extra)
+    def __init__(self, config: Path, *extra: str, seconds: float = 120, port: int | None = None) -> None:
+        super().__init__("--config", str(config), *extra, port=port)
         if not self.wait(seconds):
             code, out = self.proc.poll(), self.output()
             self.stop()

@@ -11,6 +11,7 @@
     scripts/bench --agent [--model NAME]            (LLAMA_SERVER=path/to/llama-server: side by side)
     scripts/bench --rpc [--model NAME] [--tokens N] [--rounds R]   (root; builds an RPC llama-cpp-python once)
     scripts/bench --upstream [--model NAME] [--tokens N] [--rounds R]
+    scripts/bench --decode [--model NAME] [--tokens N] [--rounds R]  (LLAMA_SERVER: side by side)
     scripts/bench --long [--model NAME] [--tokens N]  (default: the default model, 128 tokens)
     scripts/bench --fim [--model NAME]              (default: qwen2.5-coder-1.5b and -0.5b)
     scripts/bench --kv [--model NAME] [--tokens N]  (default: qwen2.5-coder-0.5b, 64 tokens)
@@ -42,6 +43,9 @@ figures for the same requests when LLAMA_SERVER names its binary (--cache-reuse 
 With --rpc: the model with all its layers on a `localchat rpc-worker` in a network namespace joined by
 a veth pair (localchat/devtools/rpclink.py) against the same model loaded directly: decode tok/s and time to first
 token, rounds interleaved. Both run on this machine's CPU, so this is the link's cost, not a GPU's gain.
+With --decode: a chat answer's decode tok/s (the default model, 256 tokens greedy), with drafts and
+without, and llama-server's on the same GGUF when LLAMA_SERVER names its binary, one after another
+in each round (goal: localchat with drafts >= llama-server).
 With --long: decode tok/s after a prompt of ~2k and ~8k tokens (read first, then the decode
 measured), greedy past any end of turn, no drafts, against llama-server's (goal: >= it).
 With --fim: llama.vscode's /infill requests (16 chunks of other files, the lines around the
@@ -1015,6 +1019,48 @@ def long_bench(config: Path, spec: ModelSpec, n: int) -> None:
               f"{'PASS' if ratio >= 1 else 'FAIL'}")
 
 
+# -- --decode: a chat answer's decode speed, side by side with llama-server ---------------------------
+
+def decode_bench(config: Path, spec: ModelSpec, n: int, rounds: int) -> None:
+    """The shipped default answering a prose question, n tokens greedy past any end of turn: localchat
+    with its drafts (the default) and without (ngram_draft 0), and llama-server on the same GGUF
+    with its defaults, as people start it (`llama-server -m FILE`: no drafts), the three one after
+    another in each round,
+    so a machine's drift lands on all three. Goal: localchat (drafts on) >= llama-server."""
+    import os
+    import statistics
+
+    body = {**story(spec.name, n, "decode"), "cache_prompt": True}
+    server = Server(config, "--model", spec.name)
+    their = LlamaServer(spec) if os.environ.get("LLAMA_SERVER") else None  # (its defaults, as people start it)
+    runs: dict[str, list[float]] = {"localchat": [], "localchat, no drafts": [], "llama-server": []}
+    try:
+        for url in (server.url, *([their.url] if their else [])):
+            http_stream(url, {**body, "max_tokens": 8})  # warm: the prompt read once, the model's pages in
+        for _ in range(rounds):
+            runs["localchat"].append(http_stream(server.url, body)["tps"])
+            runs["localchat, no drafts"].append(http_stream(server.url, {**body, "ngram_draft": 0})["tps"])
+            if their is not None:
+                runs["llama-server"].append(http_stream(their.url, body)["tps"])
+    finally:
+        server.stop()
+        if their is not None:
+            their.stop()
+    print(f"model {spec.name}: decode tok/s of a chat answer, {n} tokens greedy, {rounds} rounds "
+          "(median, min-max); goal: localchat >= llama-server")
+    base = statistics.median(runs["llama-server"]) if runs["llama-server"] else None
+    for name, tps in runs.items():
+        if not tps:
+            print(f"  {name:<22} -  (LLAMA_SERVER not set)")
+            continue
+        mid = statistics.median(tps)
+        ratio = f"{mid / base:5.2f}x" if base else "     -"
+        print(f"  {name:<22} {mid:6.1f}  ({min(tps):.1f}-{max(tps):.1f})  {ratio}")
+    if base:
+        ratio = statistics.median(runs["localchat"]) / base
+        print(f"decode: localchat {ratio:.2f}x llama-server: {'PASS' if ratio >= 1 else 'FAIL'}")
+
+
 # -- --kv: quantized K/V cache cells (cache_type_k / cache_type_v) -----------------------------
 
 def top_logprobs(url: str, model: str, text: str) -> list[float]:
@@ -1246,6 +1292,8 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--config", type=Path, default=None)
     ap.add_argument("--json-schema", action="store_true", help="constrained against free decoding")
+    ap.add_argument("--decode", action="store_true",
+                    help="a chat answer's decode tok/s, drafts on and off, beside llama-server's (LLAMA_SERVER)")
     ap.add_argument("--concurrency", action="store_true",
                     help="1, 2 and 4 streams at once; a short request's ttft during a long stream")
     ap.add_argument("--tools", action="store_true", help="preparing an agent's 100-tool, 200 KB request")
@@ -1283,6 +1331,8 @@ def main() -> None:
         return rpc_bench(spec, args.tokens, args.rounds)
     if args.upstream:
         return upstream_bench(config, spec, args.tokens, args.rounds)
+    if args.decode:
+        return decode_bench(config, spec, args.tokens, args.rounds)
     if args.long:
         return long_bench(config, spec, args.tokens if args.tokens != 256 else 128)
     if args.kv:

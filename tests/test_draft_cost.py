@@ -106,8 +106,8 @@ def test_an_engine_measures_while_idle_once_and_reads_the_figures_back(tmp_path,
         deadline = time.monotonic() + 60
         while not store.exists() and time.monotonic() < deadline:  # measured while it has nothing to do
             time.sleep(0.05)
-        assert engine.scheduler.decoder.cost.measured
-        figures = engine.scheduler.decoder.cost.points
+        assert engine.scheduler.executor.decoder.cost.measured
+        figures = engine.scheduler.executor.decoder.cost.points
     finally:
         engine.close()
     assert [k for k, _ in figures] == list(draft_cost.KS)
@@ -117,6 +117,6 @@ def test_an_engine_measures_while_idle_once_and_reads_the_figures_back(tmp_path,
     monkeypatch.setattr(draft_cost, "probe", never)
     engine = LocalEngine(path, n_ctx=256, parallel=1, step_costs=str(store))
     try:
-        assert engine.scheduler.decoder.cost.measured and engine.scheduler.decoder.cost.points == figures
+        assert engine.scheduler.executor.decoder.cost.measured and engine.scheduler.executor.decoder.cost.points == figures
     finally:
         engine.close()

@@ -55,7 +55,7 @@ out = []
 for ctx, slots, cache in json.loads(sys.argv[2]):
     lines.clear()
     s = Scheduler(model, n_ctx=ctx, parallel=slots, max_queue=1, n_threads=1, step_costs=costs, cache_types=tuple(cache))
-    assert s.decoder.cost.measured, "the step costs given were not read"
+    assert s.executor.decoder.cost.measured, "the step costs given were not read"
     text = "".join(lines)
     mib = lambda what: sum(float(x) for x in re.findall(what + r" buffer size =\s+([\d.]+) MiB", text))
     out.append({"kv": mib("KV"), "compute": mib("compute") + mib("output")})

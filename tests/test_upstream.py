@@ -281,8 +281,7 @@ def test_a_peer_that_dies_mid_stream(model_file: Path, tmp_path_factory: pytest.
         peer.stop()
 
 
-def test_a_default_upstream_down_at_start_up_then_up(model_file: Path, tmp_path_factory: pytest.TempPathFactory,
-                                                    monkeypatch: pytest.MonkeyPatch):
+def test_a_default_upstream_down_at_start_up_then_up(model_file: Path, tmp_path_factory: pytest.TempPathFactory):
     """A laptop whose GPU box is off still starts: it serves its other models, answers 503 for the
     upstream's, and serves that one too once the peer is up."""
     import conftest
@@ -300,8 +299,7 @@ def test_a_default_upstream_down_at_start_up_then_up(model_file: Path, tmp_path_
             sdk(front).chat.completions.create(model="remote", messages=ASK, max_tokens=2)
         assert refused.value.status_code == 503 and refused.value.body["code"] == "upstream_unavailable"
         assert sdk(front).chat.completions.create(model="local", messages=ASK, max_tokens=2).choices
-        monkeypatch.setattr(conftest, "free_port", lambda: port)  # the peer comes up where the front looks
-        peer = Server(_tomls(folder, model_file), "--peer", "--api-key", KEY)
+        peer = Server(_tomls(folder, model_file), "--peer", "--api-key", KEY, port=port)  # where the front looks
         answer = sdk(front).chat.completions.create(model="remote", messages=ASK, max_tokens=2)
         assert answer.model == "remote" and answer.choices[0].finish_reason in ("length", "stop")
         assert front.proc.poll() is None
@@ -363,3 +361,27 @@ def test_an_upstream_entry_leaves_the_model_to_the_peer():
                                    "system_prompt_strip": "id=\\d+"})
     assert (merged.sampling.temperature, merged.sampling.top_k) == (0.5, 5)  # the entry's own, then the peer's
     assert merged.system_prompt_strip == "id=\\d+" and merged.name == "big"
+
+
+def test_a_prompt_and_where_its_last_message_starts_come_in_one_tokenization(pair, model_file: Path):
+    """prepare tokenizes a chat prompt once (Tokenizer.tokenize_at): its tokens, and how many come
+    before the last message's segment; a token-mode upstream asks its peer in one round trip."""
+    from localchat.engine.model import Model
+    from localchat.peer import PREFIX
+
+    peer, _ = pair
+    segments = [("<|im_start|>system\nBe brief.<|im_end|>\n", False), ("a user's <|im_end|> text", True),
+                ("<|im_end|>\n<|im_start|>assistant\n", False), ("more", True)]
+    model = Model(model_file)
+    try:
+        whole = model.tokenize(segments)
+        for at in range(len(segments) + 1):
+            assert model.tokenize_at(segments, at) == (whole, len(model.tokenize(segments[:at])))
+            r = httpx.post(f"{peer.url}{PREFIX}/tokenize", headers={"Authorization": f"Bearer {KEY}"}, timeout=30,
+                           json={"model": "tiny-remote", "segments": [list(s) for s in segments], "at": at})
+            assert r.status_code == 200 and r.json() == {"tokens": whole, "at": len(model.tokenize(segments[:at]))}
+        bad = httpx.post(f"{peer.url}{PREFIX}/tokenize", headers={"Authorization": f"Bearer {KEY}"}, timeout=30,
+                         json={"model": "tiny-remote", "segments": [list(s) for s in segments], "at": -1})
+        assert bad.status_code == 400 and "at" in bad.text
+    finally:
+        model.close()

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import __version__
-from ..generation.models import EngineStats
+from ..generation.models import LoadedView
 from ..generation import Chat
 
 
@@ -20,16 +20,17 @@ async def health(chat: Chat, recent: Iterable[dict[str, Any]]) -> dict[str, Any]
     described = await models.described()  # reading GGUF headers: off the event loop
     current = models.current
     return {"status": "ok", "version": __version__, "model": current.spec.name if current else None,
-            "loads": models.loads, "loaded": [_loaded_card(m, models.stats(m)) for m in models.running()],
+            "loads": models.loads, "loaded": [_loaded_card(m) for m in models.running()],
             "models": [{"name": name, "loaded": models.loaded(name) is not None, **d.card()}
                        for name, d in described.items()],
             "memory": memory(), "recent": list(recent)}
 
 
-def _loaded_card(m: Any, stats: EngineStats) -> dict[str, Any]:
+def _loaded_card(m: LoadedView) -> dict[str, Any]:
+    stats = m.stats
     size = m.sizing.need.weights if m.sizing else stats.bytes  # every part of a split model
     return {"name": m.spec.name, "family": m.family.name, "size_bytes": size, **stats.card(), "requests": m.active,
-            "idle_seconds": round(m.idle_for(), 1), "keep_alive_seconds": m.keep_alive,
+            "idle_seconds": round(m.idle_seconds, 1), "keep_alive_seconds": m.keep_alive,
             "rss_bytes": rss_bytes(stats.worker.pid) if stats.worker else None,
             "sizing": m.sizing.as_dict() if m.sizing else None}  # the context and slots it got, and why
 

@@ -26,6 +26,10 @@ class Tokenizer(Protocol):
 
     def tokenize(self, segments: Iterable[tuple[str, bool]]) -> list[int]: ...  # (text, is_plain)
 
+    # the tokens of the segments, and how many of them come before segment `at` (the segments are
+    # tokenized one by one, so that is exact): a prompt and where its last message starts, in one pass
+    def tokenize_at(self, segments: list[tuple[str, bool]], at: int) -> tuple[list[int], int]: ...
+
     def tokenize_bytes(self, data: bytes, parse_special: bool) -> list[int]: ...
 
     def token_id(self, text: str) -> int | None: ...
@@ -89,8 +93,9 @@ class Stream:
     a queued one never starts, a running one stops within one step. `generated`: per choice, the
     tokens generated so far by the events that have arrived, read or not (a cancelled request's usage)."""
 
-    def __init__(self, submit: Callable[[Generate, Emit], Any], cancel: Callable[[Any], None],
-                 request: Generate) -> None:
+    def __init__(self, submit: Callable[[Any, Emit], Any], cancel: Callable[[Any], None],
+                 request: Any) -> None:
+        """request: what `submit` takes (a Generate; a chat-mode upstream's Converse)."""
         self.loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[Event | Prepared | Started | BaseException | None] = asyncio.Queue()
         self._cancel = cancel

@@ -82,7 +82,11 @@ class ByteTokenizer:
         self._split = re.compile("(" + "|".join(map(re.escape, self.specials)) + ")") if self.specials else None
 
     def tokenize(self, segments: Iterable[tuple[str, bool]]) -> list[int]:
-        return [t for text, plain in segments for t in self.tokenize_bytes(text.encode(), parse_special=not plain)]
+        return self.tokenize_at(list(segments), 0)[0]
+
+    def tokenize_at(self, segments: list[tuple[str, bool]], at: int) -> tuple[list[int], int]:
+        parts = [self.tokenize_bytes(text.encode(), parse_special=not plain) for text, plain in segments]
+        return [t for part in parts for t in part], sum(len(part) for part in parts[:at])
 
     def tokenize_bytes(self, data: bytes, parse_special: bool) -> list[int]:
         if not parse_special or self._split is None:

@@ -103,13 +103,23 @@ class Model:
 
     def tokenize(self, segments: Iterable[tuple[str, bool]]) -> list[int]:
         """Tokenize (text, is_plain) segments; control tokens are parsed only where is_plain is False."""
+        return self.tokenize_at(list(segments), 0)[0]
+
+    def tokenize_at(self, segments: list[tuple[str, bool]], at: int) -> tuple[list[int], int]:
+        """The segments' tokens (base.Tokenizer), and how many come before segment `at`."""
         tokens: list[int] = []
-        for text, plain in segments:
+        before = 0
+        for i, (text, plain) in enumerate(segments):
+            if i == at:
+                before = len(tokens)
             # "replace": a JSON body may carry lone surrogates (\ud800), which UTF-8 cannot hold
             tokens += self.tokenize_bytes(text.encode("utf-8", "replace"), parse_special=not plain)
+        if at >= len(segments):
+            before = len(tokens)
         if self._add_bos and self._bos >= 0 and tokens[:1] != [self._bos]:
             tokens.insert(0, self._bos)
-        return tokens
+            before += 1
+        return tokens, before
 
     def tokenize_bytes(self, data: bytes, parse_special: bool) -> list[int]:
         """Tokens of a text. Long texts (an agent's tool descriptions, a system prompt) come back

@@ -23,20 +23,15 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-import llama_cpp as C
 
 from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable
 from .base import check_queue
-from .decoder import Decoder, open_context, shiftable
-from .draft_model import DraftContext
-from .job import Adapters, Job, make_sequence, owned, reuse, vacancy
-from .media_feed import MediaFeed
+from .executor import Executor
+from .job import Adapters, Job, owned, reuse, vacancy
 from .model import Model
 from .outputs import Outbox, StepOutput
 from .params import N_BATCH, Draft, Generate, SlotInfo, Started
-from .prefix_cache import PrefixCache
 from .prompt_store import PromptStore
-from .slot import Slot
 from .vision import Projector
 
 _log = logging.getLogger("localchat.engine")
@@ -49,32 +44,19 @@ class Scheduler:
                  projector: Projector | None = None, store: PromptStore | None = None,
                  draft: tuple[Model, Draft] | None = None, step_costs: str | None = None,
                  cache_types: tuple[str, str] = ("f16", "f16"),
-                 deliver: Callable[[StepOutput], None] | None = None) -> None:
+                 deliver: Callable[[StepOutput], None] | None = None, executor: Executor | None = None) -> None:
         """deliver: step in a thread of its own whenever there is work, and hand each step's outputs
         to `deliver` there (the engines: base.deliver to the streams, a worker's child to the
-        server); None: the caller calls `step()` and takes what it returns (tests: no thread)."""
-        self.model, self.n_ctx, self.parallel, self.max_queue = model, n_ctx, parallel, max_queue
-        self.store = store  # slots' prompts on disk (prompt_store.py): saved when big, restored when they serve
-        self.n_batch = max(n_batch, parallel + 1)
-        n_threads = n_threads or os.cpu_count() or 1
-        self.ctx = open_context(model, n_ctx=n_ctx, parallel=parallel, n_batch=self.n_batch, n_threads=n_threads,
-                                rope=rope, cache_types=cache_types)
-        self.mem = C.llama_get_memory(self.ctx)
-        # a draft model's context (draft_model.py): one sequence per slot, as this one
-        try:
-            self.draft = DraftContext(draft[0], model, draft[1], n_ctx=n_ctx, parallel=parallel,
-                                      n_threads=n_threads) if draft is not None else None
-        except BaseException:
-            C.llama_free(self.ctx)
-            raise
-        self.slots = [Slot(i) for i in range(parallel)]
-        self.media = MediaFeed(projector, n_ctx, self._wake) if projector else None
-        # the batch each step decodes, and what a step costs (decoder.py)
-        self.decoder = Decoder(model, self.ctx, n_batch=self.n_batch, n_ctx=n_ctx, n_threads=n_threads,
-                               media=self.media, step_costs=step_costs)
-        # the cells a request reuses, moves, restores or saves (prefix_cache.py); a draft model's cells cannot move
-        self.cache = PrefixCache(self.ctx, self.slots, n_ctx, store, shiftable(model, self.ctx, cache_types[0]) and self.draft is None,
-                                 self.decoder.decode_one)
+        server); None: the caller calls `step()` and takes what it returns (tests: no thread).
+        executor: what runs the steps in llama.cpp (default: one made of the other arguments)."""
+        self.parallel, self.max_queue = parallel, max_queue
+        n_batch = max(n_batch, parallel + 1)
+        # what the scheduler asks of llama.cpp (executor.py): a scripted one runs the policy with no model
+        self.executor = executor or Executor(model, n_ctx=n_ctx, parallel=parallel,
+                                             n_threads=n_threads or os.cpu_count() or 1, n_batch=n_batch, rope=rope,
+                                             projector=projector, store=store, draft=draft, step_costs=step_costs,
+                                             cache_types=cache_types, wake=self._wake)
+        self.slots = self.executor.slots
         self.queue: deque[Job] = deque()
         self.running: list[Job] = []
         self._cond = threading.Condition()
@@ -97,7 +79,7 @@ class Scheduler:
         if request.n > self.parallel:  # generation says so first (limits.check_n): the same 400 from either
             raise InvalidRequest(f"at most {self.parallel} completions per request for this model (its `parallel` "
                                  "setting)", field="n")
-        if request.media and self.media is None:
+        if request.media and self.executor.media is None:
             raise InvalidRequest(f"{request.media[0].param}: this model takes no images or audio (it has no "
                                  "projector: `mmproj` in models.toml)", param=request.media[0].param)
         job = Job(request, sink, self.outbox)
@@ -105,12 +87,12 @@ class Scheduler:
             free = sum(not s.busy for s in self.slots)  # the queue's head takes these at the next step
             waiting = len(self.queue) + self._preparing
             check_queue(waiting, free, self.max_queue, "this model")
-            if self.media is None or not request.media:
+            if self.executor.media is None or not request.media:
                 self.queue.append(job)
                 self._cond.notify()
                 return job
             self._preparing += 1
-        self.media.prepare(job, self._prepared)
+        self.executor.media.prepare(job, self._prepared)
         return job
 
     def _prepared(self, job: Job | None) -> None:
@@ -161,20 +143,13 @@ class Scheduler:
             self._thread.join()
         while self._commands:  # asked for while the loop was stopping: never run
             self._commands.popleft()[1].set_exception(ModelUnavailable("the model was unloaded", param="model"))
-        if self.media is not None:
-            self.media.close()
+        self.executor.stop()
         for job in [*self.running, *self.queue]:
             job.emit(EngineError("the model was unloaded"))
             job.emit(None)
-            self._release(job)
+            self.executor.release(job)
         self._ship()  # (with no thread: the caller's next step() never comes; nothing is handed out)
-        if self.store is not None:
-            self.store.close()  # what was copied out reaches the disk before the model goes
-        self.decoder.close()
-        C.llama_free(self.ctx)
-        self.ctx = None
-        if self.draft is not None:
-            self.draft.close()
+        self.executor.close()
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -192,7 +167,7 @@ class Scheduler:
             self._drop_cancelled()
             self._ship()  # what the drop emitted goes out before the loop sleeps
             with self._cond:
-                if not self._stopping and self._idle() and self.decoder.probe is None:
+                if not self._stopping and self._idle() and not self.executor.probing:
                     self._cond.wait()  # then one turn, if only to flush (a request refused while preparing)
                 if self._stopping:
                     return
@@ -211,10 +186,10 @@ class Scheduler:
         drafts). Idle, with the step costs still unmeasured: one decode of that measurement instead.
         Returns every request's events since the last step, and whether a decode ran."""
         with self._cond:
-            probing = self.decoder.probe is not None and self._idle()
+            probing = self.executor.probing and self._idle()
             commands = [self._commands.popleft() for _ in range(len(self._commands))]
         if probing:  # nothing else to do: one decode of the step-cost measurement
-            self.decoder.measure()
+            self.executor.measure()
             return StepOutput(self.outbox.take(), True)
         for fn, future in commands:  # before admitting: a slot found free by a command is still free
             try:
@@ -236,8 +211,10 @@ class Scheduler:
 
     def _ship(self) -> None:
         """Hand out the events made outside a step (a drop before the loop sleeps, an unload)."""
+        if self._deliver is None:  # (no thread: the caller takes them, with its next step or from the outbox)
+            return
         events = self.outbox.take()
-        if events and self._deliver is not None:
+        if events:
             self._deliver(StepOutput(events, False))
 
     def _idle(self) -> bool:
@@ -253,7 +230,7 @@ class Scheduler:
             if job.cancelled:  # its client left while it waited: it never starts
                 self.queue.popleft()
                 job.emit(None)
-                self._release(job)
+                self.executor.release(job)
                 continue
             free = [s for s in self.slots if not s.busy]
             if len(free) < job.request.n:
@@ -272,22 +249,17 @@ class Scheduler:
     def _start(self, job: Job) -> None:
         """Make the job's sequences (samplers can fail: a grammar llama.cpp rejects) and find
         how much of its prompt the lead slot already holds (prefix_cache.py)."""
-        slots = job.slots
         try:
-            for i, slot in enumerate(slots):
-                job.seqs.append(make_sequence(job, i, slot, self.model, self.n_ctx))
-                job.seqs[-1].draft_model = self.draft
-        except Exception as exc:  # noqa: BLE001 - reported to its own request only
-            for seq in job.seqs:
-                seq.sampler.close()
-            for slot in slots:
+            self.executor.start(job)
+        except LocalchatError as exc:  # reported to its own request only
+            for slot in job.slots:
                 slot.busy = False
-            job.emit(exc if isinstance(exc, LocalchatError) else EngineError(f"llama.cpp failed: {exc}"))
+            job.emit(exc)
             job.emit(None)
-            self._release(job)
+            self.executor.release(job)
             return
         self.running.append(job)  # (before the cache places it: if that fails, the job is failed with the others)
-        self.cache.place(job)
+        self.executor.place(job)
         job.emit(Started(job.cached, job.miss))
 
     def _drop_cancelled(self) -> None:
@@ -305,10 +277,10 @@ class Scheduler:
         groups: dict[Adapters, list[Job]] = {}
         for job in self.running:
             groups.setdefault(job.request.adapters, []).append(job)
-        order = sorted(groups, key=lambda a: a != self.decoder.adapters)
+        order = sorted(groups, key=lambda a: a != self.executor.adapters)
         busy = False
         for adapters in order:
-            busy = self.decoder.decode(adapters, groups[adapters], self.cache, self._fail) or busy
+            busy = self.executor.decode(adapters, groups[adapters], self._fail) or busy
         for job in [j for j in self.running if all(s.finish for s in j.seqs)]:
             self._finish(job)
         return busy
@@ -317,7 +289,6 @@ class Scheduler:
         self.running.remove(job)
         now = time.monotonic()
         for seq in job.seqs:
-            seq.sampler.close()
             seq.slot.busy, seq.slot.used_at = False, now
             if not job.cancelled:
                 job.emit(seq.done(job.n_prompt, job.cached))
@@ -330,19 +301,9 @@ class Scheduler:
             _log.warning("a request was cancelled while its prompt was read: %d of %d tokens in (%d from the cache); %s",
                          read, total, job.cached, kept)
             job.pending = []
-        self.cache.save(job)
-        if not job.request.cache_prompt:  # nothing of it stays: the slots are empty for the next request
-            for slot in job.slots:
-                C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
-                slot.keep(0)
-                if self.draft is not None:
-                    self.draft.forget(slot.seq_id)
+        self.executor.finish(job)
         job.emit(None)
-        self._release(job)
-
-    def _release(self, job: Job) -> None:
-        if self.media is not None:
-            self.media.release(job)
+        self.executor.release(job)
 
     def _fail_all(self, exc: Exception) -> None:
         """A step raised what no request's own handling caught (a bug, not a request's fault): every
@@ -357,12 +318,11 @@ class Scheduler:
                 if job in self.running:
                     self.running.remove(job)
                 for slot in job.slots:
-                    C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
-                    slot.keep(0)
+                    self.executor.empty(slot)
                     slot.busy = False
                 job.emit(error)
                 job.emit(None)
-                self._release(job)
+                self.executor.release(job)
 
     def _fail(self, job: Job, exc: BaseException) -> None:
         if job not in self.running:
@@ -370,10 +330,7 @@ class Scheduler:
         _log.warning("request failed in the engine: %s", exc)
         for seq in job.seqs:
             seq.cancel()
-            C.llama_memory_seq_rm(self.mem, seq.slot.seq_id, -1, -1)
-            seq.slot.keep(0)
-            if self.draft is not None:
-                self.draft.forget(seq.slot.seq_id)
+            self.executor.empty(seq.slot)
         job.emit(exc if isinstance(exc, LocalchatError) else EngineError(f"llama.cpp failed: {exc}"))
         job.cancelled = True  # no Done events after an error
         self._finish(job)

@@ -118,6 +118,14 @@ class UpstreamTokenizer:
     def tokenize(self, segments: Iterable[tuple[str, bool]]) -> list[int]:
         return self._call("tokenize", {"segments": [[text, bool(plain)] for text, plain in segments]})["tokens"]
 
+    def tokenize_at(self, segments: list[tuple[str, bool]], at: int) -> tuple[list[int], int]:
+        """One round trip: the peer says where segment `at` starts (a peer before it did not: then a
+        second one for the segments before it)."""
+        body = self._call("tokenize", {"segments": [[text, bool(plain)] for text, plain in segments], "at": at})
+        if "at" in body:
+            return body["tokens"], body["at"]
+        return body["tokens"], len(self.tokenize(segments[:at]))
+
     def tokenize_bytes(self, data: bytes, parse_special: bool) -> list[int]:
         body = {"data": base64.b64encode(data).decode("ascii"), "parse_special": parse_special}
         return self._call("tokenize", body)["tokens"]

@@ -18,7 +18,7 @@ import httpx
 
 from ..errors import InvalidRequest, LocalchatError, QueueFull, UpstreamError
 from .base import Emit, Stream
-from .params import CallDelta, Converse, Done, EngineStats, Prepared, Text, Thought, UpstreamState
+from .params import CallDelta, Converse, Done, EngineStats, Generate, Prepared, Text, Thought, UpstreamState
 from .upstream import DESCRIBE_TIMEOUT, Link, Peer, mapped
 
 # The requests this server sends an upstream at once are not limited here (the upstream queues
@@ -129,6 +129,9 @@ class NoTokenizer:
     def tokenize(self, segments: Any) -> list[int]:
         raise token_mode_only(self.name)
 
+    def tokenize_at(self, segments: Any, at: int) -> tuple[list[int], int]:
+        raise token_mode_only(self.name)
+
     def tokenize_bytes(self, data: bytes, parse_special: bool) -> list[int]:
         raise token_mode_only(self.name)
 
@@ -163,10 +166,13 @@ class ChatEngine(Link):
     def check_fits(self, tokens: list[int]) -> None:
         pass  # the upstream checks its context (an over-long prompt: its 400)
 
-    def submit(self, request: Converse) -> Stream:  # type: ignore[override]
-        if not isinstance(request, Converse):
-            raise token_mode_only(self.name)
-        return Stream(self._start, self._cancel, request)  # type: ignore[arg-type]
+    def submit(self, request: Generate) -> Stream:
+        raise token_mode_only(self.name)  # (tokens are for token mode: a chat-mode request is `converse`d)
+
+    # -- the ChatEngine contract: a chat request in, the upstream's answer as events -------------
+
+    def submit_chat(self, request: Converse) -> Stream:
+        return Stream(self._start, self._cancel, request)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         raise token_mode_only(self.name)

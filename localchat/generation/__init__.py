@@ -12,12 +12,12 @@ from ..neutral import (REASONING_OFF, REASONING_ON, Audio, ChatMessage, Delta, F
                        Logprobs, OutputRules, Part, PastCall, Reasoning, ReasoningDelta, Sampling, TextPart,
                        ToolCallArguments, ToolCallStart, ToolSpec, Usage)
 from .embed import EmbedRequest, Embedding
-from .models import Adapter, Models
+from .models import Adapter, LoadedView, Models
 from .rerank import Ranking, RerankRequest
 from .service import Chat, Turn, total_usage
 
 __all__ = ["REASONING_OFF", "REASONING_ON", "Adapter", "Audio", "Chat", "ChatMessage", "Delta", "EmbedRequest",
-           "Embedding", "Finish", "GenerationRequest", "Image", "KNOBS", "LoadedModel", "Logprobs", "ModelHost", "Models",
+           "Embedding", "Finish", "GenerationRequest", "Image", "KNOBS", "LoadedModel", "LoadedView", "Logprobs", "ModelHost", "Models",
            "OutputRules", "Part", "PastCall", "PromptLogprobs", "Ranking", "Reasoning", "ReasoningDelta",
            "RerankRequest", "Sampling", "TextPart", "ToolCallArguments", "ToolCallStart", "ToolSpec", "Turn", "Usage",
            "total_usage"]

@@ -21,10 +21,33 @@ from ..models import ModelSpec, user
 from ..models.describe import Description
 from ..models.fit import Sizing
 from ..models.gguf import ProjectorInfo
+from ..families import Family
 from ..models.host import Lease, LoadedModel, ModelHost
 from ..models.pull import Progress, pull
 from ..neutral import LoraChoice
 from .adapters import resolve_adapters
+
+
+@dataclass(frozen=True)
+class LoadedView:
+    """What the API may read of a loaded model: a snapshot taken when asked (`Models.loaded`,
+    `running`, `current`), not the model; its engine stays behind generation."""
+
+    spec: ModelSpec
+    family: Family
+    template: str
+    active: int  # leases held: running and queued requests
+    idle_seconds: float
+    keep_alive: float | None  # seconds idle before unloading; None: forever
+    sizing: Sizing | None
+    projector: ProjectorInfo | None
+    can_infill: bool
+    stats: EngineStats  # what its engine says of itself: context, slots, busy, queued, bytes, where it runs
+
+    @classmethod
+    def of(cls, m: LoadedModel) -> LoadedView:
+        return cls(m.spec, m.family, m.template, m.active, m.idle_for(), m.keep_alive, m.sizing, m.projector,
+                   m.can_infill, m.engine.stats())
 
 
 _FORBIDDEN = set('/\\:*?"<>|') | {chr(c) for c in range(32)} | {"\x7f", "\ufeff", "\u2028", "\u2029"}
@@ -120,23 +143,25 @@ class Models:
 
     # -- what is loaded ----------------------------------------------------------------------------
 
-    def loaded(self, name: str) -> LoadedModel | None:
-        """The model (a registered name, not an alias) if it is loaded."""
-        return self._host.loaded.get(name)
+    def loaded(self, name: str) -> LoadedView | None:
+        """The model (a registered name, not an alias) if it is loaded: what may be read of it now."""
+        m = self._host.loaded.get(name)
+        return LoadedView.of(m) if m is not None else None
 
-    def running(self) -> list[LoadedModel]:
-        """Every loaded model."""
-        return list(self._host.loaded.values())
+    def running(self) -> list[LoadedView]:
+        """Every loaded model, as it is now."""
+        return [LoadedView.of(m) for m in list(self._host.loaded.values())]
 
     @property
-    def current(self) -> LoadedModel | None:
+    def current(self) -> LoadedView | None:
         """The most recently used loaded model."""
-        return self._host.current
+        m = self._host.current
+        return LoadedView.of(m) if m is not None else None
 
-    @staticmethod
-    def stats(model: LoadedModel) -> EngineStats:
-        """What its engine says of itself now: context, slots, busy, queued, bytes, its worker (and upstream, RPC)."""
-        return model.engine.stats()
+    def stats(self, name: str) -> EngineStats | None:
+        """What a loaded model's engine says of itself now (None: not loaded; nothing is loaded for it)."""
+        m = self._host.loaded.get(name)
+        return m.engine.stats() if m is not None else None
 
     async def load_now(self) -> list[Load]:
         """Each loaded model's slots, requests and cells now."""

@@ -54,11 +54,11 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
         if media:
             tokens, media = place_media(tokenizer, prompt.segments, media)
         else:
-            tokens = tokenizer.tokenize(list(prompt.segments))
-            explain = _explainer(prompt, tokenizer, family.reasoning)
             # the segments are tokenized one by one, so the last message's first token is found exactly
-            if prompt.last_turn is not None and prompt.last_turn < len(prompt.segments):
-                fresh_from = len(tokenizer.tokenize(list(prompt.segments[:prompt.last_turn])))
+            last = prompt.last_turn if prompt.last_turn is not None and prompt.last_turn < len(prompt.segments) else None
+            tokens, start = tokenizer.tokenize_at(list(prompt.segments), len(prompt.segments) if last is None else last)
+            fresh_from = start if last is not None else None
+            explain = _explainer(prompt, tokenizer, family.reasoning)
     # the server's grammar limit, read here for every protocol (the raw grammar and those made from schemas)
     constraint = constraints.build(rules, tools, family, thinking, settings.max_grammar_bytes)
     params = request.sampling.over(SamplingParams(**loaded.spec.sampling.model_dump()))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..engine import Generate, Stream
-from ..engine.upstream_chat import token_mode_only
+from ..engine.upstream_chat import ChatEngine, token_mode_only
 from ..models import Settings
 from ..models.host import LoadedModel
 from ..neutral import GenerationRequest, Piece
@@ -87,7 +87,9 @@ class ChatRunner:
     async def start(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> Running:
         # (off the event loop: images given by URL are read here)
         converse = await asyncio.to_thread(upstream_chat.converse, request, loaded, settings)
-        stream = loaded.engine.submit(converse)  # type: ignore[arg-type]
+        engine = loaded.engine
+        assert isinstance(engine, ChatEngine), "chat mode is an upstream's (models/host.py)"
+        stream = engine.submit_chat(converse)
         n_prompt = await stream.prepared()  # the upstream's refusal (its 4xx, a 5xx → 502) before the first byte
         where = f"the upstream {loaded.spec.upstream} (model {loaded.spec.upstream_model or loaded.spec.name})"
         return Running(stream, n_prompt, [upstream_chat.CallChecker(request.output, where) for _ in range(request.n)])

@@ -95,7 +95,7 @@ def routes(chat: Chat) -> list[Route]:
         spec = chat.models.resolve(request.query_params.get("model") or None)
         loaded = chat.models.loaded(spec.name)
         sizing = None if loaded else await chat.models.sizing(spec.name)
-        stats = chat.models.stats(loaded) if loaded else None
+        stats = loaded.stats if loaded else None
         n_ctx = stats.n_ctx if stats else sizing.context if sizing else None
         slots = stats.slots if stats else sizing.slots if sizing else None
         projector = await chat.models.projector(spec.name)

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 
 from ...errors import LocalchatError
 from ...families import Family, choose
-from ...generation import Chat, LoadedModel
+from ...generation import Chat, LoadedView
 from ...models import ModelInfo, ModelSpec, inspect
 from ...models.fit import Sizing
 from ...models.gguf import read_metadata
@@ -105,7 +105,7 @@ async def show(chat: Chat, catalog: Catalog, request: Request) -> Response:
 async def ps(chat: Chat, catalog: Catalog, request: Request) -> Response:
     models = []
     for m in chat.models.running():
-        facts, stats, name = await catalog.facts(m.spec), chat.models.stats(m), m.spec.name
+        facts, stats, name = await catalog.facts(m.spec), m.stats, m.spec.name
         models.append({"name": name, "model": name, "size": stats.bytes, "digest": facts.digest,
                        "details": _details(facts), "expires_at": _expires(m),
                        "size_vram": stats.bytes if m.spec.gpu_layers else 0, "context_length": stats.n_ctx})
@@ -116,10 +116,10 @@ def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _expires(m: LoadedModel) -> str:
+def _expires(m: LoadedView) -> str:
     if m.keep_alive is None:  # never
         return "9999-12-31T00:00:00Z"
-    return _iso(time.time() + max(0.0, m.keep_alive - m.idle_for()))
+    return _iso(time.time() + max(0.0, m.keep_alive - m.idle_seconds))
 
 
 def _details(facts: Facts) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def _human(n: int) -> str:
     return f"{n / 1e3:.0f}K" if n >= 1e3 else str(n)
 
 
-def _family(spec: ModelSpec, info: ModelInfo | None, loaded: LoadedModel | None) -> tuple[Family, str]:
+def _family(spec: ModelSpec, info: ModelInfo | None, loaded: LoadedView | None) -> tuple[Family, str]:
     """The family and template the model has, or will have once loaded (as load_model picks them)."""
     if loaded is not None:
         return loaded.family, loaded.template
