@@ -103,7 +103,8 @@ class Stream:
         self.generated: dict[int, int] = {}
         self.cached = 0  # prompt tokens read from the cache (known once the engine starts the request)
         self.miss: tuple[str, int, int, tuple[int, ...]] | None = None  # why the cache served less than it held (Started.miss)
-        self._handle = submit(request, self)  # (the stream is the engine's emit: `__call__`, or `deliver` a step's worth)
+        # the stream is what the engine's events go to: one at a time (`__call__`), or a step's worth (`deliver`)
+        self._handle = submit(request, self)
 
     def __call__(self, item: Event | Prepared | Started | BaseException | None) -> None:
         """One event, from any thread (an engine that has them one at a time)."""

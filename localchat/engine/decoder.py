@@ -4,6 +4,8 @@ generating sequence, the drafts after them that pay for what a step costs here (
 draft_cost.py: verified in the same batch), then chunks of pending prompts (chunked prefill: at
 most `n_batch` tokens a step, so a long prompt delays running streams by one chunk at most); a
 prompt's images and audio decode in decodes of their own as the prompt reaches them (media_feed).
+A decode is three steps: `plan` (a StepPlan: a Row per slot, with no llama.cpp call: tests/test_decoder_plan.py),
+`execute` (the batch, llama_decode) and `update` (sampling, drafts verified, prompt log-probabilities).
 While the scheduler has nothing else to do, `measure` takes a step of the measurement of what a
 step of k tokens costs (draft_cost.probe), once per model and machine."""
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_cpp as C
@@ -73,6 +76,28 @@ def shiftable(model: Model, ctx: object, k_type: str = "f16") -> bool:
             and C.llama_model_n_swa(model.ptr) == 0 and rope >= 0 and not rope & C.LLAMA_ROPE_TYPE_MROPE)
 
 
+@dataclass
+class Row:
+    """One slot's part of a step's batch."""
+
+    slot: Slot
+    tokens: list[int]  # what it decodes: a sequence's next token and its drafts, or a chunk of a prompt
+    who: Sequence | Job | None  # who samples at its last token: a sequence; the job whose prompt ends here; none
+    every: tuple[Job, int] | None = None  # prompt log-probabilities wanted: the job, and its chunk's first index
+    drafts: list[int] = field(default_factory=list)  # the tokens drafted after the next token, verified after
+
+
+@dataclass
+class StepPlan:
+    """What one decode holds (`Decoder.plan`), and, once the batch is made (`execute`), where each
+    row's logits come out."""
+
+    rows: list[Row]
+    landing: list[Job]  # jobs whose chunk ends a new span of a shifted reuse: the moved cells join after
+    outputs: list[tuple[Sequence | Job, int, list[int]]] = field(default_factory=list)  # (who, logits row, drafts)
+    prompts: list[tuple[Job, int, int, int]] = field(default_factory=list)  # prompt logprobs: job, start, row, count
+
+
 class Decoder:
     def __init__(self, model: Model, ctx: object, *, n_batch: int, n_ctx: int, n_threads: int,
                  media: MediaFeed | None, step_costs: str | None) -> None:
@@ -132,19 +157,32 @@ class Decoder:
         Returns whether anything was decoded; a request's failure goes to `fail`."""
         busy = self.media is not None and self.media.decode_heads(jobs, self.ctx, lambda: self.use(adapters),
                                                                   self.n_batch, fail)
-        # tokens for a slot; who samples; with prompt logprobs, the job and the prompt index of its first token;
-        # the tokens drafted after a sequence's next token (drafts.py), each with its logits, verified after
-        rows: list[tuple[Slot, list[int], Sequence | Job | None, tuple[Job, int] | None, list[int]]] = []
+        plan = self.plan(jobs)
+        if not plan.rows:
+            return busy
+        self.use(adapters)
+        rc = self.execute(plan)
+        if rc != 0:
+            for job in jobs:
+                fail(job, EngineError(f"llama_decode returned {rc}"))
+            return True
+        self.update(plan, jobs, cache, fail)
+        return True
+
+    def plan(self, jobs: list[Job]) -> StepPlan:
+        """What this step decodes: a row per generating sequence (its next token, then the drafts
+        that pay), then prompt chunks in the room left; the jobs' pending prompts advance."""
+        rows: list[Row] = []
         room = self.n_batch
         for job in jobs:
             for seq in job.seqs:
                 if seq.next_token is not None:
-                    rows.append((seq.slot, [seq.next_token], seq, None, []))
+                    rows.append(Row(seq.slot, [seq.next_token], seq))
                     room -= 1
         writers = len(rows)
         offers = []  # (row, the tokens it could draft, the chances its first ones are kept: None for a draft model's)
         for row in rows:
-            tokens, p = row[2].draft(min(room, self.n_ctx - row[0].next_pos - 1))
+            tokens, p = row.who.draft(min(room, self.n_ctx - row.slot.next_pos - 1))  # type: ignore[union-attr]
             if tokens:
                 offers.append((row, tokens, p))
         reserve = min(room, sum(len(tokens) for _, tokens, _ in offers))
@@ -164,33 +202,36 @@ class Decoder:
                         landing.append(job)
                 start = len(job.tokens) - len(job.pending)
                 del job.pending[: len(chunk)]
-                rows.append((job.lead.slot, chunk, None if job.pending else job, (job, start) if every else None, []))
+                rows.append(Row(job.lead.slot, chunk, None if job.pending else job, (job, start) if every else None))
                 room -= len(chunk)
         self._draft(rows, writers, offers, reserve)
-        if not rows:
-            return busy
-        rows.sort(key=lambda row: row[0].seq_id)  # llama.cpp batches ascending slot ids together
-        n, outputs, prompts = 0, [], []
-        for slot, tokens, who, every, drafts in rows:
-            if every is not None:
-                prompts.append((*every, n, len(tokens)))
-            for token in tokens:
-                self._add(n, slot, token, every is not None or bool(drafts))
+        rows.sort(key=lambda row: row.slot.seq_id)  # llama.cpp batches ascending slot ids together
+        return StepPlan(rows, landing)
+
+    def execute(self, plan: StepPlan) -> int:
+        """The plan's rows into the batch, and one llama_decode (its return code); where each row's
+        logits come out is kept in the plan."""
+        n = 0
+        for row in plan.rows:
+            if row.every is not None:
+                plan.prompts.append((*row.every, n, len(row.tokens)))
+            for token in row.tokens:
+                self._add(n, row.slot, token, row.every is not None or bool(row.drafts))
                 n += 1
-            if who is not None:
+            if row.who is not None:
                 self.batch.logits[n - 1] = True
-                outputs.append((who, n - 1 - len(drafts), drafts))
-        self.use(adapters)
-        rc = self.batch.decode(self.ctx, n)
-        if rc != 0:
-            for job in jobs:
-                fail(job, EngineError(f"llama_decode returned {rc}"))
-            return True
-        for job in landing:
+                plan.outputs.append((row.who, n - 1 - len(row.drafts), row.drafts))
+        return self.batch.decode(self.ctx, n)
+
+    def update(self, plan: StepPlan, jobs: list[Job], cache: PrefixCache,
+               fail: Callable[[Job, BaseException], None]) -> None:
+        """After the decode: moved cells join the spans that ended, prompt log-probabilities are
+        read, and every sequence whose logits came out samples (and verifies its drafts)."""
+        for job in plan.landing:
             cache.land(job)
-        for job, start, at, count in prompts:
+        for job, start, at, count in plan.prompts:
             read_prompt_logprobs(job, self.model, self.ctx, start, at, count)
-        for item, idx, drafts in outputs:
+        for item, idx, drafts in plan.outputs:
             try:
                 if isinstance(item, Job):
                     self._prompt_done(item, idx)
@@ -200,16 +241,15 @@ class Decoder:
                     item.sample(self.ctx, idx)
             except Exception as exc:  # noqa: BLE001 - one request's failure (a grammar dead end) is its own
                 fail(item if isinstance(item, Job) else next(j for j in jobs if item in j.seqs), exc)
-        return True
 
-    def _draft(self, rows: list, writers: int, offers: list, room: int) -> None:
+    def _draft(self, rows: list[Row], writers: int, offers: list, room: int) -> None:
         """Add the drafts to their rows: a draft model's as it drafted them, drafts from the text as
         long as the cost model says pays (draft_cost.lengths), within `room` tokens in all; a grammar
         cuts a draft at the first token it forbids."""
-        def add(row, draft: list[int]) -> int:
-            draft = row[2].allowed(draft)
-            row[1].extend(draft)
-            row[4].extend(draft)
+        def add(row: Row, draft: list[int]) -> int:
+            draft = row.who.allowed(draft)  # type: ignore[union-attr]
+            row.tokens.extend(draft)
+            row.drafts.extend(draft)
             return len(draft)
         text = [(row, tokens, p) for row, tokens, p in offers if p is not None]
         for row, tokens, p in offers:
@@ -217,8 +257,8 @@ class Decoder:
                 room -= add(row, tokens[:room])
         if not text:
             return
-        chosen = draft_cost.lengths(self.cost, [(row[0].seq_id, p) for row, _, p in text],
-                                    {row[0].seq_id: len(row[1]) for row in rows}, writers)
+        chosen = draft_cost.lengths(self.cost, [(row.slot.seq_id, p) for row, _, p in text],
+                                    {row.slot.seq_id: len(row.tokens) for row in rows}, writers)
         for (row, tokens, _), d in zip(text, chosen):
             room -= add(row, tokens[:min(d, room)])
 

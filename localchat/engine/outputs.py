@@ -32,7 +32,8 @@ class Outbox:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # (the media thread puts too)
-        self._items: dict[Any, tuple[Any, list[Item]]] = {}  # by the request itself (not its id: one may end and another start)
+        # by the request itself (not its id: one may end and another start in the same step)
+        self._items: dict[Any, tuple[Any, list[Item]]] = {}
 
     def put(self, job: Any, item: Item) -> None:
         """An event of `job` (a scheduler's Job: its `sink` is what the event goes to)."""
