@@ -94,3 +94,19 @@ def test_every_pattern_grammar_passes_the_validator(pattern):
 def test_a_broken_pattern_is_an_error(pattern):
     with pytest.raises(PatternError):
         compile_pattern(pattern)
+
+
+def test_an_allof_ref_back_to_the_schema_inside_its_own_anyof_is_merged_once():
+    """Found by the test above (CI of b9028c1): an anyOf branch whose allOf holds `$ref: "#"` merged
+    the whole schema in again at each level, its anyOf with it, until max_schema_depth. The
+    schema's constraints are in the branch already (merged into the anyOf's parent): A and A is A."""
+    schema = {"allOf": [{"type": ["string", "null", "object"], "anyOf": [
+        {"allOf": [{"type": "string", "pattern": "a"}, {"$ref": "#"}, {"$ref": "#/$defs/b"}]}, {"type": "null"}]}],
+        "$defs": {"a": {"type": "string"}, "b": {"anyOf": [{"type": "string", "pattern": "b"}]}}}
+    converter = convert(schema)
+    validate(converter.grammar(converter.root_rule))
+    twice = {"anyOf": [{"allOf": [{"$ref": "#/$defs/t"}, {"required": ["x"]}]}, {"type": "null"}],
+             "allOf": [{"$ref": "#/$defs/t"}],
+             "$defs": {"t": {"type": ["object", "null"], "properties": {"x": {"type": "integer"}}}}}
+    converter = convert(twice)  # the same $ref in the schema and in a branch: the branch keeps its own keywords
+    validate(converter.grammar(converter.root_rule))

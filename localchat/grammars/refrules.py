@@ -30,6 +30,8 @@ class RefRules:
     _chain: frozenset[int]
     _level: int
     _pairs: dict[int, int]
+    _inlined: list[str]
+    _inlined_from: int
 
     def flatten(self, schema: Schema, path: str, refs: bool = True) -> Schema:
         """`schema` with its allOf merged in, and (with `refs`) its `$ref`s that have keywords
@@ -65,7 +67,13 @@ class RefRules:
             if is_plain_ref(part) and isinstance(part["$ref"], str):
                 if part["$ref"] in seen:
                     continue  # A and A is A
+                if part["$ref"] in self._inlined[self._inlined_from:]:
+                    # merged in already by a visit of this same value under way (an anyOf branch of it
+                    # holds the same allOf: its constraints are in the branch's), so A and A is A here
+                    # too; merged again, a $ref back to the schema itself grew a branch each time
+                    continue
                 seen.add(part["$ref"])
+                self._inlined.append(part["$ref"])
                 part, _ = self._resolve(part["$ref"], path)
             if isinstance(part, dict) and isinstance(part.get("allOf"), list) and depth < 32:
                 part = self._parts(part, path, seen, depth + 1)

@@ -68,6 +68,10 @@ class Converter(RefRules):
         self.dead: set[Any] = set()  # $ref targets found unsatisfiable (by an earlier try)
         self._chain: frozenset[int] = frozenset()  # the $ref targets that lead to this one with no value between
         self._level = 0  # values inside values (properties, items) on the way to the current one
+        # the $refs an allOf merged in, in the visits under way of the current value (refrules._parts):
+        # from `_inlined_from` on, those of this value (a property's or an item's start afresh)
+        self._inlined: list[str] = []
+        self._inlined_from = 0
         self._pairs: dict[int, int] = {}  # a $ref target → how many "$ref with keywords" rules use it
         self.depth, self.max_depth = 0, max_depth  # values nest at most as deeply as the schema's JSON
         self.size, self.max_bytes = 0, max_bytes
@@ -187,18 +191,22 @@ class Converter(RefRules):
             raise GrammarError(f"the schema at {path!r} is nested more than {self.max_depth} levels deep "
                                "(max_schema_depth)", param="schema")
         self.depth += 1
+        inlined = len(self._inlined)
         try:
             return self._visit(schema, path)
         finally:
             self.depth -= 1
+            del self._inlined[inlined:]
 
     def child(self, schema: Schema, path: str) -> str:
         """A value inside this one: a property, an item."""
         self._level += 1
+        floor, self._inlined_from = self._inlined_from, len(self._inlined)
         try:
             return self.visit(schema, path)
         finally:
             self._level -= 1
+            self._inlined_from = floor
 
     def _visit(self, schema: Schema, path: str) -> str:
         if schema is True:
