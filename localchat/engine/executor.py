@@ -74,7 +74,9 @@ class Executor:
             for seq in job.seqs:
                 seq.sampler.close()
             job.seqs = []
-            raise exc if isinstance(exc, LocalchatError) else EngineError(f"llama.cpp failed: {exc}") from exc
+            if isinstance(exc, LocalchatError):
+                raise
+            raise EngineError(f"llama.cpp failed: {exc}") from exc
 
     def place(self, job: Job) -> None:
         """How much of the job's prompt its lead slot serves, moves or restores (prefix_cache.py)."""
