@@ -120,3 +120,61 @@ def test_an_engine_measures_while_idle_once_and_reads_the_figures_back(tmp_path,
         assert engine.scheduler.executor.decoder.cost.measured and engine.scheduler.executor.decoder.cost.points == figures
     finally:
         engine.close()
+
+
+# Seen on this machine: the 0.5B's figures kept from a measurement taken while two other servers
+# decoded (a step of one token 396 ms, live 25 ms; a step of two cheaper than one), and one taken alone.
+BUSY = {1: 0.39651, 2: 0.3439, 4: 0.90267, 8: 1.34121, 16: 1.64519, 32: 3.24853, 64: 3.77827}
+QUIET = {1: 0.03109, 2: 0.05459, 4: 0.08826, 8: 0.16073, 16: 0.27059, 32: 0.5046, 64: 0.75048}
+
+
+@pytest.mark.fast
+def test_live_steps_far_faster_than_the_kept_figures_say_they_are_stale():
+    busy, quiet = StepCost(BUSY, measured=True), StepCost(QUIET, measured=True)
+    check = draft_cost.Check()
+    said = [check.add(busy, 0.025) for _ in range(draft_cost.CHECKED)]
+    assert said == [False] * (draft_cost.CHECKED - 1) + [True] and check.median == 0.025
+    # figures that fit, live steps slower than the figures (a long context), the stand-in's: never stale
+    for cost, live in ((quiet, 0.025), (quiet, 0.2), (draft_cost.DEFAULT, 0.025)):
+        check = draft_cost.Check()
+        assert not any(check.add(cost, live) for _ in range(3 * draft_cost.CHECKED))
+
+
+@pytest.mark.tiny
+def test_stale_figures_are_measured_again_while_idle_and_replaced(tmp_path, caplog):
+    """A kept measurement that says a step of one token takes 10 s: after CHECKED steps of one token
+    the engine says so once, drafts from the stand-in figures, measures again at its next idle steps
+    and keeps the new figures in the file."""
+    import logging
+
+    from localchat.engine.model import Model
+    from localchat.engine.params import Generate, SamplingParams
+    from localchat.engine.scheduler import Scheduler
+    from localchat.families import FAMILIES
+    from localchat.devtools.tinymodels import write_tiny_model
+
+    path = write_tiny_model(tmp_path / "m.gguf", FAMILIES["chatml"], n_ctx=256)
+    model = Model(path)
+    store, key = tmp_path / "step-costs.json", draft_cost.machine_key(path, 1, 0)
+    draft_cost.save(store, key, {1: 10.0, 2: 15.0, 64: 100.0})
+    s = Scheduler(model, n_ctx=256, parallel=1, max_queue=None, n_threads=1, step_costs=str(store))
+    decoder = s.executor.decoder
+    try:
+        assert decoder.cost.measured and decoder.cost.one == 10.0 and not s.executor.probing
+        job = s.submit(Generate(list(range(10, 20)), SamplingParams(max_tokens=draft_cost.CHECKED + 8,
+                                                                    temperature=0, ignore_eos=True, ngram_draft=0)), "x")
+        with caplog.at_level(logging.WARNING, logger="localchat.engine"):
+            while s.holds(job):
+                s.step()
+        stale = [r for r in caplog.records if "the step costs kept for it say 10000.0 ms" in r.getMessage()]
+        assert len(stale) == 1
+        assert decoder.cost is draft_cost.DEFAULT and s.executor.probing
+        for _ in range(200):  # idle: each step is a decode of the measurement
+            if not s.executor.probing:
+                break
+            s.step()
+        assert not s.executor.probing and decoder.cost.measured and decoder.cost.one < 10.0
+        assert draft_cost.load(store, key).one == decoder.cost.one  # kept for the next load
+    finally:
+        s.close()
+        model.close()

@@ -50,7 +50,7 @@ def log(level, text, _):
 C.llama_log_set(log, ctypes.c_void_p(0))
 model = Model(Path(sys.argv[1]))
 costs = Path(tempfile.mkdtemp()) / "step-costs.json"
-draft_cost.save(costs, draft_cost.machine_key(model.path, 1, model.n_gpu_layers), {1: 0.01, 64: 0.1})
+draft_cost.save(costs, draft_cost.machine_key(model.path, 1, model.n_gpu_layers), {1: 1e-6, 64: 1e-5})
 out = []
 for ctx, slots, cache in json.loads(sys.argv[2]):
     lines.clear()

@@ -29,8 +29,8 @@ def make(model: object, tmp_path: Path, **kw: object) -> object:
     from localchat.engine import draft_cost
     from localchat.engine.scheduler import Scheduler
 
-    costs = tmp_path / "step-costs.json"  # known step costs: no measuring decodes between the test's steps
-    draft_cost.save(costs, draft_cost.machine_key(model.path, 1, model.n_gpu_layers), {1: 0.01, 64: 0.1})  # type: ignore[attr-defined]
+    costs = tmp_path / "step-costs.json"  # known step costs (faster than any step: never stale): no measuring decodes between the test's steps
+    draft_cost.save(costs, draft_cost.machine_key(model.path, 1, model.n_gpu_layers), {1: 1e-6, 64: 1e-5})  # type: ignore[attr-defined]
     return Scheduler(model, n_ctx=256, n_threads=1, step_costs=str(costs), **{"parallel": 2, "max_queue": 1, **kw})
 
 

@@ -12,7 +12,8 @@ step of k tokens costs (draft_cost.probe), once per model and machine."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,7 +110,10 @@ class Decoder:
         self._costs_file = Path(step_costs) if step_costs else None
         self._costs_key = draft_cost.machine_key(model.path, n_threads, model.n_gpu_layers)
         self.cost = draft_cost.load(self._costs_file, self._costs_key)
-        self.probe = draft_cost.probe(model.ptr, n_threads, model.n_vocab) if self.cost is None else None
+        self._threads = n_threads
+        self._measurements = 0  # measurements this load has started (draft_cost.REMEASURE at most)
+        self._check = draft_cost.Check()  # the live steps of one token against the figures
+        self.probe = self._measure_again() if self.cost is None else None
         self.cost = self.cost or draft_cost.DEFAULT
 
     def close(self) -> None:
@@ -133,6 +137,27 @@ class Decoder:
             self.cost = draft_cost.StepCost(seconds, measured=True)
             draft_cost.save(self._costs_file, self._costs_key, seconds)
             _log.info("%s: a step of k tokens costs (k: x one token) %s", self.model.path.name, self.cost.describe())
+
+    def _measure_again(self) -> Iterator[None] | None:
+        """A new measurement (draft_cost.probe), run while idle; None once a load has taken REMEASURE."""
+        if self._measurements >= draft_cost.REMEASURE:
+            return None
+        self._measurements += 1
+        return draft_cost.probe(self.model.ptr, self._threads, self.model.n_vocab)
+
+    def _checked(self, seconds: float) -> None:
+        """A live step of one token took `seconds`: where such steps run STALE times faster than the
+        figures say, the figures were measured under load (draft_cost.Check): measured again while idle."""
+        if self.probe is not None or not self._check.add(self.cost, seconds):
+            return
+        probe = self._measure_again()
+        if probe is None:
+            return
+        _log.warning("%s: a step of one token takes %.1f ms here (the median of the last ones), the step costs "
+                     "kept for it say %.1f ms (measured while the cores were busy?): the stand-in figures until they "
+                     "are measured again, while idle",
+                     self.model.path.name, self._check.median * 1000, self.cost.one * 1000)
+        self.cost, self.probe = draft_cost.DEFAULT, probe
 
     def decode_one(self, seq: int, pos: int) -> bool:
         """One token at `pos` of sequence `seq`, no logits (the prefix cache turns moved cells so)."""
@@ -221,7 +246,13 @@ class Decoder:
             if row.who is not None:
                 self.batch.logits[n - 1] = True
                 plan.outputs.append((row.who, n - 1 - len(row.drafts), row.drafts))
-        return self.batch.decode(self.ctx, n)
+        if n != 1:
+            return self.batch.decode(self.ctx, n)
+        start = time.perf_counter()  # (a step of one token: the step costs' check)
+        rc = self.batch.decode(self.ctx, n)
+        if rc == 0:
+            self._checked(time.perf_counter() - start)
+        return rc
 
     def update(self, plan: StepPlan, jobs: list[Job], cache: PrefixCache,
                fail: Callable[[Job, BaseException], None]) -> None:

@@ -6,7 +6,11 @@ cost 7.3, 64 cost 17.5. So how long a draft should be depends on the machine, an
 per model file, machine and thread count (`probe`: after a 1k-token prompt, run by the scheduler a
 decode at a time while it has nothing else to do; the figures are kept in a JSON file and read at
 the next load). Until then
-the CPU figures above stand in.
+the CPU figures above stand in. A measurement taken while something else kept the cores busy is
+wrong for good (seen here: a step of one token kept as 396 ms where it takes 25, and a step of two
+as cheaper than one, so prose drafted at every chance). So the live steps check the figures kept
+(`Check`): where a step of one token runs STALE times faster than they say, they are measured again
+while idle (a load measures REMEASURE times at most).
 
 The rule (`lengths`): every generating sequence writes its next token each step, and a sequence
 with a draft (drafts.py) also writes each drafted token the model agrees with, the first `kept` of
@@ -47,6 +51,9 @@ MARGIN = 1.03  # drafts must promise this many times the tokens per second of no
 SURE = 0.9  # a draft whose first token is kept this surely is a copy: its gain counts against LATE
 ROUNDS = 3  # each step size is timed this many times (the fastest counts)
 KEPT = 64  # models' figures kept in the file
+STALE = 3.0  # the live steps of one token this many times faster than the measured one: measured under load
+CHECKED = 64  # live steps of one token a check takes (the median counts)
+REMEASURE = 3  # measurements a load takes at most (the first included): a machine always busy keeps the last
 PROBE_PROMPT = 1024  # tokens in the probe's context before the timed steps (attention over them costs too)
 
 
@@ -57,6 +64,7 @@ class StepCost:
     def __init__(self, seconds: dict[int, float], measured: bool = False) -> None:
         self.points = sorted((int(k), float(s) / seconds[1]) for k, s in seconds.items())
         self.measured = measured
+        self.one = float(seconds[1])  # seconds a step of one token took (the stand-in's: 1.0)
 
     def __call__(self, k: int) -> float:
         pts = self.points
@@ -73,6 +81,26 @@ class StepCost:
 
 
 DEFAULT = StepCost(CPU)
+
+
+class Check:
+    """The live steps of one token against the measured figures: `add` each one's seconds; it says
+    True once the median of CHECKED of them is STALE times under the measured step of one (the
+    measurement was taken under load). Slower live steps are no sign (a long context costs more)."""
+
+    def __init__(self) -> None:
+        self._seconds: list[float] = []
+        self.median = 0.0  # the last check's
+
+    def add(self, cost: StepCost, seconds: float) -> bool:
+        if not cost.measured:
+            return False
+        self._seconds.append(seconds)
+        if len(self._seconds) < CHECKED:
+            return False
+        self.median = sorted(self._seconds)[len(self._seconds) // 2]
+        self._seconds = []
+        return cost.one > STALE * self.median
 
 
 def geometric(p: float, n: int) -> list[float]:
