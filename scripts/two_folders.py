@@ -28,10 +28,13 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import acceptance as A  # noqa: E402
-from localchat.serve_process import Server  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's localchat
+from localchat.devtools import isolate_home  # noqa: E402
 
+isolate_home()  # (the servers it starts keep away from the user's registry and prompt store)
+
+from localchat.devtools import clients as A  # noqa: E402
+from localchat.serve_process import Server  # noqa: E402
 from localchat.models import shipped_config  # noqa: E402
 
 LINE = re.compile(r"prompt=(\d+) cached=(\d+).* ttft=([\d.]+)s")

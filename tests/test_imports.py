@@ -178,3 +178,16 @@ def test_scripts_import_nothing_from_the_tests():
     wrong += [f"{p.name} puts tests/ on sys.path" for p in scripts
               if re.search(r"sys\.path\.insert\(.*\btests\b", p.read_text(encoding="utf-8"))]
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_script_imports_another_runnable_script():
+    """A script a user runs (one with a wrapper in scripts/: acceptance.py for scripts/acceptance) is
+    nobody's library: what two scripts share lives in localchat/devtools/ (the agents' harness in
+    devtools/clients.py); a script's own helper modules (families_checks.py) have no wrapper."""
+    runnable = {p.name.replace("-", "_") for p in (REPO / "scripts").iterdir() if p.is_file() and not p.suffix
+                and not p.name.startswith("_")}
+    scripts = sorted((REPO / "scripts").glob("*.py"))
+    assert {"acceptance", "bench", "two_folders"} <= runnable
+    wrong = [f"{p.name}:{line} imports {name} (scripts/{name.replace('_', '-')})" for p in scripts
+             for name, line in _script_imports(p) if name in runnable and name != p.stem]
+    assert not wrong, "\n".join(wrong)
