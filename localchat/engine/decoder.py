@@ -246,7 +246,7 @@ class Decoder:
             if row.who is not None:
                 self.batch.logits[n - 1] = True
                 plan.outputs.append((row.who, n - 1 - len(row.drafts), row.drafts))
-        if n != 1:
+        if n != 1 or self._check.settled:
             return self.batch.decode(self.ctx, n)
         start = time.perf_counter()  # (a step of one token: the step costs' check)
         rc = self.batch.decode(self.ctx, n)

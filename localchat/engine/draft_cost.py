@@ -86,21 +86,24 @@ DEFAULT = StepCost(CPU)
 class Check:
     """The live steps of one token against the measured figures: `add` each one's seconds; it says
     True once the median of CHECKED of them is STALE times under the measured step of one (the
-    measurement was taken under load). Slower live steps are no sign (a long context costs more)."""
+    measurement was taken under load). Slower live steps are no sign (a long context costs more).
+    Once a check finds the figures fit, it is `settled`: nothing more to time for that load."""
 
     def __init__(self) -> None:
         self._seconds: list[float] = []
         self.median = 0.0  # the last check's
+        self.settled = False
 
     def add(self, cost: StepCost, seconds: float) -> bool:
-        if not cost.measured:
+        if self.settled or not cost.measured:
             return False
         self._seconds.append(seconds)
         if len(self._seconds) < CHECKED:
             return False
         self.median = sorted(self._seconds)[len(self._seconds) // 2]
         self._seconds = []
-        return cost.one > STALE * self.median
+        self.settled = cost.one <= STALE * self.median
+        return not self.settled
 
 
 def geometric(p: float, n: int) -> list[float]:
