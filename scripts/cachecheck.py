@@ -37,7 +37,9 @@ the cells such a rest wrote ("after a short rest": on the 0.5B, 0.026 at an answ
 seed 44 sequence 7, where its prompt's last cell had been read alone by a retry), and so are answers
 that read cells an earlier answer wrote (a new turn whose assistant message starts with the token
 the model wrote: that cell was decoded alone, as each generated token is; on the 0.5B, 0.017 at
-the first token, seed 44 sequence 40 at b6e41d2). Both servers draft nothing (`ngram_draft: 0`): how
+the first token, seed 44 sequence 40 at b6e41d2; 0.0109 at the fourth, sequence 126 at 792adee).
+Such a request caches more tokens than any prompt sent before shares with it (each prompt's tokens
+are kept: `/tokenize` with the request's messages, on the reference). Both servers draft nothing (`ngram_draft: 0`): how
 long a draft is depends on what a step costs on each server, and a verified draft is a batch of
 its own shape.
 A reused block that was *moved* (a renamed folder, a moved block: the cells after the span kept at their new
@@ -76,7 +78,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 from localchat.devtools import isolate_home  # noqa: E402
-from localchat.engine.job import SHIFT_MIN, TILE_ROWS  # noqa: E402
+from localchat.engine.job import TILE_ROWS  # noqa: E402
+from localchat.engine.matching import SHIFT_MIN  # noqa: E402
 from localchat.models import shipped_config  # noqa: E402
 from localchat.serve_process import Server  # noqa: E402  (the tests' server launcher)
 
@@ -301,6 +304,13 @@ class Servers:
             self.cold[key] = answer, time.monotonic() - began
         return self.cold[key]
 
+    def prompt_ids(self, body: dict) -> list[int]:
+        """The request's prompt as the server reads it: its tokens (`/tokenize` with the messages)."""
+        r = httpx.post(self.ref.url + "/tokenize", json={k: body[k] for k in ("messages", "tools") if k in body},
+                       timeout=120)
+        r.raise_for_status()
+        return r.json()["tokens"]
+
     def stop(self) -> None:
         self.test.stop()
         self.ref.stop()
@@ -387,6 +397,12 @@ class Tally:
     ties: int = 0
 
 
+def common(a: list[int], b: list[int]) -> int:
+    """The length of the longest prefix `a` and `b` share."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
 def path_of(step: dict, prompt: int, cached: int, log: str, tainted: bool) -> str:
     """Which cache path served the request (the server says where cells moved: prefix_cache.py's line)."""
     if "cache_prompt" in step["body"]:
@@ -423,6 +439,7 @@ class Check:
         self.servers, self.tolerance = servers, tolerance
         self.tallies: dict[str, Tally] = defaultdict(Tally)
         self.ops: Counter = Counter()
+        self.prompts: list[list[int]] = []  # every prompt sent so far, as tokens (the cells past them: answers')
 
     def limit(self, path: str) -> float:
         if path in ("short rest", "after a short rest"):
@@ -433,14 +450,12 @@ class Check:
         """Each step's note, and what was wrong."""
         servers, notes, bad, tainted = self.servers, [], [], set()
         short: dict[str, int] = {}  # per session: the first position of cells a short rest read (and later ones kept)
-        read: dict[str, int] = {}  # per session: the longest prompt it has sent (cells past it were an answer's)
         for step in steps:
             op, body, session = step["op"], step["body"], step["session"]
             self.ops[op] += 1
             if op == "new":
                 tainted.discard(session)
                 short.pop(session, None)
-                read.pop(session, None)
             began = time.monotonic()
             cold, seconds = servers.reference({k: v for k, v in body.items() if k != "cache_prompt"})
             if op == "restart":
@@ -452,18 +467,22 @@ class Check:
             answer, log = servers.ask(body)
             usage = answer["usage"]
             cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            ids = servers.prompt_ids(body)
+            if len(ids) != usage["prompt_tokens"]:
+                raise RuntimeError(f"the prompt rendered apart has {len(ids)} tokens, the request {usage['prompt_tokens']}")
+            written = max((common(ids, p) for p in self.prompts), default=0)  # the most a prompt sent before holds
+            self.prompts.append(ids)
             path = path_of(step, usage["prompt_tokens"], cached, log, session in tainted)
             if path == "moved":  # (until the session is replaced: its moved cells may stay in another slot, or on disk)
                 tainted.add(session)
             if session in short and cached <= short[session]:
                 del short[session]  # those cells were read again
-            if path in ("prefix", "restored", "n=2 shared") and session in read and cached > read[session]:
-                short.setdefault(session, read[session])  # it reads cells an answer wrote, one token a step
+            if path in ("prefix", "restored", "n=2 shared") and cached > written:
+                short.setdefault(session, written)  # it reads cells an answer wrote, one token a step
             if path in ("prefix", "restored", "n=2 shared") and session in short:
                 path = "after a short rest"  # it reads cells a short rest wrote (the F16 kernel's), kept since
             if path == "short rest":
                 short.setdefault(session, cached)
-            read[session] = max(read.get(session, 0), usage["prompt_tokens"])
             tally, problems = self.tallies[path], []
             for choice, cold_choice in zip(answer["choices"], cold["choices"]):
                 worst, worst_log, tie, problem = compare(choice["logprobs"]["content"],

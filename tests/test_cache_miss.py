@@ -154,7 +154,8 @@ def test_the_verdicts():
     theirs = list(range(1000, 1600))
 
     def missed(*seen):
-        return PrefixCache._missed([(n, held, kind, tuple(theirs[n:n + DIFF_TOKENS])) for n, held, kind in seen], job)
+        return PrefixCache._missed([(n, held, kind, tuple(theirs[n:n + DIFF_TOKENS])) for n, held, kind in seen],
+                                  len(job.tokens), job.cached)
     assert missed() is None  # nothing cached (or no cache wanted)
     assert missed((400, 450, "busy")) == ("busy", 400, 450, ())  # a busy slot held 400 of it
     assert missed((400, 450, "idle")) == ("unused", 400, 450, ())

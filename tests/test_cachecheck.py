@@ -65,3 +65,50 @@ def test_two_hundred_random_sequences_answer_as_cold_reads():
     assert done.returncode == 0 and "cachecheck: PASS" in out, out[-6000:] + done.stderr[-3000:]
     for path in ("prefix", "moved", "after a move", "restored", "n=2 shared", "lora", "no cache", "cold"):
         assert f"  {path} " in out, (path, out[-2000:])  # every path was taken
+
+
+class Scripted:
+    """Two servers' answers, scripted: each step's prompt (tokens), cached tokens, and the first
+    token's log-probability under test and cold."""
+
+    def __init__(self, steps: list[tuple[list[int], int, float, float]]) -> None:
+        self.steps, self.at = steps, -1
+
+    def reference(self, body: dict) -> tuple[dict, float]:
+        self.at += 1
+        return {"choices": [self._choice(self.steps[self.at][3])]}, 1.0
+
+    def ask(self, body: dict) -> tuple[dict, str]:
+        ids, cached, logprob, _ = self.steps[self.at]
+        return {"choices": [self._choice(logprob)], "usage": {
+            "prompt_tokens": len(ids), "prompt_tokens_details": {"cached_tokens": cached}}}, ""
+
+    def prompt_ids(self, body: dict) -> list[int]:
+        return self.steps[self.at][0]
+
+    @staticmethod
+    def _choice(logprob: float) -> dict:
+        return {"index": 0, "logprobs": {"content": [entry(5, logprob, [(5, logprob), (6, -6.0)])]}}
+
+
+@pytest.mark.fast
+def test_a_prompt_that_reads_cells_an_answer_wrote_is_held_to_the_short_tolerance():
+    """Seed 44 sequence 126 on the 0.5B: a session's third prompt (809 tokens) was longer than the
+    fourth (719, after the client dropped its oldest turns); the fifth read 722 cells of the
+    fourth's slot: 3 of them its answer's, decoded one token a step. Its first tokens moved by
+    0.0109 (> TOLERANCE): the tester had compared the cached length with the session's longest
+    prompt (809), not with the prompts the cells came from, and held it to TOLERANCE."""
+    third = list(range(1000, 1809))
+    fourth = [*range(1000, 1500), *range(3000, 3219)]  # the oldest turns gone
+    fifth = [*fourth, 7, 8, 9, *range(4000, 4111)]  # its answer's first three tokens, then a new turn
+    p, moved = math.log(0.05), math.log(0.05 - 0.0109)
+
+    def run(cached: int) -> tuple[list[str], list[str]]:
+        steps = [(third, 0, p, p), (fourth, 500, p, p), (fifth, cached, moved, p)]
+        bodies = [{"op": "turn", "session": "C", "body": {"messages": []}} for _ in steps]
+        return cachecheck.Check(Scripted(steps), cachecheck.TOLERANCE).sequence(bodies, None)
+
+    notes, bad = run(722)  # past the fourth prompt: cells its answer wrote
+    assert bad == [] and "→ after a short rest" in notes[2], notes
+    notes, bad = run(719)  # the fourth prompt's cells alone: held to TOLERANCE
+    assert "→ prefix" in notes[2] and "differ by 0.0109" in bad[0], notes

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 
@@ -128,6 +129,23 @@ def test_props_tokenize_detokenize(http: httpx.Client):
     assert "".join(p["piece"] for p in pieces) == "Hello world"
     bad = http.post("/detokenize", json={"model": GEMMA, "tokens": [-1]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
+
+
+def test_tokenize_a_chat_request_as_the_server_reads_it(http: httpx.Client):
+    """vLLM's /tokenize with `messages`: the prompt's tokens as a chat request reads them (its
+    segments tokenized one by one, not the rendered text whole), so a client counts them exactly."""
+    ask = {"model": GEMMA, "messages": [{"role": "system", "content": "Be brief.\n\n"},
+                                        {"role": "user", "content": "\n\nSay hi."}]}
+    tokens = http.post("/tokenize", json=ask).json()["tokens"]
+    answer = http.post("/v1/chat/completions", json={**ask, "max_tokens": 1}).json()
+    assert len(tokens) == answer["usage"]["prompt_tokens"]
+    text = http.post("/apply-template", json=ask).json()["prompt"]
+    plain = re.sub(r"<bos>|<start_of_turn>|<end_of_turn>", "", text)  # (control tokens detokenize to nothing)
+    assert http.post("/detokenize", json={"model": GEMMA, "tokens": tokens}).json()["content"] == plain
+    pieces = http.post("/tokenize", json={**ask, "with_pieces": True}).json()["tokens"]
+    assert [p["id"] for p in pieces] == tokens and "".join(p["piece"] for p in pieces) == plain
+    bad = http.post("/tokenize", json={"model": GEMMA, "messages": "hi"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
 
 
 def test_embeddings(client: openai.OpenAI):

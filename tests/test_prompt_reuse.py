@@ -1,5 +1,5 @@
 """A new folder reads only what changed: a prompt that matches a slot's cache but for a span
-(a path, a date) reuses the cached cells after it, moved to their new positions (job.py's
+(a path, a date) reuses the cached cells after it, moved to their new positions (matching.py's
 shifted_matches, prefix_cache.PrefixCache._shift, kv_state.py). Real llama.cpp, a tiny model."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from llama_cpp import Llama
 
 from localchat.engine import Done, Generate, LocalEngine, SamplingParams, Text
-from localchat.engine.job import (SHIFT_EDIT, SHIFT_MIN, SHIFT_SPAN, TILE_ROWS, chunk_size, shifted_match,
-                                  shifted_matches)
+from localchat.engine.job import TILE_ROWS, chunk_size
+from localchat.engine.matching import SHIFT_EDIT, SHIFT_MIN, SHIFT_SPAN, shifted_match, shifted_matches
 from localchat.families import FAMILIES
 from localchat.models import Registry, shipped_config
 from conftest import tiny_engine

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from localchat.engine.params import Done, Generate, SamplingParams, Started, Text
+from localchat.engine.prefix_cache import Placement
 from localchat.engine.scheduler import Scheduler
 from localchat.engine.slot import Slot
 from localchat.errors import EngineError, InvalidRequest, QueueFull
@@ -64,14 +65,17 @@ class Script:
         budget = job.request.params.max_tokens
         job.seqs = [Writer(i, slot, budget, job.emit) for i, slot in enumerate(job.slots)]
 
-    def place(self, job) -> None:
+    def place(self, job) -> Placement:
         lead = job.slots[0]
         n = 0
         if job.request.cache_prompt:
             while n < min(len(lead.cached), len(job.tokens) - 1) and lead.cached[n] == job.tokens[n]:
                 n += 1
         lead.keep(n)
-        job.cached, job.pending = n, list(job.tokens[n:])
+        return Placement(n, list(job.tokens[n:]))
+
+    def land(self, job) -> None:
+        pass
 
     def decode(self, adapters, jobs, fail) -> bool:
         if self.explode is not None and len(self.steps) == self.explode:

@@ -17,7 +17,7 @@ from .job import Adapters, Job, make_sequence
 from .media_feed import MediaFeed
 from .model import Model
 from .params import Draft
-from .prefix_cache import PrefixCache
+from .prefix_cache import Placement, PrefixCache
 from .prompt_store import PromptStore
 from .slot import Slot
 from .vision import Projector
@@ -78,9 +78,13 @@ class Executor:
                 raise
             raise EngineError(f"llama.cpp failed: {exc}") from exc
 
-    def place(self, job: Job) -> None:
+    def place(self, job: Job) -> Placement:
         """How much of the job's prompt its lead slot serves, moves or restores (prefix_cache.py)."""
-        self.cache.place(job)
+        return self.cache.place(job)
+
+    def land(self, job: Job) -> None:
+        """The moved stretches whose new span is read join the lead slot (prefix_cache.py)."""
+        self.cache.land(job)
 
     def decode(self, adapters: Adapters, jobs: list[Job], fail: Callable[[Job, BaseException], None]) -> bool:
         """One decode of these requests (one set of LoRA adapters); whether anything was decoded."""

@@ -1,5 +1,5 @@
 """One sequence's K/V cells as llama.cpp saves them (prompt_store.copy_state), and the one
-edit a shifted reuse needs (job.py's shifted_matches): the cells of one save followed by the cells
+edit a shifted reuse needs (matching.py's shifted_matches): the cells of one save followed by the cells
 of another in a range of positions.
 
 Why: llama.cpp reads a batch only at the sequence's last position + 1, so a new span cannot be

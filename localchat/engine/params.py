@@ -38,7 +38,7 @@ class SamplingParams:
     # many, up to this, is the cost model's choice (engine/draft_cost.py: what a step costs here). 0: off.
     ngram_draft: int = _knob(64, ge=0, le=64)
     # A prompt of at least this many tokens that matches a slot's cache but for a span (a folder's path, a
-    # date, a session id) reuses the cached cells after the span, moved to their new positions (job.py's
+    # date, a session id) reuses the cached cells after the span, moved to their new positions (matching.py's
     # shifted_match); only the span and what is new are read. The moved cells saw the old span. 0: off.
     cache_reuse: int = _knob(1024, ge=0, le=1 << 20)
     seed: int | None = _knob(None)

@@ -14,19 +14,36 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import llama_cpp as C
 import numpy as np
 
 from ..errors import EngineError, InvalidRequest, SlotBusy
 from . import kv_state
-from .job import Job, Jump, common_prefix, reuse, shifted_matches, shifts
+from .job import Job, reuse, shifts
+from .matching import Jump, common_prefix, shifted_matches
 from .prompt_store import REMEMBERED, RESTORE_MIN, SAVE_MIN, SPARE_MIN, PromptStore, common, copy_state, put_state
 from .slot import Slot
 
 _log = logging.getLogger("localchat.engine")
 MISS_MIN = 64  # cached tokens a prompt must miss for the access log to say why (prefix_cache.missed)
 DIFF_TOKENS = 16  # of the closest cached prompt where the prompt parts from it, for the log's reason
+Miss = tuple[str, int, int, tuple[int, ...]]  # why the cache served less than it held (PrefixCache._missed)
+
+
+@dataclass
+class Placement:
+    """What of a request's prompt its lead slot serves (`PrefixCache.place`), for the scheduler
+    to apply to the request: `cached` tokens its cells hold (kept, restored, or moved: the `jumps`,
+    whose cells wait in the save `moved` until the new span before each is read, `land`), the
+    tokens still to read (`pending`), and why it served less than a cached sequence held (`miss`)."""
+
+    cached: int
+    pending: list[int]
+    jumps: list[Jump] = field(default_factory=list)
+    moved: bytearray | None = None
+    miss: Miss | None = None
 
 
 class PrefixCache:
@@ -38,21 +55,22 @@ class PrefixCache:
         self.store, self.shiftable, self.decode_one = store, shiftable, decode_one
         self.evicted: deque[np.ndarray] = deque(maxlen=REMEMBERED)  # slots' prompts lately given to other prompts
 
-    def place(self, job: Job) -> None:
-        """How much of the job's prompt its lead slot serves (job.cached; job.pending: what is left
-        to read): the slot's own cells up to the first difference, or a saved prompt restored from
-        the store when it serves more, or a shifted reuse; the slot's other cells go. job.miss: why
-        it was served less than a cached sequence held, if it was (`_missed`)."""
+    def place(self, job: Job) -> Placement:
+        """How much of the job's prompt its lead slot serves: the slot's own cells up to the first
+        difference, or a saved prompt restored from the store when it serves more, or a shifted
+        reuse; the slot's other cells go. With why it was served less than a cached sequence held,
+        if it was (`_missed`)."""
         seen = self._seen(job)
         before = [list(s.cached) for s in job.slots]
-        self._place(job)
-        job.miss = self._missed(seen, job)
+        placed = self._place(job)
+        placed.miss = self._missed(seen, len(job.tokens), placed.cached)
         for i, (slot, old) in enumerate(zip(job.slots, before)):  # what this request takes from its slots
             kept = common_prefix(old, slot.cached) if i == 0 else 0  # (n > 1: the others get the lead's prompt)
             if len(old) - kept >= MISS_MIN:
                 self.evicted.append(np.asarray(old, dtype=np.int32))
+        return placed
 
-    def _place(self, job: Job) -> None:
+    def _place(self, job: Job) -> Placement:
         req, lead = job.request, job.slots[0]
         self._spare(job)
         n = min(common_prefix(lead.cached, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
@@ -63,12 +81,12 @@ class PrefixCache:
             n = self._restore(lead, job.tokens, n)
         if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
             n = span.start
-        if cache and self._shift(job, n):
-            return
+        if cache and (shifted := self._shift(job, n)) is not None:
+            return shifted
         if n < len(lead.cached) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, lead.keep(n), -1):
             C.llama_memory_seq_rm(self.mem, lead.seq_id, -1, -1)
             n = lead.keep(0)
-        job.cached, job.pending = n, list(job.tokens[n:])
+        return Placement(n, list(job.tokens[n:]))
 
     def _seen(self, job: Job) -> list[tuple[int, int, str, tuple[int, ...]]]:
         """Before the job takes its slots: each cached sequence's (tokens it shares with the prompt, its
@@ -93,7 +111,7 @@ class PrefixCache:
         return seen
 
     @staticmethod
-    def _missed(seen: list[tuple[int, int, str, tuple[int, ...]]], job: Job) -> tuple[str, int, int, tuple[int, ...]] | None:
+    def _missed(seen: list[tuple[int, int, str, tuple[int, ...]]], prompt: int, served: int) -> Miss | None:
         """Why the prompt was served MISS_MIN or more tokens less than a cached sequence could, or one
         held lately, for the access log: (kind, n, held) where a sequence of `held` tokens holds n of
         the prompt: "busy" when a slot busy with another request holds it, "unused" when an idle slot
@@ -107,13 +125,13 @@ class PrefixCache:
             return None
         live = ("busy", "idle")
         n, held, kind, _ = max(seen, key=lambda s: (s[0], s[2] in live))  # (a cache still held first, at a tie)
-        if n - job.cached >= MISS_MIN:
+        if n - served >= MISS_MIN:
             return ("unused" if kind == "idle" else kind, n, held, ())
         cached = [s for s in seen if s[2] in live]
         if not cached:
             return None
         n, held, _, theirs = max(cached, key=lambda s: s[:2])
-        if held - n >= MISS_MIN and len(job.tokens) - n >= MISS_MIN:
+        if held - n >= MISS_MIN and prompt - n >= MISS_MIN:
             return ("differs", n, held, theirs)
         return None
 
@@ -133,48 +151,45 @@ class PrefixCache:
                 _log.info("prompt cache: slot %d given to another prompt: its %d tokens saved first",
                           slot.seq_id, len(slot.cached))
 
-    def _shift(self, job: Job, n: int) -> bool:
-        """A shifted reuse (job.shifted_matches): the lead slot holds the prompt but for spans after
+    def _shift(self, job: Job, n: int) -> Placement | None:
+        """A shifted reuse (matching.shifted_matches): the lead slot holds the prompt but for spans after
         its first n tokens. The cached stretches between them move to their new positions (llama.cpp
         shifts their RoPE); the rest of the cells go. llama.cpp reads a batch only at a sequence's
         last position + 1, so the moved cells wait in a save (kv_state.py) while each new span is
-        read, then join it (_land); then what is new is read. False, with the slot as it was,
+        read, then join it (`land`); then what is new is read. None, with the slot as it was,
         where this does not apply."""
         lead = job.slots[0]
         if not self.shiftable or not shifts(lead, job):
-            return False
+            return None
         hits = shifted_matches(lead.cached, job.tokens, n, job.request.fresh_from)
         if not hits:
-            return False
+            return None
         seq, mem, far = lead.seq_id, self.mem, 1 << 24
         edges = [n] + [x for at, _, length in hits for x in (at, at + length)] + [-1]
         for start, end in zip(edges[::2], edges[1::2]):  # the cells between the stretches go
             if end != start and not C.llama_memory_seq_rm(mem, seq, start, end):
                 C.llama_memory_seq_rm(mem, seq, n, -1)
                 lead.keep(n)
-                return False
+                return None
         for at, _, length in hits:  # out of the way first, so no stretch lands on another one
             C.llama_memory_seq_add(mem, seq, at, at + length, far)
-        t, pending = n, []
+        t, pending, jumps = n, [], []
         for at, span, length in hits:
             C.llama_memory_seq_add(mem, seq, far + at, far + at + length, t + span - at - far)
-            job.jumps.append(Jump(span, list(job.tokens[t + span:t + span + length]), t + span, t + span + length))
+            jumps.append(Jump(span, list(job.tokens[t + span:t + span + length]), t + span, t + span + length))
             pending += job.tokens[t:t + span]
             t += span + length
         lead.keep(n)
-        job.pending = pending + list(job.tokens[t:])
-        job.cached = n + sum(length for _, _, length in hits)
-        job.moved = copy_state(self.ctx, seq) if self._apply_moves(seq, t) else None
-        if job.moved is not None and not kv_state.known(job.moved):
-            job.moved = None  # another llama.cpp's save layout: the moved cells cannot join (the log says so once)
+        moved = copy_state(self.ctx, seq) if self._apply_moves(seq, t) else None
+        if moved is not None and not kv_state.known(moved):
+            moved = None  # another llama.cpp's save layout: the moved cells cannot join (the log says so once)
         C.llama_memory_seq_rm(mem, seq, n, -1)
-        if job.moved is None:  # (the plain path: read all from n)
-            job.jumps, job.pending, job.cached = [], list(job.tokens[n:]), n
-            return True
-        self.land(job)  # a stretch right after the prefix (a deletion) joins it now
+        if moved is None:  # (the plain path: read all from n)
+            return Placement(n, list(job.tokens[n:]))
+        placed = Placement(n + sum(length for _, _, length in hits), pending + list(job.tokens[t:]), jumps, moved)
         _log.info("prompt cache: %d cached tokens moved past %d new span(s) after %d; %d to read",
-                  job.cached - n, len(hits), n, len(job.pending))
-        return True
+                  placed.cached - n, len(hits), n, len(placed.pending))
+        return placed
 
     def _apply_moves(self, seq: int, pos: int) -> bool:
         """llama.cpp turns moved cells' K (their RoPE) to the new positions only at the next
@@ -186,7 +201,9 @@ class PrefixCache:
         return ok
 
     def land(self, job: Job) -> None:
-        """The stretches whose new span is read join the slot (else they are read again)."""
+        """The stretches whose new span is read join the slot (else they are read again): a stretch
+        right after the prefix (a deletion) as soon as the job is placed, each other one once the
+        decoder has read the span before it."""
         slot = job.slots[0]
         while job.jumps and job.jumps[0].span == 0:
             jump = job.jumps.pop(0)

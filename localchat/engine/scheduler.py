@@ -259,7 +259,10 @@ class Scheduler:
             self.executor.release(job)
             return
         self.running.append(job)  # (before the cache places it: if that fails, the job is failed with the others)
-        self.executor.place(job)
+        placed = self.executor.place(job)
+        job.cached, job.pending, job.jumps, job.moved, job.miss = (placed.cached, placed.pending, placed.jumps,
+                                                                   placed.moved, placed.miss)
+        self.executor.land(job)  # a moved stretch right after the prefix (a deletion) joins it now
         job.emit(Started(job.cached, job.miss))
 
     def _drop_cancelled(self) -> None:

@@ -68,8 +68,8 @@ class TokenRunner:
     def render(self, request: GenerationRequest, loaded: LoadedModel) -> str:
         return rendered(request, loaded)
 
-    def count(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> int:
-        return len(prepare(request, loaded, settings).generate.tokens)
+    def tokens(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> list[int]:
+        return list(prepare(request, loaded, settings).generate.tokens)
 
 
 async def submitted(loaded: LoadedModel, generate: Generate) -> tuple[Stream, int]:
@@ -97,7 +97,7 @@ class ChatRunner:
     def render(self, request: GenerationRequest, loaded: LoadedModel) -> str:
         raise token_mode_only(loaded.spec.name)
 
-    def count(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> int:
+    def tokens(self, request: GenerationRequest, loaded: LoadedModel, settings: Settings) -> list[int]:
         raise token_mode_only(loaded.spec.name)
 
 

@@ -28,7 +28,7 @@ from .embed import EmbedRequest, Embedding, embed
 from .models import Models
 from .rerank import Ranking, RerankRequest, rerank
 from .runners import Reader, runner
-from .tokens import Tokenized, detokenize, tokenize
+from .tokens import Tokenized, detokenize, pieces_of, tokenize
 from .upstream_chat import CallChecker
 
 log = logging.getLogger("localchat.generation")
@@ -178,9 +178,13 @@ class Chat:
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's length in tokens, as `start` would build it (the context is not checked)."""
+        return len(await self.prompt_tokens(request))
+
+    async def prompt_tokens(self, request: GenerationRequest) -> list[int]:
+        """The prompt's tokens, as `start` would build them (the context is not checked)."""
         lease = await self._checked_lease(request)
         try:
-            return await asyncio.to_thread(runner(lease.model).count, request, lease.model, self.settings)
+            return await asyncio.to_thread(runner(lease.model).tokens, request, lease.model, self.settings)
         finally:
             lease.release()
 
@@ -197,6 +201,10 @@ class Chat:
         """The text's tokens, and their pieces when asked for (tokens.py)."""
         return await tokenize(self.models, model, text, add_special=add_special, parse_special=parse_special,
                               pieces=pieces)
+
+    async def pieces(self, model: str | None, tokens: list[int]) -> list[str]:
+        """Each token's text (tokens.py)."""
+        return await pieces_of(self.models, model, tokens)
 
     async def detokenize(self, model: str | None, tokens: list[int]) -> str:
         """The tokens' text (tokens.py)."""

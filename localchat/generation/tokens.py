@@ -37,11 +37,15 @@ async def tokenize(models: Models, model: str | None, text: str, *, add_special:
             return [vocab.bos, *tokens] if add_special and vocab.bos is not None else tokens
 
         tokens = await asyncio.to_thread(run)
-        if not pieces:
-            return Tokenized(tokens, None)
+    return Tokenized(tokens, await pieces_of(models, model, tokens) if pieces else None)
+
+
+async def pieces_of(models: Models, model: str | None, tokens: list[int]) -> list[str]:
+    """Each token's text (invalid UTF-8 replaced)."""
+    async with models.hold(model) as loaded:
+        vocab = loaded.engine.tokenizer
         # off the event loop: an upstream model's pieces are requests to its peer
-        return Tokenized(tokens, await asyncio.to_thread(lambda: [vocab.piece(t).decode("utf-8", "replace")
-                                                                  for t in tokens]))
+        return await asyncio.to_thread(lambda: [vocab.piece(t).decode("utf-8", "replace") for t in tokens])
 
 
 async def detokenize(models: Models, model: str | None, tokens: list[int]) -> str:

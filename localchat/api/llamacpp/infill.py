@@ -20,6 +20,7 @@ from ...errors import LocalchatError
 from ...generation import Chat, Delta, Finish, GenerationRequest, Turn
 from ..body import parse, read_json
 from ..common import Lenient as _Lenient, respond, sampling, stream_error
+from ..openai.schemas import ChatCompletionRequest
 from .. import errors
 from ..sse import frame
 
@@ -108,12 +109,19 @@ def routes(chat: Chat) -> list[Route]:
             "build_info": "localchat", "infill": bool(loaded and loaded.can_infill)})
 
     async def tokenize(request: Request) -> Response:
-        req = parse(TokenizeRequest, await read_json(request, chat.settings.max_body_bytes))
-        done = await chat.tokenize(req.model, req.content, add_special=req.add_special,
-                                   parse_special=req.parse_special, pieces=req.with_pieces)
-        if done.pieces is None:
-            return JSONResponse({"tokens": done.tokens})
-        return JSONResponse({"tokens": [{"id": t, "piece": p} for t, p in zip(done.tokens, done.pieces)]})
+        body = await read_json(request, chat.settings.max_body_bytes)
+        if isinstance(body, dict) and "messages" in body:  # vLLM's: a chat request's prompt, as the server reads it
+            ask = await asyncio.to_thread(lambda: parse(ChatCompletionRequest, body))
+            tokens = await chat.prompt_tokens(await asyncio.to_thread(ask.to_request))
+            pieces = await chat.pieces(ask.model, tokens) if body.get("with_pieces") is True else None
+        else:
+            req = parse(TokenizeRequest, body)
+            done = await chat.tokenize(req.model, req.content, add_special=req.add_special,
+                                       parse_special=req.parse_special, pieces=req.with_pieces)
+            tokens, pieces = done.tokens, done.pieces
+        if pieces is None:
+            return JSONResponse({"tokens": tokens})
+        return JSONResponse({"tokens": [{"id": t, "piece": p} for t, p in zip(tokens, pieces)]})
 
     async def detokenize(request: Request) -> Response:
         req = parse(DetokenizeRequest, await read_json(request, chat.settings.max_body_bytes))
