@@ -1,8 +1,8 @@
 """What a step decodes, planned with no model (Decoder.plan: engine/decoder.py): a row per
 generating sequence first (its next token, then the drafts that pay), prompt chunks in the room
 left (never a last chunk under TILE_ROWS, at most PROMPT_LOGPROBS_CHUNK tokens a step when the
-request wants the prompt's log-probabilities), rows in slot order; the jobs' pending prompts
-advance as they are planned."""
+request wants the prompt's log-probabilities), rows in slot order; a plan writes no request: the
+scheduler advances the jobs' pending prompts by the chunks it reads (scheduler.advance)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from localchat.engine import draft_cost
 from localchat.engine.decoder import PROMPT_LOGPROBS_CHUNK, Decoder
 from localchat.engine.job import TILE_ROWS
+from localchat.engine.scheduler import advance
 from localchat.engine.slot import Slot
 
 pytestmark = pytest.mark.fast
@@ -53,14 +54,16 @@ def test_writers_come_first_then_prompt_chunks_in_the_room_left_in_slot_order():
     plan = decoder(16).plan([job(9, [], [a]), reading])
     assert [(r.slot.seq_id, r.tokens[:1], len(r.tokens)) for r in plan.rows] == [(0, [500], 15), (2, [11], 1)]
     assert plan.rows[1].who is a and plan.rows[0].who is None  # the prompt goes on: no logits yet
+    assert len(reading.pending) == 200 and plan.rows[0].reads is reading  # a plan writes no request
+    advance(plan)  # (the scheduler's: the chunk is read)
     assert reading.pending[:1] == [515] and len(reading.pending) == 185
 
 
 def test_a_prompts_last_chunk_is_never_under_tile_rows():
     reading = job(1, list(range(TILE_ROWS + 10)))  # 74 tokens in a room of 40: 10 now, 64 next step
-    plan = decoder(40).plan([reading])
+    advance(plan := decoder(40).plan([reading]))
     assert len(plan.rows[0].tokens) == 10 and len(reading.pending) == TILE_ROWS
-    plan = decoder(64).plan([reading])  # all of what is left: the job samples at its last token
+    advance(plan := decoder(64).plan([reading]))  # all of what is left: the job samples at its last token
     assert len(plan.rows[0].tokens) == TILE_ROWS and plan.rows[0].who is reading and not reading.pending
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from localchat.engine.decoder import Row, StepPlan
 from localchat.engine.params import Done, Generate, SamplingParams, Started, Text
 from localchat.engine.prefix_cache import Placement
 from localchat.engine.scheduler import Scheduler
@@ -77,20 +78,31 @@ class Script:
     def land(self, job) -> None:
         pass
 
-    def decode(self, adapters, jobs, fail) -> bool:
+    def decode_media(self, adapters, jobs, fail) -> bool:
+        return False
+
+    def plan(self, jobs) -> StepPlan:
+        """A row per job: its whole prompt in one step, else its sequences' next tokens."""
         if self.explode is not None and len(self.steps) == self.explode:
             self.steps.append([])
             raise RuntimeError("a bug in a step")
         self.steps.append([job.tokens[0] for job in jobs])
-        for job in jobs:
-            if job.pending:  # the prompt, in one step; the other slots get the lead's cells
-                job.slots[0].cached.extend(job.pending)
-                job.pending = []
+        return StepPlan([Row(job.slots[0], list(job.pending), job, reads=job if job.pending else None)
+                         for job in jobs], [])
+
+    def execute(self, adapters, plan: StepPlan) -> int:
+        for row in plan.rows:
+            row.slot.cached.extend(row.tokens)
+        return 0
+
+    def update(self, plan: StepPlan, jobs, fail) -> None:
+        for row in plan.rows:
+            job = row.who
+            if row.reads is not None:  # the prompt is in: the other slots get the lead's cells
                 for slot in job.slots[1:]:
                     slot.copy_from(job.slots[0])
             for seq in job.seqs:
                 seq.write()
-        return bool(jobs)
 
     def finish(self, job) -> None:
         if not job.request.cache_prompt:

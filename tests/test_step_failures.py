@@ -62,7 +62,7 @@ def test_a_drafter_that_raises_costs_the_answer_its_drafts_only(engine: LocalEng
 
 
 def test_a_step_that_raises_ends_its_requests_with_an_error_and_the_next_is_served(engine: LocalEngine, monkeypatch):
-    real = Decoder.decode
+    real = Decoder.plan
     raised = []
 
     def once(self, *args, **kwargs):
@@ -70,7 +70,7 @@ def test_a_step_that_raises_ends_its_requests_with_an_error_and_the_next_is_serv
             raised.append(True)
             raise RuntimeError("a bug in the step")
         return real(self, *args, **kwargs)
-    monkeypatch.setattr(Decoder, "decode", once)
+    monkeypatch.setattr(Decoder, "plan", once)
     ids, done, error = ask(engine)
     assert raised and isinstance(error, EngineError) and "a bug in the step" in error.message and done is None
     deadline = time.monotonic() + 10  # (the error reaches the client first; the slots are freed right after it)

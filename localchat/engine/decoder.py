@@ -4,8 +4,10 @@ generating sequence, the drafts after them that pay for what a step costs here (
 draft_cost.py: verified in the same batch), then chunks of pending prompts (chunked prefill: at
 most `n_batch` tokens a step, so a long prompt delays running streams by one chunk at most); a
 prompt's images and audio decode in decodes of their own as the prompt reaches them (media_feed).
-A decode is three steps: `plan` (a StepPlan: a Row per slot, with no llama.cpp call: tests/test_decoder_plan.py),
-`execute` (the batch, llama_decode) and `update` (sampling, drafts verified, prompt log-probabilities).
+A decode is three steps, which the scheduler runs: `plan` (a StepPlan: a Row per slot, with no
+llama.cpp call and no request written: tests/test_decoder_plan.py; the scheduler applies the prompt
+chunks it reads), `execute` (the batch, llama_decode) and `update` (sampling, drafts verified,
+prompt log-probabilities).
 While the scheduler has nothing else to do, `measure` takes a step of the measurement of what a
 step of k tokens costs (draft_cost.probe), once per model and machine."""
 
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import llama_cpp as C
 
-from ..errors import EngineError, ModelUnavailable
+from ..errors import ModelUnavailable
 from . import draft_cost
 from .batch import Batch
 from .job import Adapters, Job, apply_adapters, chunk_size, read_prompt_logprobs
@@ -45,7 +47,7 @@ def open_context(model: Model, *, n_ctx: int, parallel: int, n_batch: int, n_thr
     # One KV stream per slot: a sequence's cells stay in position order, so its results do not
     # depend on what the other slots hold or decode (in a unified cache they do, on the CPU:
     # up to 0.7 in a logit, with flash attention from cell order, without it from batch mates).
-    # llama.cpp then batches only consecutive slot ids in one graph: see Decoder.decode and the admission.
+    # llama.cpp then batches only consecutive slot ids in one graph: see Decoder.plan (rows in slot order) and the admission.
     cparams.kv_unified = False
     cparams.n_batch = cparams.n_ubatch = n_batch
     cparams.n_threads = cparams.n_threads_batch = n_threads
@@ -85,6 +87,7 @@ class Row:
     tokens: list[int]  # what it decodes: a sequence's next token and its drafts, or a chunk of a prompt
     who: Sequence | Job | None  # who samples at its last token: a sequence; the job whose prompt ends here; none
     every: tuple[Job, int] | None = None  # prompt log-probabilities wanted: the job, and its chunk's first index
+    reads: Job | None = None  # the job whose prompt chunk this is (its pending tokens advance by it: `advance`)
     drafts: list[int] = field(default_factory=list)  # the tokens drafted after the next token, verified after
 
 
@@ -174,29 +177,16 @@ class Decoder:
     def adapters(self) -> Adapters:
         return self._adapters
 
-    def decode(self, adapters: Adapters, jobs: list[Job], cache: PrefixCache,
-               fail: Callable[[Job, BaseException], None]) -> bool:
-        """One llama_decode: the next token of every generating sequence, then prompt chunks
-        within the batch's room; then every sequence whose logits came out samples. A prompt
-        that has reached an encoded media chunk decodes it first, in a decode of its own.
-        Returns whether anything was decoded; a request's failure goes to `fail`."""
-        busy = self.media is not None and self.media.decode_heads(jobs, self.ctx, lambda: self.use(adapters),
+    def decode_media(self, adapters: Adapters, jobs: list[Job], fail: Callable[[Job, BaseException], None]) -> bool:
+        """Each prompt that has reached an encoded media chunk decodes it, in a decode of its own
+        (media_feed.py); whether any did. A request's failure goes to `fail`."""
+        return self.media is not None and self.media.decode_heads(jobs, self.ctx, lambda: self.use(adapters),
                                                                   self.n_batch, fail)
-        plan = self.plan(jobs)
-        if not plan.rows:
-            return busy
-        self.use(adapters)
-        rc = self.execute(plan)
-        if rc != 0:
-            for job in jobs:
-                fail(job, EngineError(f"llama_decode returned {rc}"))
-            return True
-        self.update(plan, jobs, cache, fail)
-        return True
 
     def plan(self, jobs: list[Job]) -> StepPlan:
         """What this step decodes: a row per generating sequence (its next token, then the drafts
-        that pay), then prompt chunks in the room left; the jobs' pending prompts advance."""
+        that pay), then prompt chunks in the room left (each row of one says which job it reads:
+        the scheduler advances the job's prompt by it, `advance`)."""
         rows: list[Row] = []
         room = self.n_batch
         for job in jobs:
@@ -221,21 +211,20 @@ class Decoder:
             if job.pending and room > 0 and text > 0:
                 limit = min(room, PROMPT_LOGPROBS_CHUNK) if every else room
                 chunk = job.pending[: min(text, limit) if text < len(job.pending) else chunk_size(text, limit)]
-                if job.jumps:
-                    job.jumps[0].span -= len(chunk)
-                    if job.jumps[0].span == 0:
-                        landing.append(job)
+                if job.jumps and job.jumps[0].span == len(chunk):
+                    landing.append(job)
                 start = len(job.tokens) - len(job.pending)
-                del job.pending[: len(chunk)]
-                rows.append(Row(job.lead.slot, chunk, None if job.pending else job, (job, start) if every else None))
+                rows.append(Row(job.lead.slot, chunk, job if len(chunk) == len(job.pending) else None,
+                                (job, start) if every else None, reads=job))
                 room -= len(chunk)
         self._draft(rows, writers, offers, reserve)
         rows.sort(key=lambda row: row.slot.seq_id)  # llama.cpp batches ascending slot ids together
         return StepPlan(rows, landing)
 
-    def execute(self, plan: StepPlan) -> int:
-        """The plan's rows into the batch, and one llama_decode (its return code); where each row's
-        logits come out is kept in the plan."""
+    def execute(self, adapters: Adapters, plan: StepPlan) -> int:
+        """The plan's rows into the batch, and one llama_decode with these LoRA adapters (its
+        return code); where each row's logits come out is kept in the plan."""
+        self.use(adapters)
         n = 0
         for row in plan.rows:
             if row.every is not None:

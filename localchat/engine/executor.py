@@ -11,7 +11,7 @@ from collections.abc import Callable
 import llama_cpp as C
 
 from ..errors import EngineError, LocalchatError
-from .decoder import Decoder, open_context, shiftable
+from .decoder import Decoder, StepPlan, open_context, shiftable
 from .draft_model import DraftContext
 from .job import Adapters, Job, make_sequence
 from .media_feed import MediaFeed
@@ -86,9 +86,21 @@ class Executor:
         """The moved stretches whose new span is read join the lead slot (prefix_cache.py)."""
         self.cache.land(job)
 
-    def decode(self, adapters: Adapters, jobs: list[Job], fail: Callable[[Job, BaseException], None]) -> bool:
-        """One decode of these requests (one set of LoRA adapters); whether anything was decoded."""
-        return self.decoder.decode(adapters, jobs, self.cache, fail)
+    def decode_media(self, adapters: Adapters, jobs: list[Job], fail: Callable[[Job, BaseException], None]) -> bool:
+        """The encoded media chunks the prompts have reached, each in a decode of its own (decoder.py)."""
+        return self.decoder.decode_media(adapters, jobs, fail)
+
+    def plan(self, jobs: list[Job]) -> StepPlan:
+        """What one decode of these requests holds (decoder.py): nothing is written yet."""
+        return self.decoder.plan(jobs)
+
+    def execute(self, adapters: Adapters, plan: StepPlan) -> int:
+        """The plan's batch, one llama_decode (its return code)."""
+        return self.decoder.execute(adapters, plan)
+
+    def update(self, plan: StepPlan, jobs: list[Job], fail: Callable[[Job, BaseException], None]) -> None:
+        """After the decode: moved cells join, the sequences sample (decoder.py)."""
+        self.decoder.update(plan, jobs, self.cache, fail)
 
     def finish(self, job: Job) -> None:
         """The job has ended: its samplers go, its prompt is saved if worth it, and with

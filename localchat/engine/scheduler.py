@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable
 from .base import check_queue
+from .decoder import StepPlan
 from .executor import Executor
 from .job import Adapters, Job, owned, reuse, vacancy
 from .model import Model
@@ -283,10 +284,28 @@ class Scheduler:
         order = sorted(groups, key=lambda a: a != self.executor.adapters)
         busy = False
         for adapters in order:
-            busy = self.executor.decode(adapters, groups[adapters], self._fail) or busy
+            busy = self._decode(adapters, groups[adapters]) or busy
         for job in [j for j in self.running if all(s.finish for s in j.seqs)]:
             self._finish(job)
         return busy
+
+    def _decode(self, adapters: Adapters, jobs: list[Job]) -> bool:
+        """One decode of these requests (one set of LoRA adapters): a prompt that has reached an
+        encoded media chunk decodes it first, in a decode of its own; then the plan (the next token
+        of every generating sequence, its drafts, prompt chunks), its prompt chunks read into the
+        jobs (`advance`), the batch, and the sampling. Whether anything was decoded."""
+        busy = self.executor.decode_media(adapters, jobs, self._fail)
+        plan = self.executor.plan(jobs)
+        if not plan.rows:
+            return busy
+        advance(plan)
+        rc = self.executor.execute(adapters, plan)
+        if rc != 0:
+            for job in jobs:
+                self._fail(job, EngineError(f"llama_decode returned {rc}"))
+            return True
+        self.executor.update(plan, jobs, self._fail)
+        return True
 
     def _finish(self, job: Job) -> None:
         self.running.remove(job)
@@ -337,3 +356,13 @@ class Scheduler:
         job.emit(exc if isinstance(exc, LocalchatError) else EngineError(f"llama.cpp failed: {exc}"))
         job.cancelled = True  # no Done events after an error
         self._finish(job)
+
+
+def advance(plan: StepPlan) -> None:
+    """The plan's prompt chunks are read: each job's pending prompt advances by its chunk, and the
+    new span of a shifted reuse under way shrinks by it (its moved cells join once it is read)."""
+    for row in plan.rows:
+        if row.reads is not None:
+            del row.reads.pending[:len(row.tokens)]
+            if row.reads.jumps:
+                row.reads.jumps[0].span -= len(row.tokens)
