@@ -79,7 +79,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 from localchat.devtools import isolate_home  # noqa: E402
 from localchat.engine.job import TILE_ROWS  # noqa: E402
-from localchat.engine.matching import SHIFT_MIN  # noqa: E402
+from localchat.engine.matching import SHIFT_MIN, common_prefix  # noqa: E402
 from localchat.models import shipped_config  # noqa: E402
 from localchat.serve_process import Server  # noqa: E402  (the tests' server launcher)
 
@@ -397,12 +397,6 @@ class Tally:
     ties: int = 0
 
 
-def common(a: list[int], b: list[int]) -> int:
-    """The length of the longest prefix `a` and `b` share."""
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
-
-
 def path_of(step: dict, prompt: int, cached: int, log: str, tainted: bool) -> str:
     """Which cache path served the request (the server says where cells moved: prefix_cache.py's line)."""
     if "cache_prompt" in step["body"]:
@@ -470,7 +464,7 @@ class Check:
             ids = servers.prompt_ids(body)
             if len(ids) != usage["prompt_tokens"]:
                 raise RuntimeError(f"the prompt rendered apart has {len(ids)} tokens, the request {usage['prompt_tokens']}")
-            written = max((common(ids, p) for p in self.prompts), default=0)  # the most a prompt sent before holds
+            written = max((common_prefix(ids, p) for p in self.prompts), default=0)  # the most a prompt sent before holds
             self.prompts.append(ids)
             path = path_of(step, usage["prompt_tokens"], cached, log, session in tainted)
             if path == "moved":  # (until the session is replaced: its moved cells may stay in another slot, or on disk)
