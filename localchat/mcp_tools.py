@@ -27,6 +27,7 @@ from typing import Any, TextIO, TypeVar
 
 from .errors import ToolServerError, ToolServerTimeout
 from .grammars.metaschema import schema_problem
+from .neutral import ToolSpec
 
 RESULT_CHARS = 20_000  # a tool's answer beyond this is cut (a file dump must not fill the context)
 OPEN_SECONDS = 20.0  # to connect (or start the program) and list the tools
@@ -61,20 +62,9 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str
-    parameters: dict[str, Any]
-
-    def openai(self) -> dict[str, Any]:
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
-
-
-@dataclass(frozen=True)
 class Listing:
     server: str  # the name the server gives itself
-    tools: list[Tool]
+    tools: list[ToolSpec]
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (tool, why it was left out)
 
 
@@ -100,7 +90,7 @@ def listing(server: str, tools: list[Any]) -> Listing:
             skipped.append((tool.name, f"its input schema is refused: {problem}"))
         else:
             seen.add(tool.name)
-            kept.append(Tool(tool.name, tool.description or tool.title or "", schema))
+            kept.append(ToolSpec(tool.name, tool.description or tool.title or "", schema))
     return Listing(server, kept, skipped)
 
 

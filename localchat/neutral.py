@@ -216,10 +216,18 @@ REASONING_ON = Reasoning(True)
 
 @dataclass(frozen=True)
 class ToolSpec:
+    """A tool the model may call, from the request through the families' codecs."""
+
     name: str
-    description: str | None
-    parameters: dict[str, Any] | None
+    description: str | None = None
+    parameters: Any = None  # a JSON schema (dict or bool); None: any object
     strict: bool = False  # a keyword of `parameters` the grammar cannot enforce is a 400, not a header
+
+    def openai(self) -> dict[str, Any]:
+        """The tool as chat templates expect it ({"type": "function", "function": {…}})."""
+        function = {k: v for k, v in (("name", self.name), ("description", self.description),
+                                      ("parameters", self.parameters)) if v is not None}
+        return {"type": "function", "function": function}
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,12 @@ import json
 from typing import Any
 
 from families_checks import ARGS, ASK, CALL, TOOLS, Prepared, Row, Server, _openai, _render, _valid
-from localchat.families.codecs.base import Tool
+from localchat.neutral import ToolSpec
 from localchat.neutral import Delta, ReasoningDelta, ToolCallArguments, ToolCallStart
 
 
 def _split(p: Prepared, text: str, thinking: bool = False) -> tuple[str, str, list[tuple[str, Any]]]:
-    tools = [Tool(t["function"]["name"], t["function"]["parameters"]) for t in TOOLS]
+    tools = [ToolSpec(t["function"]["name"], parameters=t["function"]["parameters"]) for t in TOOLS]
     splitter = p.family.splitter(tools, thinking, strict=False)
     content, reasoning, calls = "", "", {}
     for piece in splitter.push(text) + splitter.finish():

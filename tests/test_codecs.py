@@ -14,15 +14,15 @@ import pytest
 
 from gbnf_sample import Grammar
 from localchat.families import FAMILIES
-from localchat.families.codecs.base import Call, GrammarOptions, Tool, ToolSet
+from localchat.families.codecs.base import GrammarOptions, ToolSet
 from localchat.grammars import validate
-from localchat.neutral import Delta, Piece, ReasoningDelta, ToolCallArguments, ToolCallStart
+from localchat.neutral import Delta, PastCall, Piece, ReasoningDelta, ToolCallArguments, ToolCallStart, ToolSpec
 from localchat.devtools.tool_schemas import ADD, WEATHER
 
 WRITE = {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"},
                                           "mode": {"type": "integer"}, "tags": {"type": "array"}},
          "required": ["path", "content"]}
-TOOLS = [Tool("write_file", WRITE, "Write a file"), Tool("get_weather", WEATHER, "Weather in a city"), Tool("add", ADD)]
+TOOLS = [ToolSpec("write_file", "Write a file", WRITE), ToolSpec("get_weather", "Weather in a city", WEATHER), ToolSpec("add", parameters=ADD)]
 SCHEMAS = {t.name: t.parameters for t in TOOLS}
 CODE = 'def f(x):\n    if x < 3 and x > -1:\n        return "<b>" + str(x)  # </b> <tool_call>\n\n    return None\n'
 JCODE = json.dumps(CODE)
@@ -31,7 +31,7 @@ PARIS = {"city": "Paris", "days": 2}
 
 
 def split(family: str, text: str, *, strict: bool = True, thinking: bool = False, chunks: int | None = None,
-          tools: list[Tool] = TOOLS) -> tuple[str, str, list[tuple[str, dict]]]:
+          tools: list[ToolSpec] = TOOLS) -> tuple[str, str, list[tuple[str, dict]]]:
     """(content, reasoning, [(name, arguments)]) for `text`, fed whole or in random chunks."""
     splitter = FAMILIES[family].splitter(tools, thinking, strict)
     pieces: list[Piece] = []
@@ -380,7 +380,7 @@ def test_lenient_parsing_repairs_or_keeps_the_text(family: str, text: str, expec
                                     "muse-glimmer", "kimi-k3"])
 def test_a_cut_off_constrained_call_keeps_what_was_written(family: str):
     """Strict: max_tokens inside a call: the call is announced, its arguments are what came."""
-    text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([Call("write_file", WRITE_ARGS)]))
+    text = "".join(t for t, _ in FAMILIES[family].codec.format_calls([PastCall("write_file", WRITE_ARGS)]))
     cut = text[:text.index("return") + 6]
     content, _, calls = split(family, cut + "\n", strict=True) if False else (None, None, None)
     splitter = FAMILIES[family].splitter(TOOLS, False, True)
@@ -397,8 +397,8 @@ def test_output_cut_off_after_a_call_shows_no_markup(family: str):
     """Strict: max_tokens anywhere after the first call: the rest, a cut-off call, is not text
     (and reading ends: a harmony header cut off once looped forever)."""
     codec = FAMILIES[family].codec
-    one = "".join(t for t, _ in codec.format_calls([Call("add", {"a": 1, "b": 2})]))
-    two = "".join(t for t, _ in codec.format_calls([Call("add", {"a": 1, "b": 2}), Call("get_weather", PARIS)]))
+    one = "".join(t for t, _ in codec.format_calls([PastCall("add", {"a": 1, "b": 2})]))
+    two = "".join(t for t, _ in codec.format_calls([PastCall("add", {"a": 1, "b": 2}), PastCall("get_weather", PARIS)]))
     common = next((i for i, (a, b) in enumerate(zip(one, two)) if a != b), min(len(one), len(two)))
     for cut in range(common, len(two)):
         splitter = FAMILIES[family].splitter(TOOLS, False, True)
@@ -409,7 +409,7 @@ def test_output_cut_off_after_a_call_shows_no_markup(family: str):
 
 # -- writing and reading back ---------------------------------------------------------------------
 
-CALLS = [Call("write_file", WRITE_ARGS, "call_1"), Call("get_weather", PARIS, "call_2")]
+CALLS = [PastCall("write_file", WRITE_ARGS, "call_1"), PastCall("get_weather", PARIS, "call_2")]
 
 
 @pytest.mark.fast
@@ -428,13 +428,13 @@ def test_a_tool_named_in_another_case_is_the_declared_tool(family: str):
     """Lenient reading (no grammar wrote the name): `Write-File` and `WRITEFILE` are `write_file`."""
     codec = FAMILIES[family].codec
     for spelled in ("Write-File", "WRITEFILE", "write_File"):
-        text = "".join(t for t, _ in codec.format_calls([Call(spelled, WRITE_ARGS, "call_1")]))
+        text = "".join(t for t, _ in codec.format_calls([PastCall(spelled, WRITE_ARGS, "call_1")]))
         assert split(family, text, strict=False) == ("", "", [("write_file", WRITE_ARGS)]), spelled
 
 
 @pytest.mark.fast
 def test_a_name_is_read_back_only_to_one_declared_tool():
-    tools = ToolSet([Tool("Bash"), Tool("read_file"), Tool("ReadFile"), Tool("web-fetch")])
+    tools = ToolSet([ToolSpec("Bash"), ToolSpec("read_file"), ToolSpec("ReadFile"), ToolSpec("web-fetch")])
     assert tools.resolve("Bash") == "Bash" and tools.resolve("bash") == "Bash" and tools.resolve("BASH") == "Bash"
     assert tools.resolve("web_fetch") == "web-fetch" and tools.resolve("WebFetch") == "web-fetch"
     # two declared tools spelled alike: each only by its own name
@@ -455,7 +455,7 @@ def test_a_name_is_read_back_only_to_one_declared_tool():
 @pytest.mark.parametrize("lazy", [False, True], ids=["required", "auto"])
 def test_every_sentence_of_the_grammar_parses_into_valid_calls(family: str, lazy: bool):
     codec = FAMILIES[family].codec
-    tools = [Tool("get_weather", WEATHER), Tool("add", ADD)]
+    tools = [ToolSpec("get_weather", parameters=WEATHER), ToolSpec("add", parameters=ADD)]
     grammar = codec.grammar(tools, GrammarOptions(parallel=family != "gpt-oss", lazy=lazy))
     validate(grammar)
     sentences, rng = Grammar(grammar), random.Random(7)
@@ -477,7 +477,7 @@ def test_every_sentence_of_the_grammar_parses_into_valid_calls(family: str, lazy
 # through the chat route, Codex and Claude Code they wrote the call fenced, bare or in other tags.
 SHELL = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 EXEC = {"type": "object", "properties": {"cmd": {"type": "string"}, "workdir": {"type": "string"}}, "required": ["cmd"]}
-REAL_TOOLS = [Tool("shell", SHELL), Tool("exec_command", EXEC), Tool("Agent", {"type": "object"})]
+REAL_TOOLS = [ToolSpec("shell", parameters=SHELL), ToolSpec("exec_command", parameters=EXEC), ToolSpec("Agent", parameters={"type": "object"})]
 ECHO = {"command": "echo localchat-acceptance-42"}
 WRITTEN = [
     ('```json\n{"name": "shell", "arguments": {"command": "echo localchat-acceptance-42"}}\n```',
@@ -563,7 +563,7 @@ def test_calls_as_qwen_models_write_them(text: str, expected: tuple, strict: boo
 def test_a_call_begun_in_another_form_is_forced_valid(opening: str, spacing: str):
     """The lazy grammar's other triggers (`{"name": "TOOL"`, any spacing): every sentence their
     grammar allows, after whatever opened it, parses into one call whose arguments validate."""
-    tools = [Tool("get_weather", WEATHER), Tool("add", ADD)]
+    tools = [ToolSpec("get_weather", parameters=WEATHER), ToolSpec("add", parameters=ADD)]
     loose = FAMILIES["chatml"].codec.loose_triggers(tools, GrammarOptions(lazy=True))
     assert len(loose) == 2
     rng = random.Random(3)
@@ -581,7 +581,7 @@ def test_a_call_begun_in_another_form_is_forced_valid(opening: str, spacing: str
 
 
 # The 1.5B through Claude Code (tool `Bash`; issue 32's acceptance run): the call fenced, the name in lower case.
-CLAUDE_TOOLS = [Tool("Bash", SHELL), Tool("Read", {"type": "object", "properties": {"file_path": {"type": "string"}}})]
+CLAUDE_TOOLS = [ToolSpec("Bash", parameters=SHELL), ToolSpec("Read", parameters={"type": "object", "properties": {"file_path": {"type": "string"}}})]
 BASH_FENCED = ('```json\n{\n  "name": "bash",\n  "arguments": {\n    "command": "echo localchat-acceptance-42"\n  }\n}'
                '\n```')
 

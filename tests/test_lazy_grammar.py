@@ -12,7 +12,8 @@ import jsonschema
 from localchat.engine import Constraint, LocalEngine, Generate, SamplingParams, Text
 from localchat.families import FAMILIES, render_prompt
 from localchat.grammars import validate
-from localchat.families.codecs.base import GrammarOptions, Tool
+from localchat.families.codecs.base import GrammarOptions
+from localchat.neutral import ToolSpec
 from localchat.devtools.tinymodels import vocabulary, write_tiny_model
 
 ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"],
@@ -38,7 +39,7 @@ def test_a_token_running_past_the_trigger_is_replaced_by_the_trigger(tmp_path: P
     engine = LocalEngine(write_tiny_model(tmp_path / "m.gguf", family, n_ctx=1024, extra=(STRADDLE,)), n_ctx=1024)
     try:
         straddle = vocabulary(family, (STRADDLE,))[0].index(STRADDLE)
-        grammar = family.codec.grammar([Tool("add", ADD)], GrammarOptions(parallel=False, lazy=True))
+        grammar = family.codec.grammar([ToolSpec("add", parameters=ADD)], GrammarOptions(parallel=False, lazy=True))
         validate(grammar)
         # Without a constraint the model writes the straddling token as it is …
         assert generate(engine, family, {straddle: 100}, None).startswith(STRADDLE)
@@ -57,7 +58,7 @@ def test_free_text_stays_free_until_the_trigger(tmp_path: Path):
     family = FAMILIES["chatml"]
     engine = LocalEngine(write_tiny_model(tmp_path / "m.gguf", family, n_ctx=1024), n_ctx=1024)
     try:
-        grammar = family.codec.grammar([Tool("add", ADD)], GrammarOptions(parallel=False, lazy=True))
+        grammar = family.codec.grammar([ToolSpec("add", parameters=ADD)], GrammarOptions(parallel=False, lazy=True))
         no_trigger = {vocabulary(family)[0].index("<tool_call>"): -100}  # a model that does not write it
         free = generate(engine, family, no_trigger, None)
         lazy = generate(engine, family, no_trigger, Constraint(grammar, ("<tool_call>",)))

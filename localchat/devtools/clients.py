@@ -29,7 +29,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from ..families.codecs.base import Tool, ToolSet
+from ..families.codecs.base import ToolSet
+from ..neutral import ToolSpec
 from ..models import shipped_config
 from ..serve_process import Server, free_port
 
@@ -167,7 +168,7 @@ class Recorder:
                 name = t.get("name") or (t.get("function") or {}).get("name") if isinstance(t, dict) else None
                 if isinstance(name, str):
                     names.add(name)
-        return ToolSet([Tool(n, None) for n in sorted(names)])
+        return ToolSet([ToolSpec(n) for n in sorted(names)])
 
     def main_body(self, since: int) -> tuple[str, dict]:
         """The largest generation request after `since` bodies: the agent's turn (not a title or a probe)."""

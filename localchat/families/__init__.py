@@ -9,7 +9,7 @@ from . import (apertus, apriel, chatml, command_r, deepseek, deepseek_dsml, gemm
                granite, hunyuan, kimi, kimi_k3, lfm2, llama3, minicpm, minimax, minimax_m1, minimax_m3, mistral, muse,
                nemotron, phi, qwen3coder, seed, solar)
 from .base import Family
-from .codecs.base import Call, Codec, Tool
+from .codecs.base import Codec
 from .render import Prompt, TemplateCaps, render_prompt, system_first, template_caps
 
 # Order matters for detection: a more specific template marker comes before a general one
@@ -83,5 +83,5 @@ def choose(family: str | None, gguf: GgufFacts | None, template: str | None = No
     return Choice(chosen, template or own or chosen.template, not family)
 
 
-__all__ = ["FAMILIES", "Call", "Choice", "Codec", "Family", "Prompt", "TemplateCaps", "Tool", "choose", "detect",
+__all__ = ["FAMILIES", "Choice", "Codec", "Family", "Prompt", "TemplateCaps", "choose", "detect",
            "get_family", "render_prompt", "system_first", "template_caps"]

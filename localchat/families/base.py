@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..neutral import Reasoning
-from .codecs.base import Codec, Tool
+from .codecs.base import Codec, ToolSpec
 from .codecs.json_codecs import GENERIC
 from .codecs.split import Splitter
 
@@ -78,7 +78,7 @@ class Family:
         """Whether the rendered prompt leaves the model inside a think block."""
         return bool(self.reasoning) and prompt.rstrip().endswith(self.reasoning[0])  # type: ignore[index]
 
-    def splitter(self, tools: Sequence[Tool] = (), thinking: bool = False, strict: bool = True,
+    def splitter(self, tools: Sequence[ToolSpec] = (), thinking: bool = False, strict: bool = True,
                  calls: bool = True) -> Splitter:
         """What splits this family's output into reasoning, content and (with `calls`) tool calls."""
         return self.codec.splitter(self.reasoning, thinking, tools if calls else None, strict)

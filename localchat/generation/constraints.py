@@ -21,7 +21,7 @@ from ..grammars import validate
 from ..neutral import OutputRules, ToolSpec  # noqa: F401 - re-exported (the tests build tool specs from here)
 from ..grammars.schema import assemble, convert
 from ..grammars.tools import after_reasoning, arguments_schema
-from ..families.codecs.base import GrammarOptions, Tool
+from ..families.codecs.base import GrammarOptions
 from ..models import Settings
 
 
@@ -41,7 +41,7 @@ def check(rules: OutputRules) -> None:
         raise InvalidRequest("a grammar cannot be combined with a JSON output format or with tools", field="grammar")
 
 
-def build(rules: OutputRules, tools: list[Tool], family: Family, thinking: bool, max_bytes: int) -> Constraint | None:
+def build(rules: OutputRules, tools: list[ToolSpec], family: Family, thinking: bool, max_bytes: int) -> Constraint | None:
     """The engine constraint for these rules (`tools`: codec_tools(rules), made once per request);
     every grammar is validated here, within the server's `max_bytes` (max_grammar_bytes). While
     the model is still thinking, the grammar waits for the end of its reasoning."""
@@ -105,9 +105,9 @@ def value_check(anchor: str, schema: Any, entries: list[str] | tuple[str, ...]) 
     return Check(anchor, json.dumps(schema), fail_points(list(entries)), tuple(entries))
 
 
-def codec_tools(rules: OutputRules) -> list[Tool]:
+def codec_tools(rules: OutputRules) -> list[ToolSpec]:
     """The tools the model may call now (tool_choice naming one: only that one)."""
-    return [Tool(rules.tools[i].name, rules.tools[i].parameters, rules.tools[i].description) for i in _chosen(rules)]
+    return [rules.tools[i] for i in _chosen(rules)]
 
 
 def _chosen(rules: OutputRules) -> list[int]:

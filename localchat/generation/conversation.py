@@ -9,9 +9,9 @@ import re
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..families import Call, Codec, Family, Prompt, TemplateCaps, Tool, render_prompt, system_first, template_caps
+from ..families import Codec, Family, Prompt, TemplateCaps, render_prompt, system_first, template_caps
 from ..models.host import LoadedModel
-from ..neutral import GenerationRequest, ChatMessage
+from ..neutral import GenerationRequest, ChatMessage, ToolSpec
 
 # Template variables a request sets through fields of its own: `template_kwargs` may not set them.
 OWN_VARIABLES = {"messages": "messages", "tools": "tools", "documents": "documents",
@@ -21,7 +21,7 @@ DOCUMENTS_HEADER = "Use the following documents to answer."
 
 
 def render_conversation(request: GenerationRequest, conversation: tuple[ChatMessage, ...], loaded: LoadedModel,
-                        tools: list[Tool]) -> Prompt:
+                        tools: list[ToolSpec]) -> Prompt:
     """The prompt for a chat request (its media already replaced by markers in `conversation`;
     `tools`: the request's as the codec gets them, constraints.codec_tools)."""
     for key in request.template_kwargs:
@@ -98,7 +98,7 @@ def _template_messages(messages: tuple[ChatMessage, ...], strip: str | None,
         if codec is not None and m.role == "assistant" and m.tool_calls:
             said = [(content, True), ("\n", False)] if content else []
             out.append({"role": "assistant", "content": said + codec.format_calls(
-                [Call(c.name, c.arguments, c.id or "") for c in m.tool_calls])})
+                m.tool_calls)})
             continue
         if codec is not None and m.role == "tool":
             content = codec.format_result(content)
@@ -136,7 +136,7 @@ def _render(loaded: LoadedModel, messages: list[dict[str, Any]], options: dict[s
     return render(system_first(messages))
 
 
-def _with_tools(messages: list[dict[str, Any]], tools: list[Tool], family: Family,
+def _with_tools(messages: list[dict[str, Any]], tools: list[ToolSpec], family: Family,
                 caps: TemplateCaps | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Tools and tool history the way the template understands them: what a GGUF template does
     itself (list the tools, write calls and results: its `caps`, found by rendering it) it gets

@@ -22,7 +22,7 @@ from typing import Any
 
 from ...grammars.gbnf import literal
 from ...neutral import Piece
-from .base import Call, GrammarOptions, Segments, Tool, tidy
+from .base import PastCall, GrammarOptions, Segments, ToolSpec, tidy
 from .pattern import find_first, held_back
 from .shape import Shape, ShapeCodec
 from .xmlargs import XmlArgs
@@ -92,19 +92,19 @@ class _Splitter:
 
 @dataclass(frozen=True)
 class AtemCodec(ShapeCodec):
-    def format_calls(self, calls: Sequence[Call]) -> Segments:
+    def format_calls(self, calls: Sequence[PastCall]) -> Segments:
         out: Segments = []
         for i, call in enumerate(calls):
             out += [(EOM + START + "assistant" if i else "", False), (" to=", False), (call.name, True),
                     (MESSAGE, False), *super().format_calls([call])]
         return tidy(out)
 
-    def format_result(self, content: str, call: Call | None = None) -> Segments:
+    def format_result(self, content: str, call: PastCall | None = None) -> Segments:
         name = call.name if call else "tool"
         return tidy([('<tool_output name="', False), (name, True), ('">\n', False), (content, True),
                      ("\n</tool_output>", False)])
 
-    def grammar(self, tools: Sequence[Tool], options: GrammarOptions) -> str:
+    def grammar(self, tools: Sequence[ToolSpec], options: GrammarOptions) -> str:
         """Unless lazy (free text until the calls' trigger), the header first: to one of the tools
         (or to the user, where the answer may be JSON instead)."""
         grammar = super().grammar(tools, options)
@@ -116,7 +116,7 @@ class AtemCodec(ShapeCodec):
         choice = " | ".join(literal(n) for n in dict.fromkeys(names))
         return f"root ::= {literal(' to=')} ( {choice} ) {literal(MESSAGE)} ( {body} )\n{rest}"
 
-    def splitter(self, reasoning: tuple[str, str] | None, thinking: bool, tools: Sequence[Tool] | None,
+    def splitter(self, reasoning: tuple[str, str] | None, thinking: bool, tools: Sequence[ToolSpec] | None,
                  strict: bool) -> Any:
         return _Splitter(super().splitter(reasoning, thinking, tools, strict), thinking)
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ...grammars.gbnf import MAX_BYTES
-from .pieces import BlockParser, CallSyntax, Stepped, Tool, ToolSet
+from ...neutral import PastCall
+from .pieces import BlockParser, CallSyntax, Stepped, ToolSpec, ToolSet
 from .split import Splitter
 
 Segments = list[tuple[str, bool]]  # (text, is_plain): only plain=False text may hold control tokens
@@ -26,15 +27,6 @@ def tidy(segments: Segments) -> Segments:
 
 
 # -- what a codec takes -------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Call:
-    """A call from the history: its name, its arguments (a JSON value, normally an object)."""
-
-    name: str
-    arguments: Any = field(default_factory=dict)
-    id: str = ""
-
 
 @dataclass(frozen=True)
 class GrammarOptions:
@@ -55,36 +47,36 @@ class Codec(CallSyntax):
     visible_tokens: tuple[str, ...]  # control tokens that must show in the output text
 
     @abstractmethod
-    def format_calls(self, calls: Sequence[Call]) -> Segments:
+    def format_calls(self, calls: Sequence[PastCall]) -> Segments:
         """An assistant's calls, written as the model writes them: our markup as template text
         (control tokens parse), the calls' names and arguments as plain text."""
 
     @abstractmethod
-    def format_result(self, content: str, call: Call | None = None) -> Segments:
+    def format_result(self, content: str, call: PastCall | None = None) -> Segments:
         """A tool's result, for a template with no tool support of its own."""
 
     @abstractmethod
-    def describe(self, tools: Sequence[Tool]) -> Segments:
+    def describe(self, tools: Sequence[ToolSpec]) -> Segments:
         """The tools and how to call them, for the system prompt of such a template."""
 
     @abstractmethod
-    def grammar(self, tools: Sequence[Tool], options: GrammarOptions) -> str:
+    def grammar(self, tools: Sequence[ToolSpec], options: GrammarOptions) -> str:
         """GBNF that forces calls of these tools (validated by the caller)."""
 
-    def splitter(self, reasoning: tuple[str, str] | None, thinking: bool, tools: Sequence[Tool] | None,
+    def splitter(self, reasoning: tuple[str, str] | None, thinking: bool, tools: Sequence[ToolSpec] | None,
                  strict: bool) -> Any:
         """What splits output into reasoning, content and calls (tools None: no calls are read)."""
         return Splitter(self if tools is not None else None, reasoning, thinking, tools or (), strict)
 
-    def arguments_anchor(self, tool: Tool, tools: Sequence[Tool]) -> str | None:
+    def arguments_anchor(self, tool: ToolSpec, tools: Sequence[ToolSpec]) -> str | None:
         """A regular expression for the text right before a call's arguments, when they are one
         JSON value the checker of written values can follow (engine/checking.py); None if not."""
         return None
 
-    def loose_triggers(self, tools: Sequence[Tool], options: GrammarOptions) -> list[tuple[str, str]]:
+    def loose_triggers(self, tools: Sequence[ToolSpec], options: GrammarOptions) -> list[tuple[str, str]]:
         """Texts that begin a call in a form models write unasked (not this syntax's own), each
         with the GBNF that forces the rest of that call once it is written (for a lazy grammar)."""
         return []
 
 
-__all__ = ["BlockParser", "Call", "CallSyntax", "Codec", "GrammarOptions", "Segments", "Stepped", "Tool", "ToolSet", "tidy"]
+__all__ = ["BlockParser", "CallSyntax", "Codec", "GrammarOptions", "PastCall", "Segments", "Stepped", "ToolSet", "ToolSpec", "tidy"]

@@ -15,7 +15,7 @@ from ...grammars.gbnf import literal
 from ...grammars.members import member_rules
 from ...grammars.text import excluding
 from ...neutral import Piece, ToolCallArguments, ToolCallStart, new_call_id
-from .base import BlockParser, Call, Segments, Tool, ToolSet, tidy
+from .base import BlockParser, PastCall, Segments, ToolSpec, ToolSet, tidy
 from .pattern import FAIL, PARTIAL, match
 from .reader import CallReader
 from .shape import Shape, ShapeCodec
@@ -147,7 +147,7 @@ def _value_segments(value: Any) -> Segments:
 
 @dataclass(frozen=True)
 class Gemma4Codec(ShapeCodec):
-    def format_calls(self, calls: Sequence[Call]) -> Segments:
+    def format_calls(self, calls: Sequence[PastCall]) -> Segments:
         out: Segments = []
         for call in calls:
             out += [(self.shape.call_open, False), (call.name, True), ("{", True)]
@@ -157,7 +157,7 @@ class Gemma4Codec(ShapeCodec):
             out += [("}", True), (self.shape.call_close, False)]
         return tidy(out)
 
-    def _args_rule(self, tool: Tool, i: int, rules: dict[str, str], loosened: list[str], max_bytes: int) -> str:
+    def _args_rule(self, tool: ToolSpec, i: int, rules: dict[str, str], loosened: list[str], max_bytes: int) -> str:
         parameters = tool.parameters if tool.parameters is not None else {"type": "object"}
         text = excluding(Q, "g4-text", rules)
         quoted = f"{literal(Q)} {{}} {literal(Q)}"
@@ -181,7 +181,7 @@ class Gemma4Codec(ShapeCodec):
         loosened += [tool.name + entry for entry in found]
         return members(items, parameters, i, rules, '","')
 
-    def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
+    def parser(self, tools: Sequence[ToolSpec], marker: str, first: int, strict: bool) -> BlockParser:
         return WholeCallParser(self.shape, ToolSet(tools), first, strict, marker)
 
 

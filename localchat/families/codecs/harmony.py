@@ -18,7 +18,7 @@ from ...grammars.gbnf import literal
 from ...grammars.tools import arguments_schema
 from ...grammars.schema import assemble, convert
 from ...grammars.text import excluding
-from .base import BlockParser, Call, Codec, GrammarOptions, Segments, Tool, tidy
+from .base import BlockParser, PastCall, Codec, GrammarOptions, Segments, ToolSpec, tidy
 from .harmony_split import CALL, CHANNEL, CONSTRAIN, END, MESSAGE, START, HarmonySplitter
 
 CALL_HEAD = f"{CHANNEL}commentary to=functions."
@@ -31,24 +31,24 @@ class HarmonyCodec(Codec):
     trigger: str = "to=functions."
     visible_tokens: tuple[str, ...] = (START, END, MESSAGE, CHANNEL, CONSTRAIN)
 
-    def format_calls(self, calls: Sequence[Call]) -> Segments:
+    def format_calls(self, calls: Sequence[PastCall]) -> Segments:
         out: Segments = []
         for i, call in enumerate(calls):
             out += [(f"{START}assistant" if i else "", False), (CALL_HEAD, False), (call.name, True),
                     (JSON_HEAD, False), (json.dumps(call.arguments, ensure_ascii=False), True), (CALL, False)]
         return tidy(out)
 
-    def format_result(self, content: str, call: Call | None = None) -> Segments:
+    def format_result(self, content: str, call: PastCall | None = None) -> Segments:
         name = call.name if call else "tool"
         return tidy([(f"{START}functions.", False), (name, True), (f" to=assistant{CHANNEL}commentary{MESSAGE}", False),
                      (content, True), (END, False)])
 
-    def describe(self, tools: Sequence[Tool]) -> Segments:
+    def describe(self, tools: Sequence[ToolSpec]) -> Segments:
         listing = "\n".join(json.dumps(t.openai()["function"], ensure_ascii=False) for t in tools)
         return [("# Tools\n\n## functions\n\nCalls to these tools must go to the commentary channel: 'functions'.\n",
                  False), (listing, True)]
 
-    def grammar(self, tools: Sequence[Tool], options: GrammarOptions) -> str:
+    def grammar(self, tools: Sequence[ToolSpec], options: GrammarOptions) -> str:
         rules: dict[str, str] = {}
         loosened = options.loosened if options.loosened is not None else []
         choices = []
@@ -73,11 +73,11 @@ class HarmonyCodec(Codec):
             body = f"( {body} | {literal(CHANNEL + 'final' + MESSAGE)} {converter.root_rule} )"
         return assemble(f"analysis? {body}", rules)
 
-    def splitter(self, reasoning: tuple[str, str] | None, thinking: bool, tools: Sequence[Tool] | None,
+    def splitter(self, reasoning: tuple[str, str] | None, thinking: bool, tools: Sequence[ToolSpec] | None,
                  strict: bool) -> HarmonySplitter:
         return HarmonySplitter(tools, strict)
 
-    def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
+    def parser(self, tools: Sequence[ToolSpec], marker: str, first: int, strict: bool) -> BlockParser:
         raise NotImplementedError("harmony output is read whole by HarmonySplitter")
 
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 
 from ...neutral import Delta, Piece, ReasoningDelta, ToolCallArguments, ToolCallStart, new_call_id
-from .base import Stepped, Tool, ToolSet
+from .base import Stepped, ToolSpec, ToolSet
 from .jsonscan import loads_object
 from .pattern import find_first, held_back
 
@@ -23,7 +23,7 @@ _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 
 
 class HarmonySplitter(Stepped):
-    def __init__(self, tools: Sequence[Tool] | None, strict: bool) -> None:
+    def __init__(self, tools: Sequence[ToolSpec] | None, strict: bool) -> None:
         self.tools = ToolSet(tools) if tools is not None else None
         self.strict = strict
         self.buf, self.state = "", "header"

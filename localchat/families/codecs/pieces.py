@@ -11,28 +11,11 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from ...neutral import Piece
+from ...neutral import Piece, ToolSpec
 
 
 # -- what calls are read against ---------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Tool:
-    """A tool the model may call: its name and the JSON schema of its arguments."""
-
-    name: str
-    parameters: Any = None  # a JSON schema (dict or bool); None: any object
-    description: str | None = None
-
-    def openai(self) -> dict[str, Any]:
-        """The tool as chat templates expect it ({"type": "function", "function": {…}})."""
-        function = {k: v for k, v in (("name", self.name), ("description", self.description),
-                                      ("parameters", self.parameters)) if v is not None}
-        return {"type": "function", "function": function}
-
 
 def name_key(name: str) -> str:
     """A tool name as models misspell it: case, `-` and `_` ignored (`bash` for `Bash`,
@@ -40,11 +23,11 @@ def name_key(name: str) -> str:
     return name.casefold().replace("-", "").replace("_", "")
 
 
-class ToolSet(dict[str, Tool]):
+class ToolSet(dict[str, ToolSpec]):
     """The declared tools by name; `resolve` also reads a name written in another case or with
     `-`/`_` changed, when exactly one declared tool is spelled that way."""
 
-    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+    def __init__(self, tools: Sequence[ToolSpec] = ()) -> None:
         super().__init__((t.name, t) for t in tools)
         keys: dict[str, list[str]] = {}
         for name in self:
@@ -97,7 +80,7 @@ class CallSyntax(ABC):
         return ()
 
     @abstractmethod
-    def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
+    def parser(self, tools: Sequence[ToolSpec], marker: str, first: int, strict: bool) -> BlockParser:
         """A parser for a block opened by `marker` (one of `markers`); calls are numbered from
         `first`. Strict: the text follows this codec's grammar; lenient: anything a model wrote
         (what parses becomes calls, what does not stays text)."""

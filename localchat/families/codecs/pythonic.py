@@ -13,7 +13,7 @@ from typing import Any
 
 from ...grammars.gbnf import literal
 from ...grammars.members import member_rules
-from .base import BlockParser, Call, Segments, Tool, ToolSet, tidy
+from .base import BlockParser, PastCall, Segments, ToolSpec, ToolSet, tidy
 from .gemma4 import _BARE, WholeCallParser, _Cut, _skip, members
 from .shape import Shape, ShapeCodec
 from .xmlargs import _PLAIN_KEYWORDS, properties
@@ -124,7 +124,7 @@ def _py(value: Any) -> str:
 
 @dataclass(frozen=True)
 class PythonicCodec(ShapeCodec):
-    def format_calls(self, calls: Sequence[Call]) -> Segments:
+    def format_calls(self, calls: Sequence[PastCall]) -> Segments:
         s = self.shape
         out: Segments = [(s.open, False)]
         for n, call in enumerate(calls):
@@ -133,7 +133,7 @@ class PythonicCodec(ShapeCodec):
             out += [(s.separator if n else "", True), (f"{call.name}({written})", True)]
         return tidy(out + [(s.close, False)])
 
-    def _args_rule(self, tool: Tool, i: int, rules: dict[str, str], loosened: list[str], max_bytes: int) -> str:
+    def _args_rule(self, tool: ToolSpec, i: int, rules: dict[str, str], loosened: list[str], max_bytes: int) -> str:
         parameters = tool.parameters if tool.parameters is not None else {"type": "object"}
         props = properties(parameters)
         if not props:
@@ -150,7 +150,7 @@ class PythonicCodec(ShapeCodec):
         items = {key: f"{literal(key + '=')} {values[key]}" for key in props}
         return members(items, parameters, i, rules, '", "')
 
-    def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
+    def parser(self, tools: Sequence[ToolSpec], marker: str, first: int, strict: bool) -> BlockParser:
         return WholeCallParser(self.shape, ToolSet(tools), first, strict, marker, read_py)
 
 

@@ -21,7 +21,7 @@ from ...grammars.gbnf import literal
 from ...grammars.tools import arguments_schema
 from ...grammars.schema import assemble, convert
 from ...grammars.text import fixed
-from .base import BlockParser, Call, Codec, GrammarOptions, Segments, Tool, ToolSet, tidy
+from .base import BlockParser, PastCall, Codec, GrammarOptions, Segments, ToolSpec, ToolSet, tidy
 from .pattern import fill
 from .reader import ShapeParser
 from .xmlargs import XmlArgs, args_rule, is_text, properties
@@ -126,7 +126,7 @@ class ShapeCodec(Codec):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def format_calls(self, calls: Sequence[Call]) -> Segments:
+    def format_calls(self, calls: Sequence[PastCall]) -> Segments:
         s = self.shape
         out: Segments = [(s.open, False)]
         for i, call in enumerate(calls):
@@ -155,11 +155,11 @@ class ShapeCodec(Codec):
                     (nl + xml.close_for(key) + xml.between, False)]
         return out
 
-    def format_result(self, content: str, call: Call | None = None) -> Segments:
+    def format_result(self, content: str, call: PastCall | None = None) -> Segments:
         return tidy([(self.result_open, False), (content, True), (self.result_close, False)])
 
-    def describe(self, tools: Sequence[Tool]) -> Segments:
-        example = "".join(t for t, _ in self.format_calls([Call("tool_name", {"argument": "value"})]))
+    def describe(self, tools: Sequence[ToolSpec]) -> Segments:
+        example = "".join(t for t, _ in self.format_calls([PastCall("tool_name", {"argument": "value"})]))
         listed = [t.openai() if self.describe_as == "openai" else t.openai()["function"] for t in tools]
         listing = self.tools_separator.join(json.dumps(t, ensure_ascii=False) for t in listed)
         before, _, after = self.instructions.format(example=example, tools="\x00").partition("\x00")
@@ -167,7 +167,7 @@ class ShapeCodec(Codec):
 
     # -- the grammar -----------------------------------------------------------------------
 
-    def grammar(self, tools: Sequence[Tool], options: GrammarOptions) -> str:
+    def grammar(self, tools: Sequence[ToolSpec], options: GrammarOptions) -> str:
         s, rules = self.shape, {}
         loosened = options.loosened if options.loosened is not None else []
         choices = []
@@ -192,7 +192,7 @@ class ShapeCodec(Codec):
             body = f"( {body} ) | {converter.root_rule}"
         return assemble(f"{LEAD} ( {body} )" if options.lead else body, rules)
 
-    def _args_rule(self, tool: Tool, i: int, rules: dict[str, str], loosened: list[str], max_bytes: int) -> str:
+    def _args_rule(self, tool: ToolSpec, i: int, rules: dict[str, str], loosened: list[str], max_bytes: int) -> str:
         parameters = arguments_schema(tool.parameters)
         found: list[str] = []
         if self.shape.xml is not None:
@@ -204,7 +204,7 @@ class ShapeCodec(Codec):
         loosened += [tool.name + entry for entry in found]
         return rule
 
-    def arguments_anchor(self, tool: Tool, tools: Sequence[Tool]) -> str | None:
+    def arguments_anchor(self, tool: ToolSpec, tools: Sequence[ToolSpec]) -> str | None:
         """`"NAME", "arguments": ` (any spacing, `parameters` too, as the loose triggers write it), or
         NAME and the text after it; none for arguments written as XML elements."""
         s = self.shape
@@ -225,7 +225,7 @@ class ShapeCodec(Codec):
         return tuple(sorted({c.strip() for s in (self.shape, *self.alternatives)
                              for c in (s.close, s.call_close) if c.strip()}, key=lambda c: (-len(c), c)))
 
-    def loose_triggers(self, tools: Sequence[Tool], options: GrammarOptions) -> list[tuple[str, str]]:
+    def loose_triggers(self, tools: Sequence[ToolSpec], options: GrammarOptions) -> list[tuple[str, str]]:
         """`{"name": "TOOL"` (any spacing), for each tool: the rest of the call object (its
         arguments under `arguments` or `parameters`), then at most the closing text of one of the
         alternatives; then the output ends."""
@@ -246,7 +246,7 @@ class ShapeCodec(Codec):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def parser(self, tools: Sequence[Tool], marker: str, first: int, strict: bool) -> BlockParser:
+    def parser(self, tools: Sequence[ToolSpec], marker: str, first: int, strict: bool) -> BlockParser:
         shape = next((s for s in (self.shape, *self.alternatives) if s.opener == marker), self.shape)
         return ShapeParser(shape, ToolSet(tools), first, strict and shape is self.shape, marker)
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...neutral import Delta, Piece, ReasoningDelta
-from .pieces import BlockParser, CallSyntax, Stepped, Tool
+from .pieces import BlockParser, CallSyntax, Stepped, ToolSpec
 from .pattern import PARTIAL, find_first, held_back, match
 
 
 class Splitter(Stepped):
     def __init__(self, codec: CallSyntax | None = None, reasoning: tuple[str, str] | None = None, thinking: bool = False,
-                 tools: Sequence[Tool] = (), strict: bool = True) -> None:
+                 tools: Sequence[ToolSpec] = (), strict: bool = True) -> None:
         self.codec, self.tools, self.strict = codec, tuple(tools), strict
         self.markers = codec.markers if codec is not None else ()
         self.think_open, self.think_close = reasoning or ("", "")

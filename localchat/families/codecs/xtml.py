@@ -17,7 +17,7 @@ from typing import Any
 
 from ...grammars.gbnf import literal
 from ...neutral import Piece
-from .base import GrammarOptions, Tool
+from .base import GrammarOptions, ToolSpec
 from .pattern import find_first, held_back
 from .shape import Shape, ShapeCodec
 from .xmlargs import XmlArgs
@@ -60,7 +60,7 @@ class _Dropping:
 
 @dataclass(frozen=True)
 class XtmlCodec(ShapeCodec):
-    def grammar(self, tools: Sequence[Tool], options: GrammarOptions) -> str:
+    def grammar(self, tools: Sequence[ToolSpec], options: GrammarOptions) -> str:
         """Unless lazy (free text until `<|open|>tools<|sep|>`), the answer's close first."""
         grammar = super().grammar(tools, options)
         if options.lazy:
@@ -68,7 +68,7 @@ class XtmlCodec(ShapeCodec):
         first, _, rest = grammar.partition("\n")
         return f"root ::= {literal(END_RESPONSE)} ( {first.removeprefix('root ::= ')} )\n{rest}"
 
-    def splitter(self, reasoning: tuple[str, str] | None, thinking: bool, tools: Sequence[Tool] | None,
+    def splitter(self, reasoning: tuple[str, str] | None, thinking: bool, tools: Sequence[ToolSpec] | None,
                  strict: bool) -> Any:
         return _Dropping(super().splitter(reasoning, thinking, tools, strict))
 
