@@ -1,15 +1,14 @@
 """A request inside the scheduler: its sequences, its LoRA adapters, how its prompt is read in
-chunks, which free slot it takes (`reuse`, `owned`, `vacancy`; the token matcher: matching.py)."""
+chunks, which free slot it takes (`owned`, `vacancy`; how much a slot would serve: prefix_cache.py's `reuse`)."""
 
 from __future__ import annotations
 
 import ctypes
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp as C
 
-from .matching import Jump, common_prefix, shifted_matches
 from .model import Model
 from .outputs import Item, Outbox
 from .params import Generate
@@ -40,6 +39,17 @@ def chunk_size(pending: int, room: int) -> int:
     if pending <= room:
         return pending
     return min(room, pending - TILE_ROWS) if pending > TILE_ROWS else room
+
+
+@dataclass
+class Jump:
+    """One stretch of a shifted reuse: `span` more prompt tokens to read (a new span), then the
+    slot holds `tokens` again: the saved cells at positions start…end - 1."""
+
+    span: int
+    tokens: list[int]
+    start: int
+    end: int
 
 
 class Job:
@@ -109,29 +119,6 @@ def owned(slot: Slot, job: Job) -> bool:
     return job.request.cache_key is not None and slot.key == job.request.cache_key
 
 
-def reuse(slot: Slot, job: Job) -> int:
-    """How much of a prompt a slot would serve from its cache, counted only when that is more
-    than half of the prompt (llama-server's slot_prompt_similarity) or keeps at least half of
-    what the slot holds (a chat's next turn with a long new message): prompts that share only
-    a chat template's first tokens go to other slots, so each keeps its own cache. A cache made
-    with other LoRA adapters serves nothing, nor does any cache to a request with cache_prompt off."""
-    tokens = job.tokens
-    if slot.adapters != job.request.adapters or not job.request.cache_prompt:
-        return 0
-    common = common_prefix(slot.cached, tokens)
-    if shifts(slot, job):  # (the moved stretches serve too)
-        common += sum(length for _, _, length in shifted_matches(slot.cached, tokens, common, job.request.fresh_from))
-    return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0
-
-
-def shifts(slot: Slot, job: Job) -> bool:
-    """Whether a shifted reuse may serve this job from this slot: a prompt as long as its
-    `cache_reuse` or longer, text only, every cached position a token, the cache wanted and kept,
-    no LoRA adapter (an adapter magnifies what moved cells differ by: scripts/cachecheck saw 0.023
-    on the tiny model's, and such cells served later requests of the adapter as exact ones)."""
-    req = job.request
-    return (0 < req.params.cache_reuse <= len(job.tokens) and req.cache_prompt and req.prompt_logprobs is None
-            and not req.media and not slot.media and slot.pos_delta == 0 and not req.adapters)
 
 
 def read_prompt_logprobs(job: Job, model: Model, ctx, start: int, at: int, count: int) -> None:

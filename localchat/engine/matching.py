@@ -1,13 +1,12 @@
 """How a cached prompt serves a new one: the tokens they share (`common_prefix`), and the
 stretches of it met again after a span that differs (`shifted_matches`: a renamed folder, a date,
-a moved block). Tokens in, positions out: which slot a request takes is job.py's (`reuse`), the
-prefix cache (prefix_cache.py) moves the cells."""
+a moved block). Tokens in, positions out: how much a slot would serve is the prefix cache's
+(`reuse`, prefix_cache.py), which moves the cells."""
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
 from difflib import SequenceMatcher
 
 
@@ -17,17 +16,6 @@ SHIFT_MIN = 256  # cached tokens after the span worth moving rather than reading
 SHIFT_EDIT = 16  # tokens an edit may hold on each side for the cells after it to move: a path, a date, a name
 SHIFT_SAME = 4  # tokens two spans must share in a stretch for it to part two edits (small_edits)
 SHIFT_EDGE = 2  # tokens at each end of a moved block that may be tokenized otherwise at its new place
-
-
-@dataclass
-class Jump:
-    """One stretch of a shifted reuse: `span` more prompt tokens to read (a new span), then the
-    slot holds `tokens` again: the saved cells at positions start…end - 1."""
-
-    span: int
-    tokens: list[int]
-    start: int
-    end: int
 
 
 def shifted_match(cached: list[int], tokens: list[int], c: int, t: int,

@@ -21,8 +21,8 @@ import numpy as np
 
 from ..errors import EngineError, InvalidRequest, SlotBusy
 from . import kv_state
-from .job import Job, reuse, shifts
-from .matching import Jump, common_prefix, shifted_matches
+from .job import Job, Jump
+from .matching import common_prefix, shifted_matches
 from .prompt_store import REMEMBERED, RESTORE_MIN, SAVE_MIN, SPARE_MIN, PromptStore, common, copy_state, put_state
 from .slot import Slot
 
@@ -294,3 +294,28 @@ class PrefixCache:
 def _after(tokens: Sequence[int], n: int) -> tuple[int, ...]:
     """A cached sequence's DIFF_TOKENS tokens from where a prompt parts from it (what the prompt lacks there)."""
     return tuple(int(t) for t in tokens[n:n + DIFF_TOKENS])
+
+
+def reuse(slot: Slot, job: Job) -> int:
+    """How much of a prompt a slot would serve from its cache, counted only when that is more
+    than half of the prompt (llama-server's slot_prompt_similarity) or keeps at least half of
+    what the slot holds (a chat's next turn with a long new message): prompts that share only
+    a chat template's first tokens go to other slots, so each keeps its own cache. A cache made
+    with other LoRA adapters serves nothing, nor does any cache to a request with cache_prompt off."""
+    tokens = job.tokens
+    if slot.adapters != job.request.adapters or not job.request.cache_prompt:
+        return 0
+    common = common_prefix(slot.cached, tokens)
+    if shifts(slot, job):  # (the moved stretches serve too)
+        common += sum(length for _, _, length in shifted_matches(slot.cached, tokens, common, job.request.fresh_from))
+    return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0
+
+
+def shifts(slot: Slot, job: Job) -> bool:
+    """Whether a shifted reuse may serve this job from this slot: a prompt as long as its
+    `cache_reuse` or longer, text only, every cached position a token, the cache wanted and kept,
+    no LoRA adapter (an adapter magnifies what moved cells differ by: scripts/cachecheck saw 0.023
+    on the tiny model's, and such cells served later requests of the adapter as exact ones)."""
+    req = job.request
+    return (0 < req.params.cache_reuse <= len(job.tokens) and req.cache_prompt and req.prompt_logprobs is None
+            and not req.media and not slot.media and slot.pos_delta == 0 and not req.adapters)

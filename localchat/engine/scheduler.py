@@ -28,7 +28,8 @@ from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailab
 from .base import check_queue
 from .decoder import StepPlan
 from .executor import Executor
-from .job import Adapters, Job, owned, reuse, vacancy
+from .job import Adapters, Job, owned, vacancy
+from .prefix_cache import reuse
 from .model import Model
 from .outputs import Outbox, StepOutput
 from .params import N_BATCH, Draft, Generate, SlotInfo, Started
