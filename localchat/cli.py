@@ -249,7 +249,7 @@ def rpc_worker(
     import os
     import threading
 
-    from .engine import rpc
+    from .engine.remote import rpc
     from .models.paths import cache_dir
 
     try:

@@ -142,7 +142,7 @@ class PullCancelled(LocalchatError):
 class UpstreamError(LocalchatError):
     """A model served by another engine (an `upstream` entry of models.toml) failed there: it
     answered with an error of its own, broke off mid-answer, or is not a localchat peer.
-    Each failure of the link is mapped once (engine/upstream.py) to this class or below."""
+    Each failure of the link is mapped once (engine/remote/upstream.py) to this class or below."""
 
     status = 502
     type = "server_error"

@@ -1,4 +1,4 @@
-"""The peer's side of token mode (engine/upstream.py is the other), an engine served over HTTP
+"""The peer's side of token mode (engine/remote/upstream.py is the other), an engine served over HTTP
 (not a protocol: server.py mounts it beside them, api/ knows nothing of it): the routes under
 /internal/engine that another localchat calls for a model its models.toml names with
 `upstream = "http://this-server"`. That server renders the prompt and builds the grammar; this
@@ -28,7 +28,7 @@ from .api.common import stream_error
 from .api.sse import EventStream, frame
 from .engine import wire
 from .engine.params import KNOBS, Generate, Prepared
-from .engine.upstream import PREFIX
+from .engine.remote.upstream import PREFIX
 from .errors import InvalidRequest, LocalchatError
 from .generation import Chat, constraints, limits
 from .generation.prepare import logit_bias

@@ -87,7 +87,7 @@ from localchat.serve_process import Server  # noqa: E402  (the same server launc
 isolate_home()  # (the servers it starts keep away from the user's registry and prompt store)
 
 from localchat.models.host import load_model  # noqa: E402
-from localchat.engine.model import quiet_progress as _quiet_progress  # noqa: E402
+from localchat.engine.llama.model import quiet_progress as _quiet_progress  # noqa: E402
 from localchat.families import render_prompt  # noqa: E402
 from localchat.models import ModelSpec, Registry, Settings, shipped_config  # noqa: E402
 
@@ -97,7 +97,7 @@ PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse kee
 def direct_decode(path: Path, tokens: list[int], n: int, n_ctx: int, threads: int) -> tuple[float, float]:
     """Greedy decode of n tokens with llama-cpp-python's low-level API. Returns (ttft s, decode tok/s)."""
     mp = C.llama_model_default_params()
-    mp.use_extra_bufts = False  # as the engine does (see localchat/engine/llama.py)
+    mp.use_extra_bufts = False  # as the engine does (see localchat/engine/llama/model.py)
     mp.progress_callback = _quiet_progress
     model = C.llama_model_load_from_file(str(path).encode(), mp)
     cp = C.llama_context_default_params()
@@ -772,9 +772,9 @@ PROSE_2 = [{"role": "user", "content": "Explain how a compiler turns source code
 
 
 def step_costs(spec: ModelSpec, threads: int, wait: float = 180.0) -> str:
-    """This machine's step costs as the server measured them (engine/draft_cost.py): it measures
+    """This machine's step costs as the server measured them (engine/drafting/draft_cost.py): it measures
     while idle and keeps them in the cache folder; waits for them up to `wait` seconds."""
-    from localchat.engine import draft_cost
+    from localchat.engine.drafting import draft_cost
     from localchat.models.paths import step_costs_file
 
     key = draft_cost.machine_key(spec.file(), threads, spec.gpu_layers)
@@ -891,7 +891,7 @@ def edit_bench(config: Path, spec: ModelSpec, n: int, draft_model: str | None = 
 def edit_record(config: Path, spec: ModelSpec, n: int, path: Path) -> None:
     """The prompt's and the greedy answer's token ids of the module, patch and prose cases, without
     drafts; for the patch (a tool call), the prompt as a JSON string writes it, tokenized, too."""
-    from localchat.engine.drafts import json_view
+    from localchat.engine.drafting.drafts import json_view
 
     out = {}
     server = Server(config, "--model", spec.name)

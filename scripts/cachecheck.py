@@ -26,7 +26,7 @@ within the tolerance, up to the first token where they part, where the cold read
 of the two tokens must be within twice the tolerance (not its top two: with `ignore_eos` the end of
 turn may top the list and is never chosen). The tolerance, TOLERANCE: a cached read decodes its prompt in other
 batches than the cold read (the rest from the cached length on, not all from position 0). Read in
-chunks of 64 tokens or more (engine/job.py's TILE_ROWS: the server never leaves a smaller last
+chunks of 64 tokens or more (engine/state/job.py's TILE_ROWS: the server never leaves a smaller last
 chunk), the rest goes through the kernels the cold read used and gives the same sums (0.00003 over
 200 sequences of the tiny model). A rest under 64 tokens (the same request again, a short turn)
 goes through llama.cpp's small-batch flash attention kernel, whose sums are in F16, where the cold
@@ -80,8 +80,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 from localchat.devtools import isolate_home  # noqa: E402
-from localchat.engine.job import TILE_ROWS  # noqa: E402
-from localchat.engine.matching import SHIFT_MIN, common_prefix  # noqa: E402
+from localchat.engine.state.job import TILE_ROWS  # noqa: E402
+from localchat.engine.cache.matching import SHIFT_MIN, common_prefix  # noqa: E402
 from localchat.models import shipped_config  # noqa: E402
 from localchat.serve_process import Server  # noqa: E402  (the tests' server launcher)
 

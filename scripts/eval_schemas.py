@@ -36,7 +36,7 @@ CHILD = r"""
 import sys, json
 from pathlib import Path
 import llama_cpp as C
-from localchat.engine.model import Model  # loads the vocabulary the engine's way, llama.cpp's log quiet
+from localchat.engine.llama.model import Model  # loads the vocabulary the engine's way, llama.cpp's log quiet
 vocab = Model(Path(sys.argv[1]), vocab_only=True).vocab
 for i, g in enumerate(json.load(open(sys.argv[2]))):
     if i < int(sys.argv[3]):

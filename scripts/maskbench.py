@@ -268,7 +268,7 @@ class Worker:
     def __init__(self, model_path: str, mask_every: int) -> None:
         import llama_cpp as C
 
-        from localchat.engine.model import Model
+        from localchat.engine.llama.model import Model
 
         self.C = C
         self.model = Model(Path(model_path), vocab_only=True)

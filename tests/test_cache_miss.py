@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from conftest import Server
-from localchat.engine.prefix_cache import DIFF_TOKENS, MISS_MIN, PrefixCache
-from localchat.engine.prompt_store import RESTORE_MIN, SAVE_MIN
+from localchat.engine.cache.prefix_cache import DIFF_TOKENS, MISS_MIN, PrefixCache
+from localchat.engine.cache.prompt_store import RESTORE_MIN, SAVE_MIN
 
 MODEL = "tiny-chatml"
 SYSTEM = "You are a careful assistant. " * 6

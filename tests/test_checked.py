@@ -1,5 +1,5 @@
 """What no grammar holds is checked as it is written, and a value that breaks the schema is
-written again (engine/checking.py): the finished answer is valid, usage counts the tokens taken
+written again (engine/sampling/checking.py): the finished answer is valid, usage counts the tokens taken
 back, x-localchat-checked names the keywords. Each test makes the tiny model want the breaking
 value (a logit bias on its token): its grammar allows it, so only the checking can keep it out.
 Real server, official clients; the next request reading the slot's cache reads what a cold one does."""

@@ -1,4 +1,4 @@
-"""What a step decodes, planned with no model (Decoder.plan: engine/decoder.py): a row per
+"""What a step decodes, planned with no model (Decoder.plan: engine/core/decoder.py): a row per
 generating sequence first (its next token, then the drafts that pay), prompt chunks in the room
 left (never a last chunk under TILE_ROWS, at most PROMPT_LOGPROBS_CHUNK tokens a step when the
 request wants the prompt's log-probabilities), rows in slot order; a plan writes no request: the
@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from localchat.engine import draft_cost
-from localchat.engine.decoder import PROMPT_LOGPROBS_CHUNK, Decoder
-from localchat.engine.job import TILE_ROWS
-from localchat.engine.scheduler import advance
-from localchat.engine.slot import Slot
+from localchat.engine.drafting import draft_cost
+from localchat.engine.core.decoder import PROMPT_LOGPROBS_CHUNK, Decoder
+from localchat.engine.state.job import TILE_ROWS
+from localchat.engine.core.scheduler import advance
+from localchat.engine.state.slot import Slot
 
 pytestmark = pytest.mark.fast
 

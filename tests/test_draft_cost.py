@@ -1,4 +1,4 @@
-"""The cost model of drafts (engine/draft_cost.py): a step's cost from a few measured points, the
+"""The cost model of drafts (engine/drafting/draft_cost.py): a step's cost from a few measured points, the
 draft lengths it picks on a CPU and on a GPU, one slot's draft never making the others wait more
 than LATE allows, and the measurement kept in a file and read back at the next load."""
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from localchat.engine import draft_cost
-from localchat.engine.draft_cost import LATE, StepCost, geometric, lengths, split_cost
+from localchat.engine.drafting import draft_cost
+from localchat.engine.drafting.draft_cost import LATE, StepCost, geometric, lengths, split_cost
 
 CPU = draft_cost.DEFAULT  # measured on a 2-core CPU (the 1.5B): 64 tokens cost 17.5 steps of one
 GPU = StepCost({1: 0.010, 2: 0.0101, 4: 0.0102, 8: 0.0103, 16: 0.0105, 32: 0.0108, 64: 0.0115})
@@ -131,12 +131,12 @@ QUIET = {1: 0.03109, 2: 0.05459, 4: 0.08826, 8: 0.16073, 16: 0.27059, 32: 0.5046
 @pytest.mark.fast
 def test_live_steps_far_faster_than_the_kept_figures_say_they_are_stale():
     busy, quiet = StepCost(BUSY, measured=True), StepCost(QUIET, measured=True)
-    check = draft_cost.Check()
+    check = draft_cost.StaleCheck()
     said = [check.add(busy, 0.025) for _ in range(draft_cost.CHECKED)]
     assert said == [False] * (draft_cost.CHECKED - 1) + [True] and check.median == 0.025
     # figures that fit, live steps slower than the figures (a long context), the stand-in's: never stale
     for cost, live in ((quiet, 0.025), (quiet, 0.2), (draft_cost.DEFAULT, 0.025)):
-        check = draft_cost.Check()
+        check = draft_cost.StaleCheck()
         assert not any(check.add(cost, live) for _ in range(3 * draft_cost.CHECKED))
 
 
@@ -147,9 +147,9 @@ def test_stale_figures_are_measured_again_while_idle_and_replaced(tmp_path, capl
     and keeps the new figures in the file."""
     import logging
 
-    from localchat.engine.model import Model
+    from localchat.engine.llama.model import Model
     from localchat.engine.params import Generate, SamplingParams
-    from localchat.engine.scheduler import Scheduler
+    from localchat.engine.core.scheduler import Scheduler
     from localchat.families import FAMILIES
     from localchat.devtools.tinymodels import write_tiny_model
 

@@ -1,4 +1,4 @@
-"""A draft model (engine/draft_model.py; `draft` in models.toml, `serve --draft-model`): SmolLM2
+"""A draft model (engine/drafting/draft_model.py; `draft` in models.toml, `serve --draft-model`): SmolLM2
 135M drafting for itself (the same vocabulary) over a real server — the text is the text without
 drafts, under a grammar too, with two slots at once — and a draft model of another vocabulary
 refused at load, the server serving on."""

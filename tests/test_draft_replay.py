@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from localchat.engine import draft_cost
-from localchat.engine.draft_cost import StepCost, lengths
-from localchat.engine.drafts import TextDrafter
+from localchat.engine.drafting import draft_cost
+from localchat.engine.drafting.draft_cost import StepCost, lengths
+from localchat.engine.drafting.drafts import TextDrafter
 
 RECORDED = json.loads((Path(__file__).parent / "fixtures" / "drafts-qwen2.5-coder-1.5b.json").read_text())
 CPU = draft_cost.DEFAULT

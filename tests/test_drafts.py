@@ -1,4 +1,4 @@
-"""Drafts from the text (engine/drafts.py): the lookup, and the scheduler's verification — the
+"""Drafts from the text (engine/drafting/drafts.py): the lookup, and the scheduler's verification — the
 same tokens with drafts as without, kept or thrown away, under a grammar too."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from localchat.engine import Constraint, Done, Generate, LocalEngine, SamplingParams, Text
-from localchat.engine.drafts import TextDrafter
+from localchat.engine.drafting.drafts import TextDrafter
 from localchat.families import FAMILIES, render_prompt
 from localchat.grammars import validate
 from localchat.grammars.schema import schema_to_gbnf
@@ -312,7 +312,7 @@ def test_long_drafts_change_nothing_alone_or_two_at_once(engine: LocalEngine, mo
 
 
 def test_a_grammar_cuts_a_draft_at_the_first_token_it_forbids(engine: LocalEngine):
-    from localchat.engine.sampling import Sampler
+    from localchat.engine.sampling.sampling import Sampler
 
     grammar = schema_to_gbnf({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
                               "additionalProperties": False})

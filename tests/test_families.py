@@ -113,7 +113,7 @@ def test_family_template_renders_the_conversation(name: str):
 @pytest.mark.fast
 @pytest.mark.parametrize("name", FAMILIES)
 def test_the_last_message_is_where_the_turn_being_answered_begins(name: str):
-    """Prompt.last_turn: the segment a shifted cache reuse never moves cells into (engine/matching.py)."""
+    """Prompt.last_turn: the segment a shifted cache reuse never moves cells into (engine/cache/matching.py)."""
     f = FAMILIES[name]
     prompt = render_prompt(f.template, CONVERSATION, bos_token=f.bos_token, eos_token=f.eos_token)
     assert prompt.segments[prompt.last_turn] == ("and the world", True)

@@ -40,9 +40,9 @@ MEASURE = r"""
 import ctypes, json, re, sys, tempfile
 from pathlib import Path
 import llama_cpp as C
-from localchat.engine import draft_cost
-from localchat.engine.model import Model
-from localchat.engine.scheduler import Scheduler
+from localchat.engine.drafting import draft_cost
+from localchat.engine.llama.model import Model
+from localchat.engine.core.scheduler import Scheduler
 lines = []
 @C.llama_log_callback
 def log(level, text, _):

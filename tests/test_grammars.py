@@ -38,7 +38,7 @@ GRAMMARS = [
 CHILD = r"""
 import sys, json
 import llama_cpp as C
-from localchat.engine import model  # quiets llama.cpp
+from localchat.engine.llama import model  # quiets llama.cpp
 C.llama_backend_init()
 mp = C.llama_model_default_params(); mp.vocab_only = True
 vocab = C.llama_model_get_vocab(C.llama_model_load_from_file(sys.argv[1].encode(), mp))

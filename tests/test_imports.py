@@ -191,3 +191,47 @@ def test_no_script_imports_another_runnable_script():
     wrong = [f"{p.name}:{line} imports {name} (scripts/{name.replace('_', '-')})" for p in scripts
              for name, line in _script_imports(p) if name in runnable and name != p.stem]
     assert not wrong, "\n".join(wrong)
+
+
+# The engine's layers, lowest first: a module imports engine modules of its own layer or below, never
+# above (the contract's plain data; llama.cpp wrapped; what a sequence writes and drafts; a request's and
+# a slot's state; the cache; the step; the engines made of them; the worker process).
+ENGINE_LAYERS = [
+    ("params", "outputs", "base", "wire"),
+    ("llama",),
+    ("sampling", "drafting", "media"),
+    ("state",),
+    ("cache",),
+    ("core",),
+    ("engine", "fake", "remote"),
+    ("worker",),
+]
+
+
+def engine_layer(module: str) -> int | None:
+    """The layer of an engine module (or subpackage), None outside the engine or for the package itself."""
+    parts = module.split(".")
+    if parts[:2] != ["localchat", "engine"] or len(parts) < 3:
+        return None
+    return next(i for i, names in enumerate(ENGINE_LAYERS) if parts[2] in names)
+
+
+def upward_engine_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    return sorted(f"{m} (line {line}) imports {target}" for m, edges in graph.items()
+                  if (low := engine_layer(m)) is not None
+                  for target, line in edges.items() if (high := engine_layer(target)) is not None and high > low)
+
+
+def test_every_engine_module_has_a_layer():
+    modules = [m for m in _modules() if m.startswith("localchat.engine.")]
+    assert len(modules) > 40
+    assert all(engine_layer(m) is not None for m in modules)  # (a new subpackage gets a line in ENGINE_LAYERS)
+
+
+def test_engine_modules_import_only_their_own_layer_or_below():
+    made_up = {"localchat.engine.cache.prefix_cache": {"localchat.engine.core.scheduler": 7},
+               "localchat.engine.core.scheduler": {"localchat.engine.cache.prefix_cache": 3}}
+    assert upward_engine_imports(made_up) == [
+        "localchat.engine.cache.prefix_cache (line 7) imports localchat.engine.core.scheduler"]
+    upward = upward_engine_imports(import_graph())
+    assert not upward, "engine modules importing a layer above their own:\n  " + "\n  ".join(upward)

@@ -18,11 +18,12 @@ import llama_cpp as C
 import pytest
 
 from localchat.devtools import tinymodels
-from localchat.engine import LocalEngine, kv_state
-from localchat.engine.batch import Batch
-from localchat.engine.decoder import open_context, shiftable
-from localchat.engine.model import Model
-from localchat.engine.prompt_store import copy_state, put_state
+from localchat.engine import LocalEngine
+from localchat.engine.cache import kv_state
+from localchat.engine.llama.batch import Batch
+from localchat.engine.core.decoder import open_context, shiftable
+from localchat.engine.llama.model import Model
+from localchat.engine.cache.prompt_store import copy_state, put_state
 from localchat.families import FAMILIES
 from test_prompt_reuse import prompts, run
 from conftest import tiny_engine

@@ -1,5 +1,5 @@
 """OpenAI's Predicted Outputs on /v1/chat/completions: `prediction` is the first source of drafts
-(engine/drafts.py), the answer is the same with or without it, and usage says how much of it the
+(engine/drafting/drafts.py), the answer is the same with or without it, and usage says how much of it the
 answer wrote (`accepted_prediction_tokens`) and how much it did not (`rejected_prediction_tokens`),
 as OpenAI reports them. What is refused gets OpenAI's error shape.
 

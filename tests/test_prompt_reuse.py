@@ -15,8 +15,8 @@ import pytest
 from llama_cpp import Llama
 
 from localchat.engine import Done, Generate, LocalEngine, SamplingParams, Text
-from localchat.engine.job import TILE_ROWS, chunk_size
-from localchat.engine.matching import SHIFT_EDIT, SHIFT_MIN, SHIFT_SPAN, shifted_match, shifted_matches
+from localchat.engine.state.job import TILE_ROWS, chunk_size
+from localchat.engine.cache.matching import SHIFT_EDIT, SHIFT_MIN, SHIFT_SPAN, shifted_match, shifted_matches
 from localchat.families import FAMILIES
 from localchat.models import Registry, shipped_config
 from conftest import tiny_engine

@@ -1,5 +1,5 @@
 """Prompts never read twice: a long prompt's K/V cells saved to disk and restored after a
-restart; torn, corrupt and foreign cache files skipped (engine/prompt_store.py). Faults through
+restart; torn, corrupt and foreign cache files skipped (engine/cache/prompt_store.py). Faults through
 real servers (a kill mid-save, a full disk, damaged files, a replaced model): test_store_faults.py."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import Server, same_greedy_tokens
-from localchat.engine.prompt_store import MAGIC, RESTORE_MIN, SAVE_MIN, BadFile, PromptStore, read_file, write_file
+from localchat.engine.cache.prompt_store import MAGIC, RESTORE_MIN, SAVE_MIN, BadFile, PromptStore, read_file, write_file
 
 MODEL = "tiny-chatml"
 # A prompt of well over SAVE_MIN tokens (the tiny models' vocabulary spells most words letter by letter).
@@ -70,7 +70,7 @@ def test_the_folder_never_holds_more_than_the_limit_even_while_a_file_is_written
     """Room is made before a file is written (the soak saw the folder reach 2,117 MiB of 2,048 when
     the least recently used went only after the new file was on disk); a file larger than the limit
     is not written."""
-    import localchat.engine.prompt_store as P
+    import localchat.engine.cache.prompt_store as P
 
     s = store(tmp_path, limit=3 * 2600)
     folder = tmp_path / "prompts"

@@ -1,4 +1,4 @@
-"""Loop detection (engine/repetition.py): the rule on token lists, and a looping answer ending as
+"""Loop detection (engine/sampling/repetition.py): the rule on token lists, and a looping answer ending as
 each protocol's "out of tokens" over the scripted engine (each piece a token), with the knob
 `repetition_stop` set per request in each protocol's way and per model in models.toml.
 The real engine's side is in test_runaway.py."""
@@ -15,7 +15,7 @@ import pytest
 from conftest import TINY_CTX
 from test_protocols import post as scripted_post
 from localchat.engine.params import SamplingParams
-from localchat.engine.repetition import MAX_PERIOD, LoopDetector, detector
+from localchat.engine.sampling.repetition import MAX_PERIOD, LoopDetector, detector
 from localchat.models import ModelSpec, Registry, Settings
 from localchat.models.catalog import SamplingDefaults
 

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from localchat.devtools import rpclink
 from conftest import Server
 from localchat.cli import app
-from localchat.engine import rpc
+from localchat.engine.remote import rpc
 from localchat.families import FAMILIES
 from localchat.models import ModelSpec
 from localchat.models.host import load_model, make_engine

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from localchat.engine.params import SamplingParams
-from localchat.engine.sampling import Adjustments
+from localchat.engine.sampling.sampling import Adjustments
 
 N_VOCAB = 5000
 TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])

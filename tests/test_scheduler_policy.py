@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from localchat.engine.decoder import Row, StepPlan
+from localchat.engine.core.decoder import Row, StepPlan
 from localchat.engine.params import Done, Generate, SamplingParams, Started, Text
-from localchat.engine.prefix_cache import Placement
-from localchat.engine.scheduler import Scheduler
-from localchat.engine.slot import Slot
+from localchat.engine.cache.prefix_cache import Placement
+from localchat.engine.core.scheduler import Scheduler
+from localchat.engine.state.slot import Slot
 from localchat.errors import EngineError, InvalidRequest, QueueFull
 
 pytestmark = pytest.mark.fast
@@ -30,7 +30,7 @@ class Writer:
 
     def write(self) -> None:
         self.generated += 1
-        self.slot.cached.append(1000 + self.generated)
+        self.slot.cells.append(1000 + self.generated)
         self.emit(Text(f"t{self.generated}", self.index, (), self.generated))
         if self.generated >= self.budget:
             self.finish = "length"
@@ -70,7 +70,7 @@ class Script:
         lead = job.slots[0]
         n = 0
         if job.request.cache_prompt:
-            while n < min(len(lead.cached), len(job.tokens) - 1) and lead.cached[n] == job.tokens[n]:
+            while n < min(len(lead.cells), len(job.tokens) - 1) and lead.cells[n] == job.tokens[n]:
                 n += 1
         lead.keep(n)
         return Placement(n, list(job.tokens[n:]))
@@ -92,7 +92,7 @@ class Script:
 
     def execute(self, adapters, plan: StepPlan) -> int:
         for row in plan.rows:
-            row.slot.cached.extend(row.tokens)
+            row.slot.cells.extend(row.tokens)
         return 0
 
     def update(self, plan: StepPlan, jobs, fail) -> None:
@@ -240,7 +240,7 @@ def test_a_prompt_goes_to_the_slot_that_holds_the_longest_prefix():
     r.ask("a", PROMPT_A, 1)
     r.ask("b", PROMPT_B, 1)
     r.until_ended("a", "b")
-    holder = next(s.seq_id for s in r.script.slots if s.cached[:1] == [200])
+    holder = next(s.seq_id for s in r.script.slots if s.cells[:1] == [200])
     job = r.ask("b2", PROMPT_B + [7, 8, 9], 1)  # b's conversation, a turn later
     r.step()
     assert job.slots[0].seq_id == holder and r.started("b2").cached == len(PROMPT_B)
@@ -252,14 +252,14 @@ def test_an_unrelated_prompt_takes_an_empty_slot_then_the_least_recently_used():
     r.until_ended("a")
     first = r.ask("b", PROMPT_B, 1)
     r.step()
-    assert not first.slots[0].cached[:1] == [100] and r.started("b").cached == 0  # a's cache is left alone
+    assert not first.slots[0].cells[:1] == [100] and r.started("b").cached == 0  # a's cache is left alone
     r.until_ended("b")
     r.ask("c", list(range(300, 340)), 1)
     r.until_ended("c")  # every slot holds a prompt now; a's was used least recently
     job = r.ask("d", list(range(400, 440)), 1)
     r.step()
-    assert r.started("d").cached == 0 and job.slots[0].cached[:1] == [400]
-    assert not any(s.cached[:1] == [100] for s in r.script.slots)  # a's slot was the one given up
+    assert r.started("d").cached == 0 and job.slots[0].cells[:1] == [400]
+    assert not any(s.cells[:1] == [100] for s in r.script.slots)  # a's slot was the one given up
 
 
 def test_a_conversation_goes_back_to_its_own_slot_by_its_cache_key():
@@ -291,7 +291,7 @@ def test_a_step_that_raises_ends_the_running_requests_with_an_error_and_the_next
     r.step()
     assert r.step()  # the step raised: a ends with an error, its slot emptied
     assert isinstance(r.seen["a"][-2], EngineError) and r.ended("a")
-    assert all(not slot.busy and not slot.cached for slot in r.script.slots)
+    assert all(not slot.busy and not slot.cells for slot in r.script.slots)
     r.ask("b", PROMPT_B, 1)
     r.until_ended("b")
     assert [d.completion_tokens for d in r.done("b")] == [1]

@@ -20,14 +20,14 @@ pytestmark = pytest.mark.tiny  # the tiny-GGUF tier
 
 @pytest.fixture(scope="module")
 def model(tiny_models: dict[str, Path]) -> Iterator[object]:
-    from localchat.engine.model import Model
+    from localchat.engine.llama.model import Model
 
     yield Model(tiny_models["chatml"])
 
 
 def make(model: object, tmp_path: Path, **kw: object) -> object:
-    from localchat.engine import draft_cost
-    from localchat.engine.scheduler import Scheduler
+    from localchat.engine.drafting import draft_cost
+    from localchat.engine.core.scheduler import Scheduler
 
     costs = tmp_path / "step-costs.json"  # known step costs (faster than any step: never stale): no measuring decodes between the test's steps
     draft_cost.save(costs, draft_cost.machine_key(model.path, 1, model.n_gpu_layers), {1: 1e-6, 64: 1e-5})  # type: ignore[attr-defined]
@@ -68,7 +68,7 @@ def test_a_request_moves_only_when_stepped(model: object, tmp_path: Path):
         assert seen.events == [] and s.stats()["queued"] == 1  # nothing runs until the caller steps
         assert step(s)  # admitted, the prompt read, the first token sampled
         assert isinstance(seen.events[0], Started) and s.stats()["busy"] == 1
-        assert s.slots_info()[0].cached == 20  # the prompt is in the slot (the token sampled joins it next step)
+        assert s.slots_info()[0].n_cells == 20  # the prompt is in the slot (the token sampled joins it next step)
         steps = 1
         while not seen.ended:
             assert step(s) and steps < 5  # a token a step (or more, when a draft is kept)
@@ -91,7 +91,7 @@ def test_two_requests_share_each_step_and_a_third_waits_for_a_slot(model: object
             s.submit(ask(8, 2), Seen())
         step(s)  # one decode reads both prompts and samples a token for each
         assert isinstance(a.events[0], Started) and isinstance(b.events[0], Started) and c.events == []
-        assert sorted(slot.cached for slot in s.slots_info()) == [12, 14]
+        assert sorted(slot.n_cells for slot in s.slots_info()) == [12, 14]
         while not (a.ended and b.ended):
             step(s)
             assert c.events == []

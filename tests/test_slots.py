@@ -1,5 +1,5 @@
 """llama-server's slot routes (api/llamacpp/slots.py): GET /slots, and POST /slots/{id}?action=save,
-restore, erase, whose files are the prompt store's (engine/prompt_store.py). The fast part runs over
+restore, erase, whose files are the prompt store's (engine/cache/prompt_store.py). The fast part runs over
 the scripted engine (the routes' checks, the 501s); the rest over a real server with a tiny model: a
 slot saved, erased and restored serves the same prompt again from its cache, with the same tokens;
 a torn, corrupt or another model's file is a 400 and never reaches llama.cpp."""
@@ -16,7 +16,7 @@ import pytest
 from conftest import TINY_CTX, Server, same_greedy_tokens, serve_in_thread
 from localchat.api import create_app
 from localchat.engine.fake import FakeEngine
-from localchat.engine.upstream import Link, Peer
+from localchat.engine.remote.upstream import Link, Peer
 from localchat.errors import NotSupported
 from localchat.generation import Chat, ModelHost
 from localchat.models import ModelSpec, Registry, Settings

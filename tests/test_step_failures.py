@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from localchat.engine import Done, Generate, LocalEngine, SamplingParams, Text
-from localchat.engine.decoder import Decoder
-from localchat.engine.drafts import TextDrafter
+from localchat.engine.core.decoder import Decoder
+from localchat.engine.drafting.drafts import TextDrafter
 from localchat.errors import EngineError
 from localchat.families import FAMILIES, render_prompt
 from conftest import tiny_engine

@@ -1,4 +1,4 @@
-"""Cut saves lose nothing (issue 44, item 2): the prompt store (engine/prompt_store.py) through real
+"""Cut saves lose nothing (issue 44, item 2): the prompt store (engine/cache/prompt_store.py) through real
 server processes on tiny models, under faults. A server killed (SIGKILL) at random points of a
 save, a disk that fills up, saved files cut short or with a byte flipped, a model file replaced
 under its saved prompts: every next request is answered, from a valid file or read cold, never
@@ -20,7 +20,7 @@ import pytest
 
 from localchat.devtools import tinymodels
 from conftest import TINY_CTX, Server
-from localchat.engine.prompt_store import MAGIC, SAVE_MIN
+from localchat.engine.cache.prompt_store import MAGIC, SAVE_MIN
 from localchat.families import FAMILIES
 from localchat.devtools.tinymodels import write_tiny_model
 

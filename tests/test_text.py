@@ -2,7 +2,7 @@
 
 import pytest
 
-from localchat.engine.text import LineLimits, StopMatcher, Utf8Stream
+from localchat.engine.sampling.text import LineLimits, StopMatcher, Utf8Stream
 
 pytestmark = pytest.mark.fast  # the fast tier (scripts/test --fast)
 

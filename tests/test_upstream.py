@@ -24,7 +24,7 @@ import pytest
 from conftest import Server
 from localchat.engine import wire
 from localchat.engine.params import Constraint, Done, Generate, Media, Prepared, SamplingParams, Text, TokenLogprob, TopLogprob
-from localchat.engine.upstream import Peer, mapped, refusal
+from localchat.engine.remote.upstream import Peer, mapped, refusal
 from localchat.errors import ContextOverflow, QueueFull, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from localchat.families import FAMILIES
 from localchat.models import ModelSpec
@@ -366,7 +366,7 @@ def test_an_upstream_entry_leaves_the_model_to_the_peer():
 def test_a_prompt_and_where_its_last_message_starts_come_in_one_tokenization(pair, model_file: Path):
     """prepare tokenizes a chat prompt once (Tokenizer.tokenize_at): its tokens, and how many come
     before the last message's segment; a token-mode upstream asks its peer in one round trip."""
-    from localchat.engine.model import Model
+    from localchat.engine.llama.model import Model
     from localchat.peer import PREFIX
 
     peer, _ = pair

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from localchat.engine import rpc
+from localchat.engine.remote import rpc
 
 HERE, THERE, PORT = "10.213.77.1", "10.213.77.2", 50052
 ENDPOINT = f"{THERE}:{PORT}"

@@ -1,10 +1,15 @@
 """Tokens in, tokens out. Plain data at the boundary; llama_cpp stays inside.
 
-`Engine` is the interface (base.py), the data crossing it is params.py; `LocalEngine` runs
-llama.cpp in this process (engine.py), `WorkerEngine` in a supervised child process (worker.py),
-`FakeEngine` plays a script (tests; fake.py), `UpstreamEngine` asks another localchat over HTTP
-(upstream.py; its data as JSON: wire.py). The engines are imported on first use, so that
-importing this package (or params.py) never loads llama.cpp."""
+`Engine` is the interface (base.py), the data crossing it is params.py (outputs.py: what a step
+produced); `LocalEngine` runs llama.cpp in this process (engine.py), `WorkerEngine` in a supervised
+child process (worker/), `FakeEngine` plays a script (tests; fake.py), `UpstreamEngine` asks another
+localchat over HTTP (remote/; its data as JSON: wire.py). The engines are imported on first use, so
+that importing this package (or params.py) never loads llama.cpp.
+
+Below the contract, one subpackage per layer, lowest first (tests/test_imports.py's ENGINE_LAYERS:
+a module imports its own layer or below): llama/ (llama.cpp wrapped), sampling/, drafting/ and
+media/, state/ (a Job, a Slot), cache/, core/ (the step), then the engines (engine.py, fake.py,
+remote/) and worker/."""
 
 from __future__ import annotations
 
@@ -16,10 +21,10 @@ from .params import Constraint, Done, Event, Generate, PromptLogprobs, SamplingP
 if TYPE_CHECKING:
     from .engine import LocalEngine
     from .fake import FakeEngine
-    from .upstream import UpstreamEngine
-    from .worker import WorkerEngine
+    from .remote.upstream import UpstreamEngine
+    from .worker.worker import WorkerEngine
 
-_LAZY = {"LocalEngine": "engine", "FakeEngine": "fake", "WorkerEngine": "worker", "UpstreamEngine": "upstream"}
+_LAZY = {"LocalEngine": "engine", "FakeEngine": "fake", "WorkerEngine": "worker.worker", "UpstreamEngine": "remote.upstream"}
 
 
 def __getattr__(name: str) -> Any:

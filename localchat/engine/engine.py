@@ -10,14 +10,14 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 from .base import Stream, check_adapters, deliver as deliver_to_streams
-from .embed import Embedder
-from .rerank import Ranker
-from .model import Model
-from .prompt_store import PromptStore, model_key
+from .llama.embed import Embedder
+from .llama.rerank import Ranker
+from .llama.model import Model
+from .cache.prompt_store import PromptStore, model_key
 from .params import N_BATCH, Draft, EngineConfig, EngineStats, Event, Generate, SlotDone, SlotInfo
 from .outputs import StepOutput
-from .scheduler import Scheduler
-from .vision import Projector
+from .core.scheduler import Scheduler
+from .media.vision import Projector
 
 
 class LocalEngine:
@@ -42,7 +42,7 @@ class LocalEngine:
         try:
             self.model.load_adapters(loras)
             if draft is not None:
-                from .draft_model import check_compatible
+                from .drafting.draft_model import check_compatible
 
                 self.draft_model = Model(Path(draft.path), n_gpu_layers=draft.gpu_layers)
                 check_compatible(self.model, self.draft_model)
@@ -124,7 +124,7 @@ class LocalEngine:
         return await asyncio.to_thread(self.slot_action_blocking, action, slot_id, path)
 
     def slot_action_blocking(self, action: str, slot_id: int, path: str | None = None) -> SlotDone:
-        from .slot_actions import slot_action
+        from .core.slot_actions import slot_action
 
         return slot_action(self.scheduler, self._key, action, slot_id, path)
 

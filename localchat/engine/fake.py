@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import ContextOverflow, EngineCrashed, ModelUnavailable
 from .base import Emit, Stream, check_queue, no_slot_actions
 from .params import Done, EngineStats, Generate, Prepared, SlotDone, SlotInfo, Started, Text
-from .repetition import detector
+from .sampling.repetition import detector
 
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # as WorkerEngine's: this many deaths within this many seconds fail the model
 

@@ -31,11 +31,11 @@ class SamplingParams:
     frequency_penalty: float = _knob(0.0, ge=-2, le=2)
     penalty_last_n: int = _knob(64, ge=-1, le=1 << 20)  # llama.cpp allocates this many per sequence
     # End a generation that loops: its last this-many tokens (and 3 periods) repeat a unit of 1 to 256
-    # tokens (engine/repetition.py); it ends as at max_tokens ("length"). 0: never.
+    # tokens (engine/sampling/repetition.py); it ends as at max_tokens ("length"). 0: never.
     repetition_stop: int = _knob(256, ge=0, le=1 << 20)
-    # Draft at most this many tokens a step from the text read and written so far (engine/drafts.py), verified
+    # Draft at most this many tokens a step from the text read and written so far (engine/drafting/drafts.py), verified
     # in the same batch: the same text, faster where the output copies earlier text (an edit, a patch). How
-    # many, up to this, is the cost model's choice (engine/draft_cost.py: what a step costs here). 0: off.
+    # many, up to this, is the cost model's choice (engine/drafting/draft_cost.py: what a step costs here). 0: off.
     ngram_draft: int = _knob(64, ge=0, le=64)
     # A prompt of at least this many tokens that matches a slot's cache but for a span (a folder's path, a
     # date, a session id) reuses the cached cells after the span, moved to their new positions (matching.py's
@@ -284,7 +284,7 @@ class Started:
 
 @dataclass(frozen=True)
 class WorkerState:
-    """The process a model runs in (engine/worker.py): its pid, state and crashes so far."""
+    """The process a model runs in (engine/worker/worker.py): its pid, state and crashes so far."""
 
     pid: int
     state: str  # "starting", "ready", "restarting", "rpc_down", "failed", "stopped"
@@ -302,7 +302,7 @@ class RpcEndpoint:
 
 @dataclass(frozen=True)
 class UpstreamState:
-    """The server a model stands for (engine/upstream.py, upstream_chat.py), as last probed."""
+    """The server a model stands for (engine/remote/upstream.py, upstream_chat.py), as last probed."""
 
     url: str
     model: str | None
@@ -362,7 +362,7 @@ class SlotInfo:
 
     id: int
     processing: bool  # a request runs in it
-    cached: int  # tokens whose K/V cells it holds: its prompt cache
+    n_cells: int  # tokens whose K/V cells it holds: its prompt cache
     task: int = -1  # the number of the last request it took (the engine's own count); -1: none yet
 
 

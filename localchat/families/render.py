@@ -32,7 +32,7 @@ class Prompt:
     segments: tuple[tuple[str, bool], ...]
     dropped: frozenset[int] = frozenset()  # messages whose text the template left out
     # the segment where the last message shown begins (its first piece of text; len(segments): none): what
-    # follows is the turn being answered, which a shifted cache reuse always reads (engine/matching.py)
+    # follows is the turn being answered, which a shifted cache reuse always reads (engine/cache/matching.py)
     last_turn: int | None = None
     # per segment, the message whose text it is (None: the template's own text); empty: not known
     owners: tuple[int | None, ...] = ()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..engine import Constraint
-from ..engine.checking import fail_points
+from ..engine.sampling.checking import fail_points
 from ..engine.params import Check
 from ..errors import InvalidRequest
 from ..families import Family
@@ -58,7 +58,7 @@ def build(rules: OutputRules, tools: list[ToolSpec], family: Family, thinking: b
             return grammar, (value_check("", answer, loosened),) if loosened else ()
 
         key = ("json", rules.json_schema, rules.json_object, rules.strict, bool(after_think), max_bytes)
-        grammar, checks = cached(key, make_json)
+        grammar, checks = made_once(key, make_json)
         return Constraint(grammar, after_think, checks=checks)
     if not rules.calls_tools:
         return None
@@ -92,7 +92,7 @@ def build(rules: OutputRules, tools: list[ToolSpec], family: Family, thinking: b
 
     key = ("tools", [(t.name, t.parameters) for t in tools], codec.name, lazy, answer, rules.strict,
            rules.parallel_tool_calls, bool(after_think), max_bytes)
-    grammar, loosened, loose, checks = cached(key, make_tools)
+    grammar, loosened, loose, checks = made_once(key, make_tools)
     if lazy:  # free text, then the calls once a trigger is written (the syntax's own, or a call begun otherwise)
         return Constraint(grammar, (codec.trigger,), tuple(loose), after=after_think[0] if after_think else "",
                           loosened=loosened, checks=checks)
@@ -101,7 +101,7 @@ def build(rules: OutputRules, tools: list[ToolSpec], family: Family, thinking: b
 
 def value_check(anchor: str, schema: Any, entries: list[str] | tuple[str, ...]) -> Check:
     """What the grammar of `schema` holds only in part (`entries`), checked as the value after
-    `anchor` is written (engine/checking.py)."""
+    `anchor` is written (engine/sampling/checking.py)."""
     return Check(anchor, json.dumps(schema), fail_points(list(entries)), tuple(entries))
 
 
@@ -139,7 +139,7 @@ _GRAMMARS_KEPT = 128
 _lock = threading.Lock()
 
 
-def cached(key: Any, make: Callable[[], Any]) -> Any:
+def made_once(key: Any, make: Callable[[], Any]) -> Any:
     """A checked grammar made once per schema set: agents send the same 100 tools every turn, and
     turning them into a grammar costs far more than hashing them. Failures are not kept."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -158,7 +158,7 @@ def cached(key: Any, make: Callable[[], Any]) -> Any:
 def check_grammar(grammar: str, max_bytes: int) -> None:
     """A grammar as given (the request's raw `grammar`, a peer's): one llama.cpp accepts, within
     max_grammar_bytes, or a GrammarError; each checked once (kept, as the made ones are)."""
-    cached(("gbnf", grammar, max_bytes), lambda: validate(grammar, max_bytes=max_bytes) or True)
+    made_once(("gbnf", grammar, max_bytes), lambda: validate(grammar, max_bytes=max_bytes) or True)
 
 
 def check_given(constraint: Constraint, settings: Settings) -> None:

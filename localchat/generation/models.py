@@ -169,7 +169,7 @@ class Models:
         for m in list(self._host.loaded.values()):
             stats = m.engine.stats()
             try:
-                used: int | None = sum(slot.cached for slot in await asyncio.wait_for(m.engine.slots(), 5))
+                used: int | None = sum(slot.n_cells for slot in await asyncio.wait_for(m.engine.slots(), 5))
             except (LocalchatError, TimeoutError):  # not ours to list (an upstream), a worker restarting
                 used = None
             out.append(Load(m.spec.name, stats.slots, stats.busy, m.active, stats.queued,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..engine import Generate, Stream
-from ..engine.upstream_chat import ChatEngine, token_mode_only
+from ..engine.remote.upstream_chat import ChatEngine, token_mode_only
 from ..models import Settings
 from ..models.host import LoadedModel
 from ..neutral import GenerationRequest, Piece

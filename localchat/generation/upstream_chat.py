@@ -1,5 +1,5 @@
 """Generation for a model whose engine renders and parses itself (an upstream in chat mode,
-engine/upstream_chat.py): instead of rendering, constraining and tokenizing (prepare.py), the
+engine/remote/upstream_chat.py): instead of rendering, constraining and tokenizing (prepare.py), the
 neutral request becomes OpenAI chat's fields (`converse`), and the engine's events become the
 neutral pieces the protocols already read (`CallChecker`, in place of a family's splitter).
 

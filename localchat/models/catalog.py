@@ -12,8 +12,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import paths, wheel
-from ..engine.rpc import MAX_ENDPOINTS, check_endpoint
-from ..engine.upstream import Peer
+from ..engine.remote.rpc import MAX_ENDPOINTS, check_endpoint
+from ..engine.remote.upstream import Peer
 from ..errors import ModelNotFound, ModelUnavailable
 from .settings import CacheType, SamplingDefaults, Settings, parse_duration, sampling_model
 
@@ -66,7 +66,7 @@ class ModelSpec(BaseModel):
     rope_scaling: Literal["linear", "yarn"] = "yarn"
     rope_scale: float | None = Field(None, ge=1, le=64)
     rerank: bool = False  # serve /v1/rerank by asking the model yes or no, if the GGUF has no rank pooling
-    # Speculative decoding with a draft model (llama-server's --model-draft; engine/draft_model.py): another
+    # Speculative decoding with a draft model (llama-server's --model-draft; engine/drafting/draft_model.py): another
     # registered model with the same vocabulary, smaller (Qwen2.5-Coder 0.5B for the 1.5B), loaded beside this
     # one; it replaces the n-gram lookup. draft_max, draft_min, draft_p_min: llama-server's --draft-max,
     # --draft-min, --draft-p-min. Faster where decoding is bound by memory bandwidth (a GPU), slower on a small CPU.

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from ..engine.upstream import describe as remote_describe
-from ..engine.upstream_chat import describe as chat_describe
+from ..engine.remote.upstream import describe as remote_describe
+from ..engine.remote.upstream_chat import describe as chat_describe
 from ..errors import LocalchatError, ModelUnavailable
 from ..families import Family, choose
 from .catalog import ModelSpec

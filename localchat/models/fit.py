@@ -124,7 +124,7 @@ class Need:
 
 def need(shape: MemoryShape, context: int, slots: int, draft: MemoryShape | None = None,
          cache: KvCache = F16) -> Need:
-    """With `draft`, a draft model's too (engine/draft_model.py): its weights, and its own context of as many
+    """With `draft`, a draft model's too (engine/drafting/draft_model.py): its weights, and its own context of as many
     slots of as many tokens (its cache f16), with its compute buffers."""
     own = Need(shape.weights, shape.kv_bytes(context, slots, cache), shape.compute_bytes(context, slots))
     if draft is None:

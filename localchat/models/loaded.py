@@ -107,7 +107,7 @@ def make_engine(path: Path, *, worker: bool, name: str, **options: Any) -> Engin
     config = EngineConfig(str(path), **{k: tuple(str(x) if k != "tensor_split" else x for x in v)
                                         if k in lists and v is not None else v for k, v in options.items()})
     if worker or config.rpc:
-        from ..engine.worker import WorkerEngine
+        from ..engine.worker.worker import WorkerEngine
 
         return WorkerEngine(config, name)
     from ..engine.engine import LocalEngine
@@ -180,7 +180,7 @@ def _rpc_options(spec: ModelSpec) -> tuple[dict[str, Any], Memory | None]:
     says how many) and its workers' free memory, probed; nothing for another model."""
     if not spec.rpc:
         return {}, None
-    from ..engine import rpc
+    from ..engine.remote import rpc
 
     endpoints = rpc.probe_all(spec.rpc, spec.name)
     memory = Memory(sum(e.free for e in endpoints), "RPC at " + ", ".join(spec.rpc))

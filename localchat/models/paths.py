@@ -30,7 +30,7 @@ def prompt_cache_dir() -> Path:
 
 
 def step_costs_file() -> Path:
-    """What a decode step costs per model and machine, measured once (engine/draft_cost.py)."""
+    """What a decode step costs per model and machine, measured once (engine/drafting/draft_cost.py)."""
     return cache_dir() / "step-costs.json"
 
 

@@ -1,6 +1,6 @@
 """An `upstream` entry of models.toml: the model runs in another localchat (`serve --peer`), and
 what this server needs to render, constrain and size for it is what the peer says about it:
-its GGUF's facts, family and template, projector, context, slots and sizing (engine/upstream.py
+its GGUF's facts, family and template, projector, context, slots and sizing (engine/remote/upstream.py
 opens it there). `facts_dict` is the peer's half: what its /internal/engine/open answers."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from ..engine.upstream import UpstreamEngine
-from ..engine.upstream_chat import ChatEngine
+from ..engine.remote.upstream import UpstreamEngine
+from ..engine.remote.upstream_chat import ChatEngine
 from ..errors import LocalchatError, UpstreamError
 from ..families import FAMILIES, Family, get_family
 from .catalog import ModelSpec

@@ -52,7 +52,7 @@ class InfillRequest(_Lenient):
     seed: int | None = None
     stop: list[str] = Field([], max_length=16)
     cache_prompt: bool = True  # false: the slot's prompt cache is neither read nor kept
-    # llama.vscode's limits, as llama-server applies them (engine/text.py LineLimits); 0 or less: off
+    # llama.vscode's limits, as llama-server applies them (engine/sampling/text.py LineLimits); 0 or less: off
     n_indent: int = 0
     t_max_predict_ms: int = 0
     t_max_prompt_ms: int | None = None  # accepted and ignored, as llama-server does

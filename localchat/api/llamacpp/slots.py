@@ -7,7 +7,7 @@ Ours: `?model=NAME` picks the model (default: the default model); GET lists noth
 that is not loaded; `id_task` is the number of the last request the slot took (-1: none yet) and
 is always there, as `n_prompt_tokens` is; llama-server's `speculative`, `params`, `next_token`
 are not given. A slot that is processing a request is a 409 (llama-server waits for it); the
-files are localchat's prompt-store files (engine/prompt_store.py), not llama.cpp's. Through the
+files are localchat's prompt-store files (engine/cache/prompt_store.py), not llama.cpp's. Through the
 service's `chat.models` (generation/models.py)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def routes(chat: Chat) -> list[Route]:
     async def list_slots(request: Request) -> Response:
         n_ctx, slots = await chat.models.slots(request.query_params.get("model") or None)
         return JSONResponse([{"id": s.id, "id_task": s.task, "n_ctx": n_ctx, "is_processing": s.processing,
-                              "n_prompt_tokens": s.cached} for s in slots])
+                              "n_prompt_tokens": s.n_cells} for s in slots])
 
     async def slot_action(request: Request) -> Response:
         raw = request.path_params["id_slot"]

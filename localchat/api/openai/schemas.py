@@ -67,7 +67,7 @@ class PredictionPart(_Lenient):
 
 class Prediction(_Lenient):
     """OpenAI's Predicted Outputs: the text the answer is expected to be (a file being edited), as a
-    string or text parts; drafts read it first (engine/drafts.py). The answer is the same with or
+    string or text parts; drafts read it first (engine/drafting/drafts.py). The answer is the same with or
     without it."""
     type: Literal["content"]
     content: str | list[PredictionPart]

@@ -70,7 +70,7 @@ class Codec(CallSyntax):
 
     def arguments_anchor(self, tool: ToolSpec, tools: Sequence[ToolSpec]) -> str | None:
         """A regular expression for the text right before a call's arguments, when they are one
-        JSON value the checker of written values can follow (engine/checking.py); None if not."""
+        JSON value the checker of written values can follow (engine/sampling/checking.py); None if not."""
         return None
 
     def loose_triggers(self, tools: Sequence[ToolSpec], options: GrammarOptions) -> list[tuple[str, str]]:

@@ -13,10 +13,10 @@ from typing import Any
 import llama_cpp as C
 import numpy as np
 
-from ..errors import EngineError, InvalidRequest, ModelUnavailable
+from ...errors import EngineError, InvalidRequest, ModelUnavailable
 from .batch import Batch
 from .model import Model
-from .params import EMBED_BATCH
+from ..params import EMBED_BATCH
 
 
 class Embedder:

@@ -29,10 +29,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineCrashed, ModelUnavailable
-from . import rpc as rpc_link
-from .base import Stream, check_adapters, check_queue, deliver
-from .params import EngineConfig, EngineStats, Generate, RpcEndpoint, SlotDone, SlotInfo, Started, WorkerState
+from ...errors import EngineCrashed, ModelUnavailable
+from ..remote import rpc as rpc_link
+from ..base import Stream, check_adapters, check_queue, deliver
+from ..params import EngineConfig, EngineStats, Generate, RpcEndpoint, SlotDone, SlotInfo, Started, WorkerState
 
 log = logging.getLogger("localchat.worker")
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # this many deaths within this many seconds: the model is failed
@@ -50,7 +50,7 @@ class WorkerEngine:
     confirms = False  # submit refuses at once (base.py)
 
     def __init__(self, config: EngineConfig, name: str = "") -> None:
-        from .model import Model  # the vocabulary, in this process: llama.cpp loads here, not on import
+        from ..llama.model import Model  # the vocabulary, in this process: llama.cpp loads here, not on import
 
         self.name = name or Path(config.path).stem
         self.model = Model(Path(config.path), vocab_only=True)
@@ -180,7 +180,7 @@ class WorkerEngine:
             rpc_link.probe_all(list(self.rpc), self.name)
         parent, child = socket.socketpair()
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from localchat.engine.worker_child import child_main; child_main()",
+            [sys.executable, "-c", "from localchat.engine.worker.worker_child import child_main; child_main()",
              str(child.fileno()), self._config.to_json()],
             pass_fds=(child.fileno(),), start_new_session=True)  # Ctrl-C reaches the server, which stops it
         child.close()

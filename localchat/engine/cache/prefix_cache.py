@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 import llama_cpp as C
 import numpy as np
 
-from ..errors import EngineError, InvalidRequest, SlotBusy
+from ...errors import EngineError, InvalidRequest, SlotBusy
 from . import kv_state
-from .job import Job, Jump
+from ..state.job import Job, Jump
 from .matching import common_prefix, shifted_matches
 from .prompt_store import REMEMBERED, RESTORE_MIN, SAVE_MIN, SPARE_MIN, PromptStore, common, copy_state, put_state
-from .slot import Slot
+from ..state.slot import Slot
 
 _log = logging.getLogger("localchat.engine")
 MISS_MIN = 64  # cached tokens a prompt must miss for the access log to say why (prefix_cache.missed)
@@ -61,11 +61,11 @@ class PrefixCache:
         reuse; the slot's other cells go. With why it was served less than a cached sequence held,
         if it was (`_missed`)."""
         seen = self._seen(job)
-        before = [list(s.cached) for s in job.slots]
+        before = [list(s.cells) for s in job.slots]
         placed = self._place(job)
         placed.miss = self._missed(seen, len(job.tokens), placed.cached)
         for i, (slot, old) in enumerate(zip(job.slots, before)):  # what this request takes from its slots
-            kept = common_prefix(old, slot.cached) if i == 0 else 0  # (n > 1: the others get the lead's prompt)
+            kept = common_prefix(old, slot.cells) if i == 0 else 0  # (n > 1: the others get the lead's prompt)
             if len(old) - kept >= MISS_MIN:
                 self.evicted.append(np.asarray(old, dtype=np.int32))
         return placed
@@ -73,7 +73,7 @@ class PrefixCache:
     def _place(self, job: Job) -> Placement:
         req, lead = job.request, job.slots[0]
         self._spare(job)
-        n = min(common_prefix(lead.cached, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
+        n = min(common_prefix(lead.cells, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
         cache = lead.adapters == req.adapters and req.cache_prompt and req.prompt_logprobs is None
         if not cache:
             n, lead.adapters = 0, req.adapters  # other adapters' cache, none wanted, or every token's logits wanted
@@ -83,7 +83,7 @@ class PrefixCache:
             n = span.start
         if cache and (shifted := self._shift(job, n)) is not None:
             return shifted
-        if n < len(lead.cached) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, lead.keep(n), -1):
+        if n < len(lead.cells) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, lead.keep(n), -1):
             C.llama_memory_seq_rm(self.mem, lead.seq_id, -1, -1)
             n = lead.keep(0)
         return Placement(n, list(job.tokens[n:]))
@@ -98,8 +98,8 @@ class PrefixCache:
         req, tokens = job.request, job.tokens
         if not req.cache_prompt or req.prompt_logprobs is not None or req.adapters or job.prompt is not None:
             return []
-        seen = [(n, len(s.cached), "busy" if s.busy and s not in job.slots else "idle", _after(s.cached, n))
-                for s in self.slots if s.cached for n in [common_prefix(s.cached, tokens)]]
+        seen = [(n, len(s.cells), "busy" if s.busy and s not in job.slots else "idle", _after(s.cells, n))
+                for s in self.slots if s.cells for n in [common_prefix(s.cells, tokens)]]
         hit = self.store.best(tokens, self.n_ctx) if self.store is not None else None
         if hit is not None:
             seen.append((hit[1], len(hit[0].tokens), "idle", _after(hit[0].tokens, hit[1])))
@@ -144,12 +144,12 @@ class PrefixCache:
         if self.store is None:
             return
         for i, slot in enumerate(job.slots):
-            if (len(slot.cached) < RESTORE_MIN or slot.adapters or slot.media or (i == 0 and reuse(slot, job))
-                    or len(slot.cached) - self.store.saved_prefix(slot.cached) < SPARE_MIN):
+            if (len(slot.cells) < RESTORE_MIN or slot.adapters or slot.media or (i == 0 and reuse(slot, job))
+                    or len(slot.cells) - self.store.saved_prefix(slot.cells) < SPARE_MIN):
                 continue
-            if self.store.save(self.ctx, slot.seq_id, slot.cached):
+            if self.store.save(self.ctx, slot.seq_id, slot.cells):
                 _log.info("prompt cache: slot %d given to another prompt: its %d tokens saved first",
-                          slot.seq_id, len(slot.cached))
+                          slot.seq_id, len(slot.cells))
 
     def _shift(self, job: Job, n: int) -> Placement | None:
         """A shifted reuse (matching.shifted_matches): the lead slot holds the prompt but for spans after
@@ -161,7 +161,7 @@ class PrefixCache:
         lead = job.slots[0]
         if not self.shiftable or not shifts(lead, job):
             return None
-        hits = shifted_matches(lead.cached, job.tokens, n, job.request.fresh_from)
+        hits = shifted_matches(lead.cells, job.tokens, n, job.request.fresh_from)
         if not hits:
             return None
         seq, mem, far = lead.seq_id, self.mem, 1 << 24
@@ -211,14 +211,14 @@ class PrefixCache:
             merged = (kv_state.joined(state, job.moved, jump.start, jump.end)
                       if state is not None and job.moved is not None else None)
             if merged is not None and put_state(self.ctx, slot.seq_id, merged):
-                slot.cached.extend(jump.tokens)
+                slot.cells.extend(jump.tokens)
                 continue
             if merged is not None:  # the sequence is empty now: read it all
                 slot.keep(0)
                 job.pending = list(job.tokens)
             else:
-                job.pending = list(job.tokens[len(slot.cached):])
-            job.jumps, job.moved, job.cached = [], None, len(slot.cached)
+                job.pending = list(job.tokens[len(slot.cells):])
+            job.jumps, job.moved, job.cached = [], None, len(slot.cells)
             _log.warning("prompt cache: the moved cells could not be put back; %d tokens read instead", len(job.pending))
         if not job.jumps:
             job.moved = None
@@ -229,9 +229,9 @@ class PrefixCache:
         hit = self.store.best(tokens, self.n_ctx)
         if hit is None or min(hit[1], len(tokens) - 1) - n < RESTORE_MIN:
             return n
-        slot.cached, slot.media, slot.pos_delta = self.store.restore(hit[0], self.ctx, slot.seq_id) or [], [], 0
-        served = min(common_prefix(slot.cached, tokens), len(tokens) - 1)
-        if slot.cached:
+        slot.cells, slot.media, slot.pos_delta = self.store.restore(hit[0], self.ctx, slot.seq_id) or [], [], 0
+        served = min(common_prefix(slot.cells, tokens), len(tokens) - 1)
+        if slot.cells:
             _log.info("prompt cache: %d tokens restored from %s (the slot held %d of them)", served,
                       hit[0].path.name, n)
         return served
@@ -241,8 +241,8 @@ class PrefixCache:
         shares with it (an agent's first long prompt, a chat grown by that much)."""
         slot = job.slots[0]
         if (self.store is not None and job.request.cache_prompt and not slot.adapters and not slot.media
-                and len(slot.cached) - self.store.saved_prefix(slot.cached) >= SAVE_MIN):
-            self.store.save(self.ctx, slot.seq_id, slot.cached)
+                and len(slot.cells) - self.store.saved_prefix(slot.cells) >= SAVE_MIN):
+            self.store.save(self.ctx, slot.seq_id, slot.cells)
 
     # -- llama-server's slot actions (the scheduler runs them between two steps) ---------------
 
@@ -266,7 +266,7 @@ class PrefixCache:
         state = copy_state(self.ctx, slot.seq_id)
         if state is None:
             raise EngineError(f"llama.cpp would not copy slot {slot_id}'s cells out")
-        return list(slot.cached), state
+        return list(slot.cells), state
 
     def slot_restore(self, slot_id: int, tokens: list[int], state: bytearray) -> None:
         """Replace an idle slot's cache by a checked file's tokens and cells."""
@@ -280,12 +280,12 @@ class PrefixCache:
         if tokens and not put_state(self.ctx, slot.seq_id, state):
             raise InvalidRequest(f"filename: llama.cpp could not put its {len(tokens)} tokens' cells into slot "
                                  f"{slot_id} (no room in the cache); the slot is empty now", param="filename")
-        slot.cached = list(tokens)
+        slot.cells = list(tokens)
 
     def slot_erase(self, slot_id: int) -> int:
         """Empty an idle slot's cache; the tokens it held."""
         slot = self._idle_slot(slot_id)
-        n = len(slot.cached)
+        n = len(slot.cells)
         C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
         slot.keep(0)
         return n
@@ -305,10 +305,10 @@ def reuse(slot: Slot, job: Job) -> int:
     tokens = job.tokens
     if slot.adapters != job.request.adapters or not job.request.cache_prompt:
         return 0
-    common = common_prefix(slot.cached, tokens)
+    common = common_prefix(slot.cells, tokens)
     if shifts(slot, job):  # (the moved stretches serve too)
-        common += sum(length for _, _, length in shifted_matches(slot.cached, tokens, common, job.request.fresh_from))
-    return common if 2 * common > len(tokens) or 2 * common >= len(slot.cached) else 0
+        common += sum(length for _, _, length in shifted_matches(slot.cells, tokens, common, job.request.fresh_from))
+    return common if 2 * common > len(tokens) or 2 * common >= len(slot.cells) else 0
 
 
 def shifts(slot: Slot, job: Job) -> bool:

@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelUnavailable
+from ...errors import ModelUnavailable
 
 # ggml-rpc.cpp / ggml-rpc.h of the pinned llama.cpp
 PROTO_MAJOR, PROTO_MINOR, PROTO_PATCH = 7, 0, 0

@@ -15,7 +15,7 @@ dropped as superseded.
 
 A file is: MAGIC, one JSON line (the model's key, token count, state bytes, a CRC-32 of the
 tokens and the state together), the tokens (int32), the state (`write_file`, `read_file`: the one
-format, also of the slot files llama-server's `/slots` routes save and restore, engine/slot_actions.py).
+format, also of the slot files llama-server's `/slots` routes save and restore, engine/core/slot_actions.py).
 It is written whole to a temporary file, synced, renamed over its name and the folder synced: a
 process killed or a disk filled mid-save leaves the old file or none, never half of one (and the
 temporary file goes at the next start). Entries are per model file (its path, size and mtime make

@@ -21,15 +21,15 @@ from pathlib import Path
 
 import llama_cpp as C
 
-from ..errors import ModelUnavailable
-from . import draft_cost
-from .batch import Batch
-from .job import Adapters, Job, apply_adapters, chunk_size, read_prompt_logprobs
+from ...errors import ModelUnavailable
+from ..drafting import draft_cost
+from ..llama.batch import Batch
+from ..state.job import Adapters, Job, apply_adapters, chunk_size, read_prompt_logprobs
 from .media_feed import MediaFeed
-from .model import Model
-from .params import SWA_FULL, PromptLogprobs
-from .prefix_cache import PrefixCache
-from .slot import Sequence, Slot
+from ..llama.model import Model
+from ..params import SWA_FULL, PromptLogprobs
+from ..cache.prefix_cache import PrefixCache
+from ..state.slot import Sequence, Slot
 
 _log = logging.getLogger("localchat.engine")
 # Prompt tokens a step while a request wants their log-probabilities: each is a row of logits in
@@ -115,7 +115,7 @@ class Decoder:
         self.cost = draft_cost.load(self._costs_file, self._costs_key)
         self._threads = n_threads
         self._measurements = 0  # measurements this load has started (draft_cost.REMEASURE at most)
-        self._check = draft_cost.Check()  # the live steps of one token against the figures
+        self._check = draft_cost.StaleCheck()  # the live steps of one token against the figures
         self.probe = self._measure_again() if self.cost is None else None
         self.cost = self.cost or draft_cost.DEFAULT
 
@@ -150,7 +150,7 @@ class Decoder:
 
     def _checked(self, seconds: float) -> None:
         """A live step of one token took `seconds`: where such steps run STALE times faster than the
-        figures say, the figures were measured under load (draft_cost.Check): measured again while idle."""
+        figures say, the figures were measured under load (draft_cost.StaleCheck): measured again while idle."""
         if self.probe is not None or not self._check.add(self.cost, seconds):
             return
         probe = self._measure_again()
@@ -296,12 +296,12 @@ class Decoder:
             return
         if kept < len(drafts):
             slot = seq.slot
-            C.llama_memory_seq_rm(self.mem, slot.seq_id, slot.keep(len(slot.cached) - (len(drafts) - kept)), -1)
+            C.llama_memory_seq_rm(self.mem, slot.seq_id, slot.keep(len(slot.cells) - (len(drafts) - kept)), -1)
         seq.verified(len(drafts), kept)
 
     def _add(self, i: int, slot: Slot, token: int, logits: bool) -> None:
         self.batch.set(i, token, slot.next_pos, slot.seq_id, logits)
-        slot.cached.append(token)
+        slot.cells.append(token)
 
     def _prompt_done(self, job: Job, idx: int) -> None:
         """The prompt is in the lead slot: share its cells with the other slots, then every

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import llama_cpp as C
 
-from ..errors import ModelUnavailable
-from .base import check_fits
+from ...errors import ModelUnavailable
+from ..base import check_fits
 from .utf8guard import Utf8Tables
 
 LONG_TEXT, LONG_TEXTS_KEPT = 4096, 32  # texts this long (bytes) have their tokens kept; how many

@@ -19,10 +19,10 @@ from typing import Any
 
 import httpx
 
-from ..errors import LocalchatError, UpstreamError, UpstreamTimeout, UpstreamUnavailable
-from . import wire
-from .base import Emit, Stream, check_adapters, check_fits, no_slot_actions
-from .params import EngineStats, Generate, SlotDone, SlotInfo, UpstreamState
+from ...errors import LocalchatError, UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from .. import wire
+from ..base import Emit, Stream, check_adapters, check_fits, no_slot_actions
+from ..params import EngineStats, Generate, SlotDone, SlotInfo, UpstreamState
 
 PREFIX = "/internal/engine"
 # a request that failed on a kept-alive connection before any answer: the peer had dropped it

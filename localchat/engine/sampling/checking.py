@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..grammars.check import Violation, ValueChecker
-from .params import Check
+from ...grammars.check import Violation, ValueChecker
+from ..params import Check
 
 # Keywords whose sub-schemas hold for the values under a value whatever its other parts are (the
 # checker follows them to a completed value); the others apply on a condition, checked with the value.

@@ -15,7 +15,7 @@ from typing import Any
 import llama_cpp as C
 import numpy as np
 
-from ..errors import ModelUnavailable
+from ...errors import ModelUnavailable
 from .embed import Embedder
 from .model import Model
 

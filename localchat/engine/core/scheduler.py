@@ -24,17 +24,17 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 
-from ..errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable
-from .base import check_queue
+from ...errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable
+from ..base import check_queue
 from .decoder import StepPlan
 from .executor import Executor
-from .job import Adapters, Job, owned, vacancy
-from .prefix_cache import reuse
-from .model import Model
-from .outputs import Outbox, StepOutput
-from .params import N_BATCH, Draft, Generate, SlotInfo, Started
-from .prompt_store import PromptStore
-from .vision import Projector
+from ..state.job import Adapters, Job, owned, vacancy
+from ..cache.prefix_cache import reuse
+from ..llama.model import Model
+from ..outputs import Outbox, StepOutput
+from ..params import N_BATCH, Draft, Generate, SlotInfo, Started
+from ..cache.prompt_store import PromptStore
+from ..media.vision import Projector
 
 _log = logging.getLogger("localchat.engine")
 T = TypeVar("T")
@@ -131,7 +131,7 @@ class Scheduler:
 
     def slots_info(self) -> list[SlotInfo]:
         """Each slot's state now (read from any thread: a snapshot, not a lock)."""
-        return [SlotInfo(s.seq_id, s.busy, len(s.cached), s.task) for s in self.slots]
+        return [SlotInfo(s.seq_id, s.busy, len(s.cells), s.task) for s in self.slots]
 
     def stats(self) -> dict[str, int]:
         return {"slots": self.parallel, "busy": sum(s.busy for s in self.slots),

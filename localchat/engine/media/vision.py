@@ -25,9 +25,9 @@ import llama_cpp as C
 import llama_cpp.mtmd_cpp as M
 import numpy as np
 
-from ..errors import InvalidRequest, ModelUnavailable
-from .model import Model, _llama_log
-from .params import Generate, Media
+from ...errors import InvalidRequest, ModelUnavailable
+from ..llama.model import Model, _llama_log
+from ..params import Generate, Media
 
 _log = logging.getLogger("localchat.engine")
 M.mtmd_log_set(_llama_log, ctypes.c_void_p(0))  # errors to the log, the rest of its chatter nowhere

@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from ..errors import InvalidRequest, LocalchatError, QueueFull, UpstreamError
-from .base import Emit, Stream
-from .params import CallDelta, Converse, Done, EngineStats, Generate, Prepared, Text, Thought, UpstreamState
+from ...errors import InvalidRequest, LocalchatError, QueueFull, UpstreamError
+from ..base import Emit, Stream
+from ..params import CallDelta, Converse, Done, EngineStats, Generate, Prepared, Text, Thought, UpstreamState
 from .upstream import DESCRIBE_TIMEOUT, Link, Peer, mapped
 
 # The requests this server sends an upstream at once are not limited here (the upstream queues

@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import llama_cpp as C
 
-from .model import Model
-from .outputs import Item, Outbox
-from .params import Generate
-from .repetition import detector
-from .sampling import Sampler
+from ..llama.model import Model
+from ..outputs import Item, Outbox
+from ..params import Generate
+from ..sampling.repetition import detector
+from ..sampling.sampling import Sampler
 from .slot import Sequence, Slot, token_logprob
 
 if TYPE_CHECKING:
-    from .vision import Expanded
+    from ..media.vision import Expanded
 
 Adapters = tuple[tuple[int, float], ...]  # LoRA adapters applied: (index in the model's list, scale)
 
@@ -110,7 +110,7 @@ def apply_adapters(ctx: int, model: Model, adapters: Adapters) -> None:
 def vacancy(slot: Slot) -> tuple[bool, float, int]:
     """Which free slot to give up first: an empty one, the lowest first (llama.cpp batches
     consecutive slot ids in one graph), else the least recently used."""
-    return (not slot.cached, -slot.used_at, -slot.seq_id)
+    return (not slot.cells, -slot.used_at, -slot.seq_id)
 
 
 def owned(slot: Slot, job: Job) -> bool:

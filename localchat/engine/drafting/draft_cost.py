@@ -39,7 +39,7 @@ from pathlib import Path
 
 import llama_cpp as C
 
-from .batch import Batch
+from ..llama.batch import Batch
 
 _log = logging.getLogger("localchat.engine")
 
@@ -83,7 +83,7 @@ class StepCost:
 DEFAULT = StepCost(CPU)
 
 
-class Check:
+class StaleCheck:
     """The live steps of one token against the measured figures: `add` each one's seconds; it says
     True once the median of CHECKED of them is STALE times under the measured step of one (the
     measurement was taken under load). Slower live steps are no sign (a long context costs more).

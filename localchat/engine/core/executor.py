@@ -10,17 +10,17 @@ from collections.abc import Callable
 
 import llama_cpp as C
 
-from ..errors import EngineError, LocalchatError
+from ...errors import EngineError, LocalchatError
 from .decoder import Decoder, StepPlan, open_context, shiftable
-from .draft_model import DraftContext
-from .job import Adapters, Job, make_sequence
+from ..drafting.draft_model import DraftContext
+from ..state.job import Adapters, Job, make_sequence
 from .media_feed import MediaFeed
-from .model import Model
-from .params import Draft
-from .prefix_cache import Placement, PrefixCache
-from .prompt_store import PromptStore
-from .slot import Slot
-from .vision import Projector
+from ..llama.model import Model
+from ..params import Draft
+from ..cache.prefix_cache import Placement, PrefixCache
+from ..cache.prompt_store import PromptStore
+from ..state.slot import Slot
+from ..media.vision import Projector
 
 
 class Executor:

@@ -21,10 +21,10 @@ import os
 import llama_cpp as C
 import numpy as np
 
-from ..errors import ModelUnavailable
-from .batch import Batch
-from .model import Model
-from .params import N_BATCH, SWA_FULL, Draft
+from ...errors import ModelUnavailable
+from ..llama.batch import Batch
+from ..llama.model import Model
+from ..params import N_BATCH, SWA_FULL, Draft
 
 VOCAB_MAX_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE: n_vocab may differ by this much
 VOCAB_CHECK_START = 5  # llama.cpp's SPEC_VOCAB_CHECK_START_TOKEN_ID: token texts compared from this id on
@@ -80,7 +80,7 @@ class DraftContext:
                                    f"{model.path}")
         self.mem = C.llama_get_memory(self.ctx)
         self.batch = Batch(N_BATCH)
-        self.cached: list[list[int]] = [[] for _ in range(parallel)]
+        self.cells: list[list[int]] = [[] for _ in range(parallel)]
 
     def drafter(self, seq_id: int, history: list[int]) -> "ModelDrafter":
         return ModelDrafter(self, seq_id, history)
@@ -89,7 +89,7 @@ class DraftContext:
         """Up to n tokens the draft model writes greedily after `tokens` (none when it fails)."""
         if not self._sync(seq_id, tokens):
             return []
-        cached, out = self.cached[seq_id], []
+        cached, out = self.cells[seq_id], []
         while True:
             logits = np.ctypeslib.as_array(C.llama_get_logits_ith(self.ctx, -1), shape=(self.model.n_vocab,))
             logits = logits[: self.n_vocab]
@@ -106,7 +106,7 @@ class DraftContext:
 
     def cut(self, seq_id: int, n: int) -> None:
         """Keep the sequence's first n tokens' cells (a rejected draft's go)."""
-        cached = self.cached[seq_id]
+        cached = self.cells[seq_id]
         if n < len(cached):
             if not C.llama_memory_seq_rm(self.mem, seq_id, n, -1):
                 C.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
@@ -115,12 +115,12 @@ class DraftContext:
 
     def forget(self, seq_id: int) -> None:
         C.llama_memory_seq_rm(self.mem, seq_id, -1, -1)
-        self.cached[seq_id].clear()
+        self.cells[seq_id].clear()
 
     def _sync(self, seq_id: int, tokens: list[int]) -> bool:
         """Make the sequence hold `tokens`' cells, the last one decoded now (its logits are the
         next token's): what it holds in common with them stays, the rest goes, the missing are decoded."""
-        cached = self.cached[seq_id]
+        cached = self.cells[seq_id]
         # most often it holds a prefix (the tokens up to the last draft's kept ones): no token-by-token walk
         same = len(cached) if tokens[:len(cached)] == cached else len(os.path.commonprefix([cached, tokens]))
         self.cut(seq_id, min(same, len(tokens) - 1))
@@ -138,7 +138,7 @@ class DraftContext:
         if self.batch.decode(self.ctx, len(tokens)) != 0:
             self.forget(seq_id)
             return False
-        self.cached[seq_id].extend(tokens)
+        self.cells[seq_id].extend(tokens)
         return True
 
     def close(self) -> None:

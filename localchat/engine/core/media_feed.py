@@ -11,11 +11,11 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import ContextOverflow, EngineError, LocalchatError
-from .job import Job
-from .params import Prepared
-from .slot import Slot
-from .vision import Projector, Span
+from ...errors import ContextOverflow, EngineError, LocalchatError
+from ..state.job import Job
+from ..params import Prepared
+from ..state.slot import Slot
+from ..media.vision import Projector, Span
 
 _log = logging.getLogger("localchat.engine")
 
@@ -52,7 +52,7 @@ class MediaFeed:
         Raises the chunk's encoding error."""
         if job.prompt is None or not job.pending:
             return None
-        span = job.prompt.span_at(len(job.lead.slot.cached))
+        span = job.prompt.span_at(len(job.lead.slot.cells))
         if span is None:
             return None
         if span.error is not None:
@@ -73,16 +73,16 @@ class MediaFeed:
         """How many of the job's pending tokens come before its next media chunk."""
         if job.prompt is None:
             return len(job.pending)
-        at = len(job.lead.slot.cached)
+        at = len(job.lead.slot.cells)
         return job.prompt.next_start(at) - at
 
     def decode(self, ctx: int, slot: Slot, span: Span, n_batch: int) -> int:
         """Decode an encoded chunk into the slot; llama.cpp's return code."""
         rc = self.projector.decode(ctx, span, slot.next_pos, slot.seq_id, n_batch)
         if rc == 0:
-            slot.media.append((len(slot.cached), span.n_tokens, span.n_pos))
+            slot.media.append((len(slot.cells), span.n_tokens, span.n_pos))
             slot.pos_delta += span.n_pos - span.n_tokens
-            slot.cached += [span.placeholder] * span.n_tokens
+            slot.cells += [span.placeholder] * span.n_tokens
         return rc
 
     def decode_heads(self, jobs: list[Job], ctx: int, use_adapters: Callable[[], None], n_batch: int,

@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 import llama_cpp as C
 import numpy as np
 
-from ..errors import EngineError, GrammarDeadEnd
-from .params import Constraint, SamplingParams
-from .utf8guard import Utf8Guard, Utf8Tables
+from ...errors import EngineError, GrammarDeadEnd
+from ..params import Constraint, SamplingParams
+from ..llama.utf8guard import Utf8Guard, Utf8Tables
 
 GREEDY_CANDIDATES = 64
 WIDE = 1024  # candidates the grammar judges first when none of the chain's picks is allowed

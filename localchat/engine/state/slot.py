@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 import llama_cpp as C
 import numpy as np
 
-from ..errors import GrammarDeadEnd
-from .checking import Cut, OutputCheck, squeeze
-from .draft_model import DraftContext
-from .drafts import Drafter, TextDrafter, json_view
-from .model import Model
-from .params import Check, Done, Event, TokenLogprob, TopLogprob, Text
-from .repetition import LoopDetector
-from .sampling import Sampler
-from .text import LineLimits, StopMatcher, Utf8Stream
+from ...errors import GrammarDeadEnd
+from ..sampling.checking import Cut, OutputCheck, squeeze
+from ..drafting.draft_model import DraftContext
+from ..drafting.drafts import Drafter, TextDrafter, json_view
+from ..llama.model import Model
+from ..params import Check, Done, Event, TokenLogprob, TopLogprob, Text
+from ..sampling.repetition import LoopDetector
+from ..sampling.sampling import Sampler
+from ..sampling.text import LineLimits, StopMatcher, Utf8Stream
 
 _log = logging.getLogger("localchat.engine")
 
@@ -34,7 +34,7 @@ _NUMBER = frozenset("0123456789.eE+-")  # what may go on writing a number
 @dataclass
 class Slot:
     seq_id: int
-    cached: list[int] = field(default_factory=list)  # tokens whose K/V this sequence holds, in order
+    cells: list[int] = field(default_factory=list)  # the tokens whose K/V this sequence holds, in order
     adapters: tuple[tuple[int, float], ...] = ()  # the LoRA adapters the cached K/V were computed with
     used_at: float = 0.0
     busy: bool = False
@@ -45,18 +45,18 @@ class Slot:
 
     @property
     def next_pos(self) -> int:
-        return len(self.cached) + self.pos_delta
+        return len(self.cells) + self.pos_delta
 
     def keep(self, n: int) -> int:
         """Forget all but the first n cached tokens (never part of a media span); the position
         the cut starts at, for llama_memory_seq_rm."""
         self.media = [m for m in self.media if m[0] + m[1] <= n]
         self.pos_delta = sum(n_pos - n_tokens for _, n_tokens, n_pos in self.media)
-        del self.cached[n:]
+        del self.cells[n:]
         return n + self.pos_delta
 
     def copy_from(self, other: "Slot") -> None:
-        self.cached, self.adapters = list(other.cached), other.adapters
+        self.cells, self.adapters = list(other.cells), other.adapters
         self.media, self.pos_delta = list(other.media), other.pos_delta
 
 
@@ -112,11 +112,11 @@ class Sequence:
             return [], None
         try:
             if self.drafter is None:
-                history = [*self.slot.cached, self.next_token]
+                history = [*self.slot.cells, self.next_token]
                 if self.draft_model is not None and not self.slot.media and self.prediction is None:
                     self.drafter = self.draft_model.drafter(self.slot.seq_id, history)
                 else:  # under a grammar (a tool call, JSON) the text may copy the prompt as a JSON string
-                    views = [json_view(self.slot.cached, self.model.piece, self._plain)] if self.sampler.constraint else []
+                    views = [json_view(self.slot.cells, self.model.piece, self._plain)] if self.sampler.constraint else []
                     self.drafter = TextDrafter(history, limit, views, self.prediction)
             return self.drafter.propose(min(room, self.budget - self.generated - 1))
         except Exception:  # noqa: BLE001 - a bug in a drafter costs its answer the drafts, not the answer
@@ -154,7 +154,7 @@ class Sequence:
         """Sample from the logits at batch index `idx`; emit its text; finish or queue the token."""
         self.cut = False
         if self.n_prompt is None:
-            self.n_prompt = len(self.slot.cached)
+            self.n_prompt = len(self.slot.cells)
         checked = self.checking is not None and self.sampler.grammar is not None and not self.checking.given_up
         if checked and self.grammar_from is None:
             self.grammar_from = len(self.out)
@@ -298,7 +298,7 @@ class Sequence:
         self.sent = min(self.sent, len(self.checking.text))
         self.sampler.rewind(self.out[self.grammar_from:])
         self.utf8 = Utf8Stream()
-        replay = self.out[-1] if self.out else self.slot.cached[self.n_prompt - 1]
+        replay = self.out[-1] if self.out else self.slot.cells[self.n_prompt - 1]
         keep = self.n_prompt + len(self.out) - 1
         C.llama_memory_seq_rm(C.llama_get_memory(ctx), self.slot.seq_id, self.slot.keep(keep), -1)
         self.next_token, self.cut = replay, True
