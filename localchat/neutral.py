@@ -149,8 +149,8 @@ _Params = TypeVar("_Params")  # engine/params.py's SamplingParams (not imported:
 
 @dataclass(frozen=True)
 class Sampling:
-    """The request's sampling overrides, each None unless the client set it: SamplingParams'
-    settable fields (engine/params.py's KNOBS, which declares their bounds; a test keeps the two
+    """The request's sampling overrides, each None unless the client set it: SamplingParams' and
+    SpeedParams' settable fields (engine/params.py's KNOBS, which declares their bounds; a test keeps the two
     alike), plus stop strings, logit bias by token id (as the client wrote it: checked in
     generation), ignore_eos and the editor limits."""
 
@@ -164,9 +164,9 @@ class Sampling:
     frequency_penalty: float | None = None
     penalty_last_n: int | None = None
     repetition_stop: int | None = None
-    ngram_draft: int | None = None
-    cache_reuse: int | None = None
     seed: int | None = None
+    ngram_draft: int | None = None  # (SpeedParams')
+    cache_reuse: int | None = None
     stop: tuple[str, ...] | None = None
     ignore_eos: bool | None = None
     n_indent: int | None = None  # llama-server's editor limits (/infill)
@@ -174,10 +174,11 @@ class Sampling:
     logit_bias: dict[Any, float] = field(default_factory=dict)
 
     def over(self, base: _Params) -> _Params:
-        """`base` (a SamplingParams) with what the client set; the logit bias is left to the
-        caller, which checks its token ids against the vocabulary."""
-        given = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "logit_bias"}
-        return replace(base, **{k: v for k, v in given.items() if v is not None})  # type: ignore[type-var]
+        """`base` (a SamplingParams or a SpeedParams) with what the client set of its fields; the
+        logit bias is left to the caller, which checks its token ids against the vocabulary."""
+        given = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "logit_bias"}  # type: ignore[arg-type]
+        theirs = {f.name for f in fields(base)}  # type: ignore[arg-type]
+        return replace(base, **{k: v for k, v in given.items() if v is not None and k in theirs})  # type: ignore[type-var]
 
 
 Effort = Literal["low", "medium", "high"]

@@ -175,8 +175,9 @@ def checked(ask: Generate, loaded: LoadedModel, settings: Settings) -> Generate:
         _tokens(list(tokens), n_vocab, where)
     logit_bias(ask.params.logit_bias, n_vocab)
     limits.check_stops(ask.params.stop, settings)
+    knobs = {**asdict(ask.params), **asdict(ask.speed)}
     for key, bounds in KNOBS.items():
-        value = getattr(ask.params, key)
+        value = knobs[key]
         if value is not None and not all(_within(value, op, limit) for op, limit in bounds.items()):
             raise InvalidRequest(f"{key}: {value} is outside {bounds}", param=key)
     for k, where in ((ask.logprobs, "logprobs"), (ask.prompt_logprobs, "prompt_logprobs")):

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from localchat.engine.drafting import draft_cost
+from localchat.engine.params import SpeedParams
 from localchat.engine.drafting.draft_cost import LATE, StepCost, geometric, lengths, split_cost
 
 CPU = draft_cost.DEFAULT  # measured on a 2-core CPU (the 1.5B): 64 tokens cost 17.5 steps of one
@@ -162,7 +163,8 @@ def test_stale_figures_are_measured_again_while_idle_and_replaced(tmp_path, capl
     try:
         assert decoder.cost.measured and decoder.cost.one == 10.0 and not s.executor.probing
         job = s.submit(Generate(list(range(10, 20)), SamplingParams(max_tokens=draft_cost.CHECKED + 8,
-                                                                    temperature=0, ignore_eos=True, ngram_draft=0)), "x")
+                                                                    temperature=0, ignore_eos=True),
+                                speed=SpeedParams(ngram_draft=0)), "x")
         with caplog.at_level(logging.WARNING, logger="localchat.engine"):
             while s.holds(job):
                 s.step()

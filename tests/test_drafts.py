@@ -13,6 +13,7 @@ import pytest
 
 from localchat.engine import Constraint, Done, Generate, LocalEngine, SamplingParams, Text
 from localchat.engine.drafting.drafts import TextDrafter
+from localchat.engine.params import SpeedParams
 from localchat.families import FAMILIES, render_prompt
 from localchat.grammars import validate
 from localchat.grammars.schema import schema_to_gbnf
@@ -107,6 +108,7 @@ def engine(tmp_path_factory) -> Iterator[LocalEngine]:
     yield from tiny_engine(tmp_path_factory, parallel=2)
 
 
+NO_DRAFTS = SpeedParams(ngram_draft=0)
 TIE = 1e-3  # two runs' log-probabilities of a token differ by less, relative to their size (float sums vary with the batch)
 
 
@@ -170,14 +172,13 @@ def test_drafts_change_nothing_but_the_speed(engine: LocalEngine, monkeypatch: p
     """Greedy: the same tokens with drafts as without, each log-probability within TIE (a
     token's logits come from a bigger batch: llama.cpp's sums may differ in the last bits)."""
     tokens = prompt(engine, "Tell me about the sea and the world, the sea and the world.")
-    plain = SamplingParams(max_tokens=48, temperature=0, ngram_draft=0, repetition_stop=0, ignore_eos=True)
-    cold = run(engine, Generate(tokens, plain, frozenset(), logprobs=2))
+    plain = SamplingParams(max_tokens=48, temperature=0, repetition_stop=0, ignore_eos=True)
+    cold = run(engine, Generate(tokens, plain, frozenset(), logprobs=2, speed=NO_DRAFTS))
     ids, done = cold[0], cold[3]
     assert done.drafted == 0 and len(ids) == done.completion_tokens
     for seed in range(3):
         noisy_drafts(monkeypatch, ids, len(tokens), seed)
-        drafted = SamplingParams(max_tokens=48, temperature=0, ngram_draft=8, repetition_stop=0, ignore_eos=True)
-        again = run(engine, Generate(tokens, drafted, frozenset(), logprobs=2))
+        again = run(engine, Generate(tokens, plain, frozenset(), logprobs=2, speed=SpeedParams(ngram_draft=8)))
         same_greedy_tokens(cold, again)
         assert again[3].drafted > again[3].kept > 0 and again[3].completion_tokens == done.completion_tokens
 
@@ -186,11 +187,10 @@ def test_a_prediction_changes_nothing_but_the_speed(engine: LocalEngine):
     """A prediction (Predicted Outputs) drafts; the answer is the same. The answer itself as the
     prediction: all of it accepted; another text: none of it, rejected."""
     tokens = prompt(engine, "Tell me about the sea and the world, the sea and the world.")
-    plain = SamplingParams(max_tokens=48, temperature=0, ngram_draft=0, repetition_stop=0, ignore_eos=True)
-    cold = run(engine, Generate(tokens, plain, frozenset(), logprobs=2))
+    params = SamplingParams(max_tokens=48, temperature=0, repetition_stop=0, ignore_eos=True)
+    cold = run(engine, Generate(tokens, params, frozenset(), logprobs=2, speed=NO_DRAFTS))
     ids, done = cold[0], cold[3]
-    assert done.prediction is None
-    params = replace(plain, ngram_draft=64)
+    assert done.prediction is None  # (below: drafts on, ngram_draft's default)
     same = run(engine, Generate(tokens, params, frozenset(), logprobs=2, prediction=tuple(ids)))
     if same_greedy_tokens(cold, same) == len(ids):
         assert same[3].prediction == (len(ids), 0) and same[3].kept > 0
@@ -206,9 +206,10 @@ def test_sampled_output_is_the_same_draw_with_drafts(engine: LocalEngine, monkey
     tokens = prompt(engine, "Write anything.")
     params = SamplingParams(max_tokens=40, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=7, repetition_stop=0,
                             ignore_eos=True)
-    ids = run(engine, Generate(tokens, replace(params, ngram_draft=0), frozenset(), logprobs=0))[0]
+    ids = run(engine, Generate(tokens, params, frozenset(), logprobs=0, speed=NO_DRAFTS))[0]
     noisy_drafts(monkeypatch, ids, len(tokens), 1)
-    ids2, _, _, done, _ = run(engine, Generate(tokens, replace(params, ngram_draft=8), frozenset(), logprobs=0))
+    ids2, _, _, done, _ = run(engine, Generate(tokens, params, frozenset(), logprobs=0,
+                                                  speed=SpeedParams(ngram_draft=8)))
     assert ids2 == ids and done.drafted > 0
 
 
@@ -228,8 +229,9 @@ def test_drafts_under_a_grammar_stay_valid(engine: LocalEngine, monkeypatch: pyt
     monkeypatch.setattr(TextDrafter, "available", available)
     for seed in range(4):
         params = SamplingParams(max_tokens=200, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed,
-                                ngram_draft=4, repetition_stop=0)
-        _, _, text, done, _ = run(engine, Generate(tokens, params, frozenset(), Constraint(grammar)))
+                                repetition_stop=0)
+        _, _, text, done, _ = run(engine, Generate(tokens, params, frozenset(), Constraint(grammar),
+                                                   speed=SpeedParams(ngram_draft=4)))
         assert done.drafted > 0
         if done.finish_reason == "length":
             continue
@@ -288,7 +290,7 @@ def test_long_drafts_change_nothing_alone_or_two_at_once(engine: LocalEngine, mo
     """Drafts of LONG tokens, over 32 kept at once: greedy text identical to drafts off, free, under a
     JSON schema and in a forced tool call, one at a time and two slots at once."""
     cases = long_cases(engine)
-    plain = [run(engine, Generate(tokens, replace(p, ngram_draft=0), frozenset(), c, logprobs=2))
+    plain = [run(engine, Generate(tokens, p, frozenset(), c, logprobs=2, speed=NO_DRAFTS))
              for tokens, p, c in cases]
     assert all(len(r[0]) > LONG for r in plain)
     longest = truthful(monkeypatch, {tuple(tokens): r[0] for (tokens, _, _), r in zip(cases, plain)})

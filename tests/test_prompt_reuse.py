@@ -15,6 +15,7 @@ import pytest
 from llama_cpp import Llama
 
 from localchat.engine import Done, Generate, LocalEngine, SamplingParams, Text
+from localchat.engine.params import SpeedParams
 from localchat.engine.state.job import TILE_ROWS, chunk_size
 from localchat.engine.cache.matching import SHIFT_EDIT, SHIFT_MIN, SHIFT_SPAN, shifted_match, shifted_matches
 from localchat.families import FAMILIES
@@ -151,12 +152,12 @@ def engine(tmp_path_factory) -> Iterator[LocalEngine]:
 
 
 def run(engine: LocalEngine, tokens: list[int], reuse: int = 64) -> tuple[list[int], list[float], list[float], Done]:
-    params = SamplingParams(max_tokens=24, temperature=0, ngram_draft=0, repetition_stop=0, ignore_eos=True,
-                            cache_reuse=reuse)
+    params = SamplingParams(max_tokens=24, temperature=0, repetition_stop=0, ignore_eos=True)
 
     async def go():
         ids, logprobs, margins, done = [], [], [], None
-        async for event in engine.generate(Generate(tokens, params, frozenset(), logprobs=2)):
+        async for event in engine.generate(Generate(tokens, params, frozenset(), logprobs=2,
+                                                    speed=SpeedParams(ngram_draft=0, cache_reuse=reuse))):
             if isinstance(event, Text):
                 ids += [t.id for t in event.logprobs]
                 logprobs += [t.logprob for t in event.logprobs]
@@ -223,8 +224,8 @@ def test_a_request_cancelled_inside_its_new_span_leaves_the_slot_usable(engine: 
     run(engine, a)
 
     async def leave():
-        params = SamplingParams(max_tokens=4, temperature=0, ngram_draft=0, cache_reuse=64)
-        async for _ in engine.generate(Generate(b, params, frozenset())):
+        params = SamplingParams(max_tokens=4, temperature=0)
+        async for _ in engine.generate(Generate(b, params, frozenset(), speed=SpeedParams(ngram_draft=0, cache_reuse=64))):
             break  # the Started event: the span is not read yet
     asyncio.run(leave())
     again = run(engine, b)

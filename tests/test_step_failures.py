@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from localchat.engine import Done, Generate, LocalEngine, SamplingParams, Text
+from localchat.engine.params import SpeedParams
 from localchat.engine.core.decoder import Decoder
 from localchat.engine.drafting.drafts import TextDrafter
 from localchat.errors import EngineError
@@ -29,12 +30,13 @@ def ask(engine: LocalEngine, draft: int = 0) -> tuple[list[int], Done | None, Ba
     """The tokens, the Done event and the error of one greedy request (within 60 s: a hang fails)."""
     tokens = engine.tokenizer.tokenize(render_prompt(FAMILIES["chatml"].template, [
         {"role": "user", "content": "Tell me about the sea and the world, the sea and the world."}]).segments)
-    params = SamplingParams(max_tokens=24, temperature=0, ngram_draft=draft, repetition_stop=0, ignore_eos=True)
+    params = SamplingParams(max_tokens=24, temperature=0, repetition_stop=0, ignore_eos=True)
 
     async def go():
         ids, done, error = [], None, None
         try:
-            async for event in engine.generate(Generate(tokens, params, frozenset(), logprobs=0)):
+            async for event in engine.generate(Generate(tokens, params, frozenset(), logprobs=0,
+                                                        speed=SpeedParams(ngram_draft=draft))):
                 if isinstance(event, Text):
                     ids += [t.id for t in event.logprobs]
                 elif isinstance(event, Done):

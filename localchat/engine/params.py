@@ -18,8 +18,9 @@ def _knob(default: Any, **bounds: float) -> Any:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Declared once: the request models (api/), models.toml's defaults (models/) and the
-    REPL's /set derive their fields and bounds from the fields made with _knob."""
+    """What the answer is sampled with. Declared once: the request models (api/), models.toml's
+    defaults (models/) and the REPL's /set derive their fields and bounds from the fields made with
+    _knob, here and in SpeedParams (KNOBS)."""
 
     max_tokens: int | None = _knob(None, ge=1)  # None: until the context is full
     temperature: float = _knob(0.8, ge=0, le=2)
@@ -33,14 +34,6 @@ class SamplingParams:
     # End a generation that loops: its last this-many tokens (and 3 periods) repeat a unit of 1 to 256
     # tokens (engine/sampling/repetition.py); it ends as at max_tokens ("length"). 0: never.
     repetition_stop: int = _knob(256, ge=0, le=1 << 20)
-    # Draft at most this many tokens a step from the text read and written so far (engine/drafting/drafts.py), verified
-    # in the same batch: the same text, faster where the output copies earlier text (an edit, a patch). How
-    # many, up to this, is the cost model's choice (engine/drafting/draft_cost.py: what a step costs here). 0: off.
-    ngram_draft: int = _knob(64, ge=0, le=64)
-    # A prompt of at least this many tokens that matches a slot's cache but for a span (a folder's path, a
-    # date, a session id) reuses the cached cells after the span, moved to their new positions (matching.py's
-    # shifted_match); only the span and what is new are read. The moved cells saw the old span. 0: off.
-    cache_reuse: int = _knob(1024, ge=0, le=1 << 20)
     seed: int | None = _knob(None)
     logit_bias: dict[int, float] = field(default_factory=dict)
     stop: tuple[str, ...] = ()
@@ -51,7 +44,30 @@ class SamplingParams:
     t_max_predict_ms: int = 0
 
 
-KNOBS: dict[str, dict[str, float]] = {f.name: f.metadata["bounds"] for f in fields(SamplingParams) if "bounds" in f.metadata}
+@dataclass(frozen=True)
+class SpeedParams:
+    """How the engine reads a prompt and drafts an answer: what a request costs, not what it writes
+    (drafts are verified; moved cells are an approximation by design, below). Settable as
+    SamplingParams' fields are: a request, models.toml and the REPL's /set (KNOBS)."""
+
+    # Draft at most this many tokens a step from the text read and written so far (drafting/drafts.py), verified
+    # in the same batch: the same text, faster where the output copies earlier text (an edit, a patch). How
+    # many, up to this, is the cost model's choice (drafting/draft_cost.py: what a step costs here). 0: off.
+    ngram_draft: int = _knob(64, ge=0, le=64)
+    # A prompt of at least this many tokens that matches a slot's cache but for a span (a folder's path, a
+    # date, a session id) reuses the cached cells after the span, moved to their new positions (matching.py's
+    # shifted_match); only the span and what is new are read. The moved cells saw the old span. 0: off.
+    cache_reuse: int = _knob(1024, ge=0, le=1 << 20)
+
+
+KNOBS: dict[str, dict[str, float]] = {f.name: f.metadata["bounds"] for cls in (SamplingParams, SpeedParams)
+                                      for f in fields(cls) if "bounds" in f.metadata}
+
+
+def knob_params(values: dict[str, Any]) -> tuple[SamplingParams, SpeedParams]:
+    """Every knob's value (models.toml's sampling defaults) as the two sets that carry them."""
+    return (SamplingParams(**{f.name: values[f.name] for f in fields(SamplingParams) if f.name in values}),
+            SpeedParams(**{f.name: values[f.name] for f in fields(SpeedParams) if f.name in values}))
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,7 @@ class Generate:
     # the client's name for the conversation (OpenAI's prompt_cache_key): where no slot's cache serves the prompt
     # more than another's, it goes to the slot this key last used, not to another conversation's
     cache_key: str | None = None
+    speed: SpeedParams = SpeedParams()  # how it is read and drafted
 
 
 @dataclass(frozen=True)

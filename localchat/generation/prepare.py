@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..engine import Generate, SamplingParams, Tokenizer
-from ..engine.params import Media
+from ..engine import Generate, Tokenizer
+from ..engine.params import Media, knob_params
 from ..errors import InvalidRequest
 from ..families import Prompt
 from ..families.codecs.split import Splitter
@@ -61,7 +61,8 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
             explain = _explainer(prompt, tokenizer, family.reasoning)
     # the server's grammar limit, read here for every protocol (the raw grammar and those made from schemas)
     constraint = constraints.build(rules, tools, family, thinking, settings.max_grammar_bytes)
-    params = request.sampling.over(SamplingParams(**loaded.spec.sampling.model_dump()))
+    defaults, speed = knob_params(loaded.spec.sampling.model_dump())
+    params = request.sampling.over(defaults)
     params = replace(params, logit_bias=logit_bias(request.sampling.logit_bias, tokenizer.n_vocab),
                      stop=tuple(params.stop or ()), ignore_eos=bool(params.ignore_eos),
                      max_tokens=limits.max_tokens(params.max_tokens, settings))
@@ -73,7 +74,8 @@ def prepare(request: GenerationRequest, loaded: LoadedModel, settings: Settings 
                         adapters=resolve_adapters(loaded, request.lora), media=media,
                         cache_prompt=request.cache_prompt, prompt_logprobs=request.prompt_logprobs,
                         fresh_from=fresh_from,
-                        prediction=_prediction(request.prediction, tokenizer), cache_key=request.cache_key)
+                        prediction=_prediction(request.prediction, tokenizer), cache_key=request.cache_key,
+                        speed=request.sampling.over(speed))
     return PreparedGeneration(generate, splitters, explain)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import best_match
 
-from ..engine.params import CallDelta, Converse, SamplingParams, Thought
+from ..engine.params import CallDelta, Converse, Thought, knob_params
 from ..errors import InvalidRequest, UpstreamError
 from ..families.codecs.base import ToolSet
 from ..models import Settings
@@ -140,7 +140,7 @@ def _sampling(request: GenerationRequest, loaded: LoadedModel, settings: Setting
     refuses a max_tokens that does not fit its context beside the prompt, which only it counts)."""
     spec = loaded.spec.sampling
     entry = spec.model_dump(exclude_unset=True)
-    params = request.sampling.over(SamplingParams(**spec.model_dump()))
+    params = request.sampling.over(knob_params(spec.model_dump())[0])
     given = {k for k, v in vars(request.sampling).items() if v is not None and v != {}} | set(entry)
     out: dict[str, Any] = {theirs: getattr(params, ours) for ours, theirs in SENT.items() if ours in given}
     if params.max_tokens is not None:

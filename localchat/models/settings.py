@@ -6,24 +6,25 @@ from __future__ import annotations
 
 import re
 import typing
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-from ..engine.params import KNOBS, SamplingParams
+from ..engine.params import KNOBS, SamplingParams, SpeedParams
 
 
 def sampling_model(name: str, *, optional: bool, base: type[BaseModel] | None = None,
                    config: ConfigDict | None = None) -> type[BaseModel]:
-    """A pydantic model with SamplingParams' settable fields and bounds: defaulting to None (a
-    request: only what the client sent) or to the engine's defaults (models.toml)."""
-    hints = typing.get_type_hints(SamplingParams)
-    defaults = SamplingParams()
+    """A pydantic model with SamplingParams' and SpeedParams' settable fields and bounds: defaulting
+    to None (a request: only what the client sent) or to the engine's defaults (models.toml)."""
+    hints = {**typing.get_type_hints(SamplingParams), **typing.get_type_hints(SpeedParams)}
+    defaults = {**asdict(SamplingParams()), **asdict(SpeedParams())}
     fields: dict[str, Any] = {}
     for key, bounds in KNOBS.items():
         kind = hints[key] | None if optional else hints[key]
-        fields[key] = (kind, Field(None if optional else getattr(defaults, key), **bounds))
+        fields[key] = (kind, Field(None if optional else defaults[key], **bounds))
     if base is None:
         return create_model(name, __config__=config, **fields)
     return create_model(name, __base__=base, **fields)

@@ -317,5 +317,5 @@ def shifts(slot: Slot, job: Job) -> bool:
     no LoRA adapter (an adapter magnifies what moved cells differ by: scripts/cachecheck saw 0.023
     on the tiny model's, and such cells served later requests of the adapter as exact ones)."""
     req = job.request
-    return (0 < req.params.cache_reuse <= len(job.tokens) and req.cache_prompt and req.prompt_logprobs is None
+    return (0 < req.speed.cache_reuse <= len(job.tokens) and req.cache_prompt and req.prompt_logprobs is None
             and not req.media and not slot.media and slot.pos_delta == 0 and not req.adapters)

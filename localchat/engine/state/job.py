@@ -96,7 +96,8 @@ def make_sequence(job: Job, i: int, slot: Slot, model: Model, n_ctx: int) -> Seq
     if params.max_tokens is not None:
         budget = min(budget, params.max_tokens)
     return Sequence(i, slot, model, sampler, req.stop_tokens, params.stop, budget, req.logprobs, job.emit,
-                    detector(params.repetition_stop), req.constraint.checks if req.constraint else (), req.prediction)
+                    detector(params.repetition_stop), req.constraint.checks if req.constraint else (), req.prediction,
+                    req.speed.ngram_draft)
 
 
 def apply_adapters(ctx: int, model: Model, adapters: Adapters) -> None:

@@ -64,8 +64,9 @@ class Sequence:
     def __init__(self, index: int, slot: Slot, model: Model, sampler: Sampler, stop_tokens: frozenset[int],
                  stops: tuple[str, ...], budget: int, logprobs: int | None, emit: Callable[[Event], None],
                  loop: LoopDetector | None = None, checks: tuple[Check, ...] = (),
-                 prediction: tuple[int, ...] | None = None) -> None:
+                 prediction: tuple[int, ...] | None = None, draft_limit: int = 0) -> None:
         self.index, self.slot, self.model = index, slot, model
+        self.draft_limit = draft_limit  # the longest draft a step (the request's ngram_draft); 0: none
         self.sampler, self.stop_tokens, self.budget = sampler, stop_tokens, budget
         self.logprobs, self.emit, self.loop = logprobs, emit, loop
         self.utf8, self.stopper = Utf8Stream(), StopMatcher(list(stops))
@@ -107,7 +108,7 @@ class Sequence:
         A model with a draft model drafts with it instead of the text (draft_model.py), except in a
         slot that holds images or audio (the draft model cannot read their cells) and for a request
         with a prediction (the text drafter reads it first); `ngram_draft = 0` turns either off."""
-        limit = self.sampler.params.ngram_draft
+        limit = self.draft_limit
         if not limit or self.next_token is None or not self.drafting:
             return [], None
         try:
