@@ -167,15 +167,23 @@ def _script_imports(path: Path) -> list[tuple[str, int]]:
     return found
 
 
+def _scripts() -> list[Path]:
+    """Every Python file of scripts/, the modules of its packages too (scripts/benchmarks/, which
+    scripts/bench.py runs)."""
+    found = sorted((REPO / "scripts").glob("**/*.py"))
+    assert REPO / "scripts" / "benchmarks" / "common.py" in found
+    return found
+
+
 def test_scripts_import_nothing_from_the_tests():
     """scripts/ and tests/ share what they share through localchat/ (the launcher in
     serve_process.py, tiny models and the like in devtools/): a script never puts tests/ on its path."""
     tests = {p.stem for p in (REPO / "tests").glob("*.py")}
-    scripts = sorted((REPO / "scripts").glob("*.py"))
+    scripts = _scripts()
     assert len(scripts) > 10 and "conftest" in tests
-    wrong = [f"{p.name}:{line} imports {name} (tests/{name}.py)" for p in scripts
+    wrong = [f"{p.relative_to(REPO)}:{line} imports {name} (tests/{name}.py)" for p in scripts
              for name, line in _script_imports(p) if name in tests]
-    wrong += [f"{p.name} puts tests/ on sys.path" for p in scripts
+    wrong += [f"{p.relative_to(REPO)} puts tests/ on sys.path" for p in scripts
               if re.search(r"sys\.path\.insert\(.*\btests\b", p.read_text(encoding="utf-8"))]
     assert not wrong, "\n".join(wrong)
 
@@ -183,13 +191,14 @@ def test_scripts_import_nothing_from_the_tests():
 def test_no_script_imports_another_runnable_script():
     """A script a user runs (one with a wrapper in scripts/: acceptance.py for scripts/acceptance) is
     nobody's library: what two scripts share lives in localchat/devtools/ (the agents' harness in
-    devtools/clients.py); a script's own helper modules (families_checks.py) have no wrapper."""
+    devtools/clients.py); a script's own helper modules (families_checks.py) and packages
+    (benchmarks/, bench.py's) have no wrapper."""
     runnable = {p.name.replace("-", "_") for p in (REPO / "scripts").iterdir() if p.is_file() and not p.suffix
                 and not p.name.startswith("_")}
-    scripts = sorted((REPO / "scripts").glob("*.py"))
+    scripts = _scripts()
     assert {"acceptance", "bench", "two_folders"} <= runnable
-    wrong = [f"{p.name}:{line} imports {name} (scripts/{name.replace('_', '-')})" for p in scripts
-             for name, line in _script_imports(p) if name in runnable and name != p.stem]
+    wrong = [f"{p.relative_to(REPO)}:{line} imports {name} (scripts/{name.replace('_', '-')})" for p in scripts
+             for name, line in _script_imports(p) if name in runnable and p != REPO / "scripts" / f"{name}.py"]
     assert not wrong, "\n".join(wrong)
 
 
