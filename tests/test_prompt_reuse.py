@@ -17,7 +17,8 @@ from llama_cpp import Llama
 from localchat.engine import Done, Generate, LocalEngine, SamplingParams, Text
 from localchat.engine.params import SpeedParams
 from localchat.engine.state.job import TILE_ROWS, chunk_size
-from localchat.engine.cache.matching import SHIFT_EDIT, SHIFT_MIN, SHIFT_SPAN, shifted_match, shifted_matches
+from localchat.engine.cache.matching import (SHIFT_EDIT, SHIFT_FRESH, SHIFT_MIN, SHIFT_SPAN, moved_stretches, shifted_match,
+                                             shifted_matches)
 from localchat.families import FAMILIES
 from localchat.models import Registry, shipped_config
 from conftest import tiny_engine
@@ -86,13 +87,26 @@ def test_cells_move_past_a_short_span_or_a_moved_block_only():
                                                     (len(head) + len(tail) + len(line), 0, len(task))]
 
 
+@pytest.mark.fast
+def test_the_first_tokens_after_each_span_are_read_again_not_moved():
+    """A moved stretch's first SHIFT_FRESH tokens attend to the new span most: they are read with it.
+    A stretch no longer than that is read whole, with the span before it."""
+    F = SHIFT_FRESH
+    assert moved_stretches([(10, 3, 300), (320, 0, 400)]) == [(10 + F, 3 + F, 300 - F), (320 + F, F, 400 - F)]
+    assert moved_stretches([(10, 3, F), (30, 2, 300)]) == [(30 + F, 3 + F + 2 + F, 300 - F)]
+    assert moved_stretches([(10, 3, F)]) == []
+    # what a shifted reuse reads: the span, then the stretch's first F tokens; the cells it moves end where they did
+    at, span, length = moved_stretches([(10, 3, 300)])[0]
+    assert at + length == 10 + 300 and span == 3 + F
+
+
 @pytest.mark.real  # the shipped 0.5B's tokenizer
 @pytest.mark.parametrize("client", ["claude", "codex", "opencode", "qwen", "pi", "cline", "cn"])
 def test_a_new_folder_still_moves_every_agents_prompt(client: str):
     """The spans moved cells may pass are short edits or moved blocks only: a new project folder in
     each agent's recorded first request (tests/fixtures/agents, the folder in every file path) is
-    still all moved but for the paths themselves: under 1% of the prompt read (measured 0.0-0.8%,
-    the same as before the rule). aider's first request names no folder."""
+    still all moved but for the paths themselves and the SHIFT_FRESH tokens after each: under 2% of
+    the prompt read (measured 0.3-1.6%; the paths alone 0.05-0.8%). aider's first request names no folder."""
     first = json.loads((FIXTURES / f"{client}.json").read_text())["requests"][0]
     text = json.dumps(first.get("body", first))  # (its JSON as the prompt: the folder where the client put it)
     vocab = Llama(str(Registry.load(shipped_config()).resolve("qwen2.5-coder-0.5b").file()), vocab_only=True,
@@ -102,8 +116,8 @@ def test_a_new_folder_still_moves_every_agents_prompt(client: str):
                                                                                         "-home-user-other-app")))
     assert old != new
     n = len(os.path.commonprefix([old, new]))
-    moved = sum(length for _, _, length in shifted_matches(old, new, n))
-    assert len(new) - n - moved < 0.01 * len(new), (len(new), n, moved)
+    moved = sum(length for _, _, length in moved_stretches(shifted_matches(old, new, n)))
+    assert len(new) - n - moved < 0.02 * len(new), (len(new), n, moved)
 
 
 @pytest.mark.fast
@@ -187,7 +201,8 @@ def test_a_new_span_is_read_and_the_cells_after_it_are_moved(engine: LocalEngine
     there = run(engine, a)
     back = run(engine, b)
     assert cold[3].cached_tokens < n_head + 5  # (another prompt's, or none)
-    assert there[3].cached_tokens == back[3].cached_tokens == n_head + n_tail - 1
+    # two stretches moved (after the folder, after the date), each but its first SHIFT_FRESH tokens
+    assert there[3].cached_tokens == back[3].cached_tokens == n_head + n_tail - 1 - 2 * SHIFT_FRESH
     for i, (x, y) in enumerate(zip(cold[0], back[0])):
         assert abs(cold[1][i] - back[1][i]) < 1e-3 * max(1.0, abs(cold[1][i])), i
         if x != y:
@@ -209,7 +224,7 @@ def test_a_shifted_reuse_reads_as_a_cold_read(engine: LocalEngine):
     run(engine, other)
     run(engine, b)
     shifted = run(engine, a)
-    assert cold[3].cached_tokens < n_head and shifted[3].cached_tokens == n_head + n_tail - 1
+    assert cold[3].cached_tokens < n_head and shifted[3].cached_tokens == n_head + n_tail - 1 - 2 * SHIFT_FRESH
     diffs = []
     for i, (x, y) in enumerate(zip(cold[0], shifted[0])):
         diffs.append(abs(cold[1][i] - shifted[1][i]))

@@ -22,7 +22,7 @@ import numpy as np
 from ...errors import EngineError, InvalidRequest, SlotBusy
 from . import kv_state
 from ..state.job import Job, Jump
-from .matching import common_prefix, shifted_matches
+from .matching import common_prefix, moved_stretches, shifted_matches
 from .prompt_store import REMEMBERED, RESTORE_MIN, SAVE_MIN, SPARE_MIN, PromptStore, common, copy_state, put_state
 from ..state.slot import Slot
 
@@ -153,7 +153,8 @@ class PrefixCache:
 
     def _shift(self, job: Job, n: int) -> Placement | None:
         """A shifted reuse (matching.shifted_matches): the lead slot holds the prompt but for spans after
-        its first n tokens. The cached stretches between them move to their new positions (llama.cpp
+        its first n tokens. The cached stretches between them (but the first SHIFT_FRESH tokens of each,
+        read again: matching.moved_stretches) move to their new positions (llama.cpp
         shifts their RoPE); the rest of the cells go. llama.cpp reads a batch only at a sequence's
         last position + 1, so the moved cells wait in a save (kv_state.py) while each new span is
         read, then join it (`land`); then what is new is read. None, with the slot as it was,
@@ -161,7 +162,7 @@ class PrefixCache:
         lead = job.slots[0]
         if not self.shiftable or not shifts(lead, job):
             return None
-        hits = shifted_matches(lead.cells, job.tokens, n, job.request.fresh_from)
+        hits = moved_stretches(shifted_matches(lead.cells, job.tokens, n, job.request.fresh_from))
         if not hits:
             return None
         seq, mem, far = lead.seq_id, self.mem, 1 << 24
@@ -307,7 +308,8 @@ def reuse(slot: Slot, job: Job) -> int:
         return 0
     common = common_prefix(slot.cells, tokens)
     if shifts(slot, job):  # (the moved stretches serve too)
-        common += sum(length for _, _, length in shifted_matches(slot.cells, tokens, common, job.request.fresh_from))
+        common += sum(length for _, _, length in moved_stretches(shifted_matches(slot.cells, tokens, common,
+                                                                                 job.request.fresh_from)))
     return common if 2 * common > len(tokens) or 2 * common >= len(slot.cells) else 0
 
 
