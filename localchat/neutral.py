@@ -74,7 +74,7 @@ class Finish:
     reason: str  # end: the model ended its turn | stop: a stop string matched | length: out of tokens
     usage: Usage
     index: int = 0
-    stop: str | None = None  # the stop string that ended the text, if one did
+    matched_stop: str | None = None  # the stop string that ended the text, if one did
     calls: int = 0  # tool calls made in this choice
 
 

@@ -318,7 +318,7 @@ def test_the_wire_round_trips_a_request_and_its_events():
                    media=(Media(1, "image", b"\x00\x01\x02", id="h", width=1, height=1),))
     assert wire.decode(json.loads(json.dumps(wire.encode(ask))), Generate) == ask
     events = [Prepared(3), Text("hi", 1, (TokenLogprob("a", float("-inf"), [97], [TopLogprob("b", -1.0, [98])]),), 2),
-              Done("stop", 3, 2, 0, 1, stop="a")]
+              Done("stop", 3, 2, 0, 1, matched_stop="a")]
     assert [wire.decode_item(json.loads(json.dumps(wire.encode(e)))) for e in events] == events
     with pytest.raises(wire.WireError, match="tokens.1"):
         wire.decode({"tokens": [1, "2"], "params": {}}, Generate)

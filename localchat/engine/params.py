@@ -225,7 +225,7 @@ class Done:
     completion_tokens: int
     cached_tokens: int
     index: int = 0
-    stop: str | None = None  # the stop string that ended the text, if one did
+    matched_stop: str | None = None  # the stop string that ended the text, if one did
     why: str | None = None  # "repetition": a "length" end before the budget, the output having looped
     drafted: int = 0  # tokens drafted (from the text, drafts.py, or by a draft model, draft_model.py) and verified
     kept: int = 0  # of those, the ones the model wrote

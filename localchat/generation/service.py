@@ -80,7 +80,7 @@ class Turn:
                 elif isinstance(event, Done):
                     for piece in split.finish():
                         yield event.index, piece
-                    reason = "length" if event.finish_reason == "length" else "stop" if event.stop is not None else "end"
+                    reason = "length" if event.finish_reason == "length" else "stop" if event.matched_stop is not None else "end"
                     usage = Usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens, event.resampled,
                                   event.prediction)
                     if event.unchecked:
@@ -93,7 +93,7 @@ class Turn:
                     if record is not None:
                         record.done(event.prompt_tokens, event.cached_tokens, event.completion_tokens, reason,
                                     event.why, event.drafted, event.kept)
-                    yield event.index, Finish(reason, usage, event.index, event.stop, split.calls)
+                    yield event.index, Finish(reason, usage, event.index, event.matched_stop, split.calls)
         except Exception as exc:
             if record is not None:
                 record.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"

@@ -102,7 +102,7 @@ def _ending(finish: Finish) -> dict[str, Any]:
     """Anthropic's words for how the answer ended (and the stop sequence that ended it)."""
     reason = {"stop": "stop_sequence", "length": "max_tokens"}.get(finish.reason) or (
         "tool_use" if finish.calls else "end_turn")
-    return {"stop_reason": reason, "stop_sequence": finish.stop}
+    return {"stop_reason": reason, "stop_sequence": finish.matched_stop}
 
 
 async def collect(turn: Turn, meta: dict[str, Any]) -> dict[str, Any]:

@@ -291,4 +291,4 @@ class _Reader:
         cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
         for i in range(self.n):
             reason, stop = self.finished[i]
-            self.emit(Done(FINISH.get(reason, "stop"), prompt, completion if i == 0 else 0, cached, i, stop=stop))
+            self.emit(Done(FINISH.get(reason, "stop"), prompt, completion if i == 0 else 0, cached, i, matched_stop=stop))
