@@ -25,7 +25,8 @@ from pathlib import Path
 import jsonschema
 
 from localchat.models.host import load_model
-from localchat.engine import Constraint, Done, Generate, SamplingParams, Text
+from localchat.engine import Constraint, Done, Generate, Text
+from localchat.engine.params import knob_params
 from localchat.errors import GrammarError
 from localchat.families import render_prompt
 from localchat.grammars import validate
@@ -95,9 +96,9 @@ async def generate(loaded, schema: dict, grammar: str, name: str, max_tokens: in
                                             f"object that follows this JSON schema:\n{json.dumps(schema)}"}]
     prompt = render_prompt(loaded.template, messages, bos_token=loaded.bos_token, eos_token=loaded.eos_token)
     tokens = loaded.engine.tokenizer.tokenize(prompt.segments)
-    params = SamplingParams(**{**loaded.spec.sampling.model_dump(), "max_tokens": max_tokens, "seed": seed})
+    params, speed = knob_params({**loaded.spec.sampling.model_dump(), "max_tokens": max_tokens, "seed": seed})
     text, finish = "", "stop"
-    async for event in loaded.engine.generate(Generate(tokens, params, loaded.stop_ids, Constraint(grammar))):
+    async for event in loaded.engine.generate(Generate(tokens, params, loaded.stop_ids, Constraint(grammar), speed=speed)):
         if isinstance(event, Text):
             text += event.text
         elif isinstance(event, Done):

@@ -753,7 +753,8 @@ def generate(spec, schemas: list[tuple[str, Any]], max_tokens: int, seconds: flo
 
     import jsonschema
 
-    from localchat.engine import Constraint, Done, Generate, SamplingParams, Text
+    from localchat.engine import Constraint, Done, Generate, Text
+    from localchat.engine.params import knob_params
     from localchat.errors import GrammarError
     from localchat.families import render_prompt
     from localchat.generation.constraints import value_check
@@ -785,11 +786,11 @@ def generate(spec, schemas: list[tuple[str, Any]], max_tokens: int, seconds: flo
                                                 + json.dumps(schema)}]
         prompt = render_prompt(loaded.template, messages, bos_token=loaded.bos_token, eos_token=loaded.eos_token)
         tokens = loaded.engine.tokenizer.tokenize(prompt.segments)
-        params = SamplingParams(**{**loaded.spec.sampling.model_dump(), "max_tokens": max_tokens, "temperature": 0})
+        params, speed = knob_params({**loaded.spec.sampling.model_dump(), "max_tokens": max_tokens, "temperature": 0})
 
         async def run() -> tuple[str, Done | None]:
             text, done = "", None
-            request = Generate(tokens, params, loaded.stop_ids, Constraint(grammar, checks=checks))
+            request = Generate(tokens, params, loaded.stop_ids, Constraint(grammar, checks=checks), speed=speed)
             try:
                 async with asyncio.timeout(seconds), contextlib.aclosing(loaded.engine.generate(request)) as events:
                     async for event in events:  # (too slow: cancelled as a client hanging up is)
