@@ -60,11 +60,11 @@ class Script:
     def measure(self) -> None:
         raise AssertionError("nothing to measure")
 
-    def start(self, job) -> None:
+    def start(self, job) -> list[Writer]:
         if len(job.tokens) == self.refuse:
             raise InvalidRequest("this grammar cannot be made", param="grammar")
         budget = job.request.params.max_tokens
-        job.seqs = [Writer(i, slot, budget, job.emit) for i, slot in enumerate(job.slots)]
+        return [Writer(i, slot, budget, job.emit) for i, slot in enumerate(job.slots)]
 
     def place(self, job) -> Placement:
         lead = job.slots[0]
@@ -72,14 +72,13 @@ class Script:
         if job.request.cache_prompt:
             while n < min(len(lead.cells), len(job.tokens) - 1) and lead.cells[n] == job.tokens[n]:
                 n += 1
-        lead.keep(n)
-        return Placement(n, list(job.tokens[n:]))
+        return Placement(n, list(job.tokens[n:]), held=Slot(lead.seq_id, lead.cells[:n]))
 
     def land(self, job) -> None:
-        pass
+        return None
 
-    def decode_media(self, adapters, jobs, fail) -> bool:
-        return False
+    def decode_media(self, adapters, jobs, fail) -> list:
+        return []
 
     def plan(self, jobs) -> StepPlan:
         """A row per job: its whole prompt in one step, else its sequences' next tokens."""
@@ -87,30 +86,25 @@ class Script:
             self.steps.append([])
             raise RuntimeError("a bug in a step")
         self.steps.append([job.tokens[0] for job in jobs])
-        return StepPlan([Row(job.slots[0], list(job.pending), job, reads=job if job.pending else None)
-                         for job in jobs], [])
+        return StepPlan([Row(job.slots[0], list(job.pending), job if job.pending else None,
+                             reads=job if job.pending else None) for job in jobs], [])
 
     def execute(self, adapters, plan: StepPlan) -> int:
-        for row in plan.rows:
-            row.slot.cells.extend(row.tokens)
-        return 0
+        return 0  # (the scheduler adds each row's tokens to its slot's cells)
+
+    def share(self, job) -> None:
+        pass  # (the scheduler copies what the lead slot holds to the others)
 
     def update(self, plan: StepPlan, jobs, fail) -> None:
-        for row in plan.rows:
-            job = row.who
-            if row.reads is not None:  # the prompt is in: the other slots get the lead's cells
-                for slot in job.slots[1:]:
-                    slot.copy_from(job.slots[0])
+        for job in jobs:
             for seq in job.seqs:
                 seq.write()
 
     def finish(self, job) -> None:
-        if not job.request.cache_prompt:
-            for slot in job.slots:
-                slot.keep(0)
+        pass
 
     def empty(self, slot: Slot) -> None:
-        slot.keep(0)
+        pass  # (the scheduler empties the slot)
 
     def release(self, job) -> None:
         pass

@@ -11,7 +11,6 @@ its thread (slot_actions.py: between two steps)."""
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,15 +34,29 @@ Miss = tuple[str, int, int, tuple[int, ...]]  # why the cache served less than i
 @dataclass
 class Placement:
     """What of a request's prompt its lead slot serves (`PrefixCache.place`), for the scheduler
-    to apply to the request: `cached` tokens its cells hold (kept, restored, or moved: the `jumps`,
-    whose cells wait in the save `moved` until the new span before each is read, `land`), the
-    tokens still to read (`pending`), and why it served less than a cached sequence held (`miss`)."""
+    to apply to the request and its lead slot: `cached` tokens its cells hold (kept, restored, or
+    moved: the `jumps`, whose cells wait in the save `moved` until the new span before each is
+    read, `land`), the tokens still to read (`pending`), why it served less than a cached sequence
+    held (`miss`), and what the lead slot holds now (`held`: its cells, their adapters and media)."""
 
     cached: int
     pending: list[int]
     jumps: list[Jump] = field(default_factory=list)
     moved: bytearray | None = None
     miss: Miss | None = None
+    held: Slot | None = None
+
+
+@dataclass
+class Landed:
+    """What `PrefixCache.land` did, for the scheduler to apply: the lead slot's cells now, and
+    the shifted reuse left to the request (its jumps, its save, what it reads, what it found cached)."""
+
+    cells: list[int]
+    jumps: list[Jump]
+    moved: bytearray | None
+    pending: list[int]
+    cached: int
 
 
 class PrefixCache:
@@ -59,33 +72,35 @@ class PrefixCache:
         """How much of the job's prompt its lead slot serves: the slot's own cells up to the first
         difference, or a saved prompt restored from the store when it serves more, or a shifted
         reuse; the slot's other cells go. With why it was served less than a cached sequence held,
-        if it was (`_missed`)."""
+        if it was (`_missed`). The slots are not written: the placement says what the lead holds."""
         seen = self._seen(job)
-        before = [list(s.cells) for s in job.slots]
-        placed = self._place(job)
-        placed.miss = self._missed(seen, len(job.tokens), placed.cached)
-        for i, (slot, old) in enumerate(zip(job.slots, before)):  # what this request takes from its slots
-            kept = common_prefix(old, slot.cells) if i == 0 else 0  # (n > 1: the others get the lead's prompt)
-            if len(old) - kept >= MISS_MIN:
-                self.evicted.append(np.asarray(old, dtype=np.int32))
+        lead = job.slots[0]
+        held = Slot(lead.seq_id, list(lead.cells), lead.adapters, media=list(lead.media), pos_delta=lead.pos_delta)
+        placed = self._place(job, held)
+        placed.miss, placed.held = self._missed(seen, len(job.tokens), placed.cached), held
+        for i, slot in enumerate(job.slots):  # what this request takes from its slots
+            kept = common_prefix(slot.cells, held.cells) if i == 0 else 0  # (n > 1: the others get the lead's prompt)
+            if len(slot.cells) - kept >= MISS_MIN:
+                self.evicted.append(np.asarray(slot.cells, dtype=np.int32))
         return placed
 
-    def _place(self, job: Job) -> Placement:
-        req, lead = job.request, job.slots[0]
+    def _place(self, job: Job, held: Slot) -> Placement:
+        """(`held`: a copy of the lead slot, which this brings to what it holds after the placement)"""
+        req = job.request
         self._spare(job)
-        n = min(common_prefix(lead.cells, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
-        cache = lead.adapters == req.adapters and req.cache_prompt and req.prompt_logprobs is None
+        n = min(common_prefix(held.cells, job.tokens), len(job.tokens) - 1)  # the last token makes the logits
+        cache = held.adapters == req.adapters and req.cache_prompt and req.prompt_logprobs is None
         if not cache:
-            n, lead.adapters = 0, req.adapters  # other adapters' cache, none wanted, or every token's logits wanted
+            n, held.adapters = 0, req.adapters  # other adapters' cache, none wanted, or every token's logits wanted
         elif self.store is not None and job.prompt is None and not req.adapters:  # (saved: cells without adapters)
-            n = self._restore(lead, job.tokens, n)
+            n = self._restore(held, job.tokens, n)
         if job.prompt is not None and (span := job.prompt.inside(n)):  # a media chunk is decoded whole
             n = span.start
-        if cache and (shifted := self._shift(job, n)) is not None:
+        if cache and (shifted := self._shift(job, held, n)) is not None:
             return shifted
-        if n < len(lead.cells) and not C.llama_memory_seq_rm(self.mem, lead.seq_id, lead.keep(n), -1):
-            C.llama_memory_seq_rm(self.mem, lead.seq_id, -1, -1)
-            n = lead.keep(0)
+        if n < len(held.cells) and not C.llama_memory_seq_rm(self.mem, held.seq_id, held.keep(n), -1):
+            C.llama_memory_seq_rm(self.mem, held.seq_id, -1, -1)
+            n = held.keep(0)
         return Placement(n, list(job.tokens[n:]))
 
     def _seen(self, job: Job) -> list[tuple[int, int, str, tuple[int, ...]]]:
@@ -151,26 +166,25 @@ class PrefixCache:
                 _log.info("prompt cache: slot %d given to another prompt: its %d tokens saved first",
                           slot.seq_id, len(slot.cells))
 
-    def _shift(self, job: Job, n: int) -> Placement | None:
-        """A shifted reuse (matching.shifted_matches): the lead slot holds the prompt but for spans after
+    def _shift(self, job: Job, held: Slot, n: int) -> Placement | None:
+        """A shifted reuse (matching.shifted_matches): the lead slot (`held`) holds the prompt but for spans after
         its first n tokens. The cached stretches between them (but the first SHIFT_FRESH tokens of each,
         read again: matching.moved_stretches) move to their new positions (llama.cpp
         shifts their RoPE); the rest of the cells go. llama.cpp reads a batch only at a sequence's
         last position + 1, so the moved cells wait in a save (kv_state.py) while each new span is
         read, then join it (`land`); then what is new is read. None, with the slot as it was,
         where this does not apply."""
-        lead = job.slots[0]
-        if not self.shiftable or not shifts(lead, job):
+        if not self.shiftable or not shifts(held, job):
             return None
-        hits = moved_stretches(shifted_matches(lead.cells, job.tokens, n, job.request.fresh_from))
+        hits = moved_stretches(shifted_matches(held.cells, job.tokens, n, job.request.fresh_from))
         if not hits:
             return None
-        seq, mem, far = lead.seq_id, self.mem, 1 << 24
+        seq, mem, far = held.seq_id, self.mem, 1 << 24
         edges = [n] + [x for at, _, length in hits for x in (at, at + length)] + [-1]
         for start, end in zip(edges[::2], edges[1::2]):  # the cells between the stretches go
             if end != start and not C.llama_memory_seq_rm(mem, seq, start, end):
                 C.llama_memory_seq_rm(mem, seq, n, -1)
-                lead.keep(n)
+                held.keep(n)
                 return None
         for at, _, length in hits:  # out of the way first, so no stretch lands on another one
             C.llama_memory_seq_add(mem, seq, at, at + length, far)
@@ -180,7 +194,7 @@ class PrefixCache:
             jumps.append(Jump(span, list(job.tokens[t + span:t + span + length]), t + span, t + span + length))
             pending += job.tokens[t:t + span]
             t += span + length
-        lead.keep(n)
+        held.keep(n)
         moved = copy_state(self.ctx, seq) if self._apply_moves(seq, t) else None
         if moved is not None and not kv_state.known(moved):
             moved = None  # another llama.cpp's save layout: the moved cells cannot join (the log says so once)
@@ -201,38 +215,37 @@ class PrefixCache:
         C.llama_memory_seq_rm(self.mem, seq, pos, -1)
         return ok
 
-    def land(self, job: Job) -> None:
+    def land(self, job: Job) -> Landed | None:
         """The stretches whose new span is read join the slot (else they are read again): a stretch
         right after the prefix (a deletion) as soon as the job is placed, each other one once the
-        decoder has read the span before it."""
-        slot = job.slots[0]
-        while job.jumps and job.jumps[0].span == 0:
-            jump = job.jumps.pop(0)
-            state = copy_state(self.ctx, slot.seq_id)
-            merged = (kv_state.joined(state, job.moved, jump.start, jump.end)
-                      if state is not None and job.moved is not None else None)
-            if merged is not None and put_state(self.ctx, slot.seq_id, merged):
-                slot.cells.extend(jump.tokens)
+        decoder has read the span before it. None when no stretch is due."""
+        if not job.jumps or job.jumps[0].span:
+            return None
+        seq, jumps, moved = job.slots[0].seq_id, list(job.jumps), job.moved
+        cells, pending, cached = list(job.slots[0].cells), job.pending, job.cached
+        while jumps and jumps[0].span == 0:
+            jump = jumps.pop(0)
+            state = copy_state(self.ctx, seq)
+            merged = kv_state.joined(state, moved, jump.start, jump.end) if state is not None and moved is not None else None
+            if merged is not None and put_state(self.ctx, seq, merged):
+                cells += jump.tokens
                 continue
             if merged is not None:  # the sequence is empty now: read it all
-                slot.keep(0)
-                job.pending = list(job.tokens)
-            else:
-                job.pending = list(job.tokens[len(slot.cells):])
-            job.jumps, job.moved, job.cached = [], None, len(slot.cells)
-            _log.warning("prompt cache: the moved cells could not be put back; %d tokens read instead", len(job.pending))
-        if not job.jumps:
-            job.moved = None
+                cells = []
+            pending = list(job.tokens[len(cells):])
+            jumps, moved, cached = [], None, len(cells)
+            _log.warning("prompt cache: the moved cells could not be put back; %d tokens read instead", len(pending))
+        return Landed(cells, jumps, moved if jumps else None, pending, cached)
 
-    def _restore(self, slot: Slot, tokens: list[int], n: int) -> int:
-        """Put a saved prompt into the slot when it serves RESTORE_MIN tokens more than the slot's
-        own cache (whose cells it replaces); how many of `tokens` the slot now holds."""
+    def _restore(self, held: Slot, tokens: list[int], n: int) -> int:
+        """Put a saved prompt into the lead slot when it serves RESTORE_MIN tokens more than the slot's
+        own cache (whose cells it replaces; `held`: what the slot holds); how many of `tokens` it now holds."""
         hit = self.store.best(tokens, self.n_ctx)
         if hit is None or min(hit[1], len(tokens) - 1) - n < RESTORE_MIN:
             return n
-        slot.cells, slot.media, slot.pos_delta = self.store.restore(hit[0], self.ctx, slot.seq_id) or [], [], 0
-        served = min(common_prefix(slot.cells, tokens), len(tokens) - 1)
-        if slot.cells:
+        held.cells, held.media, held.pos_delta = self.store.restore(hit[0], self.ctx, held.seq_id) or [], [], 0
+        served = min(common_prefix(held.cells, tokens), len(tokens) - 1)
+        if held.cells:
             _log.info("prompt cache: %d tokens restored from %s (the slot held %d of them)", served,
                       hit[0].path.name, n)
         return served
@@ -247,7 +260,7 @@ class PrefixCache:
 
     # -- llama-server's slot actions (the scheduler runs them between two steps) ---------------
 
-    def _idle_slot(self, slot_id: int) -> Slot:
+    def idle_slot(self, slot_id: int) -> Slot:
         if not 0 <= slot_id < len(self.slots):
             raise InvalidRequest(f"id_slot: no slot {slot_id}; this model has {len(self.slots)} "
                                  f"(0 to {len(self.slots) - 1})", param="id_slot")
@@ -259,7 +272,7 @@ class PrefixCache:
 
     def slot_state(self, slot_id: int) -> tuple[list[int], bytearray]:
         """An idle slot's cached tokens and its cells, copied out (a memory copy)."""
-        slot = self._idle_slot(slot_id)
+        slot = self.idle_slot(slot_id)
         if slot.media or slot.adapters:
             what = "images or audio" if slot.media else "cells computed with LoRA adapters"
             raise InvalidRequest(f"id_slot: slot {slot_id} holds {what}; such a cache cannot be saved",
@@ -269,27 +282,25 @@ class PrefixCache:
             raise EngineError(f"llama.cpp would not copy slot {slot_id}'s cells out")
         return list(slot.cells), state
 
-    def slot_restore(self, slot_id: int, tokens: list[int], state: bytearray) -> None:
-        """Replace an idle slot's cache by a checked file's tokens and cells."""
-        slot = self._idle_slot(slot_id)
+    def slot_restore(self, slot_id: int, tokens: list[int], state: bytearray) -> tuple[Slot, InvalidRequest | None]:
+        """Replace an idle slot's cells by a checked file's tokens and cells: what the slot holds
+        now, for the scheduler to apply, and the error to raise if llama.cpp had no room (it holds nothing)."""
+        slot = self.idle_slot(slot_id)
         if len(tokens) > self.n_ctx:
             raise InvalidRequest(f"filename: its {len(tokens)} tokens do not fit in a slot of {self.n_ctx}",
                                  param="filename")
         C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
-        slot.keep(0)
-        slot.adapters, slot.used_at = (), time.monotonic()
         if tokens and not put_state(self.ctx, slot.seq_id, state):
-            raise InvalidRequest(f"filename: llama.cpp could not put its {len(tokens)} tokens' cells into slot "
-                                 f"{slot_id} (no room in the cache); the slot is empty now", param="filename")
-        slot.cells = list(tokens)
+            return Slot(slot.seq_id), InvalidRequest(
+                f"filename: llama.cpp could not put its {len(tokens)} tokens' cells into slot {slot_id} (no room in "
+                "the cache); the slot is empty now", param="filename")
+        return Slot(slot.seq_id, list(tokens)), None
 
     def slot_erase(self, slot_id: int) -> int:
-        """Empty an idle slot's cache; the tokens it held."""
-        slot = self._idle_slot(slot_id)
-        n = len(slot.cells)
+        """Empty an idle slot's cells (the scheduler empties the slot); the tokens it held."""
+        slot = self.idle_slot(slot_id)
         C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
-        slot.keep(0)
-        return n
+        return len(slot.cells)
 
 
 def _after(tokens: Sequence[int], n: int) -> tuple[int, ...]:

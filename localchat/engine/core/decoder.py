@@ -26,9 +26,9 @@ from ..drafting import draft_cost
 from ..llama.batch import Batch
 from ..state.job import Adapters, Job, apply_adapters, chunk_size, read_prompt_logprobs
 from .media_feed import MediaFeed
+from ..media.vision import Span
 from ..llama.model import Model
 from ..params import SWA_FULL, PromptLogprobs
-from ..cache.prefix_cache import PrefixCache
 from ..state.slot import Sequence, Slot
 
 _log = logging.getLogger("localchat.engine")
@@ -100,6 +100,7 @@ class StepPlan:
     landing: list[Job]  # jobs whose chunk ends a new span of a shifted reuse: the moved cells join after
     outputs: list[tuple[Sequence | Job, int, list[int]]] = field(default_factory=list)  # (who, logits row, drafts)
     prompts: list[tuple[Job, int, int, int]] = field(default_factory=list)  # prompt logprobs: job, start, row, count
+    cuts: list[tuple[Slot, int]] = field(default_factory=list)  # after `update`: slots whose cells past n went (drafts not kept)
 
 
 class Decoder:
@@ -177,11 +178,13 @@ class Decoder:
     def adapters(self) -> Adapters:
         return self._adapters
 
-    def decode_media(self, adapters: Adapters, jobs: list[Job], fail: Callable[[Job, BaseException], None]) -> bool:
+    def decode_media(self, adapters: Adapters, jobs: list[Job],
+                     fail: Callable[[Job, BaseException], None]) -> list[tuple[Job, Span]]:
         """Each prompt that has reached an encoded media chunk decodes it, in a decode of its own
-        (media_feed.py); whether any did. A request's failure goes to `fail`."""
-        return self.media is not None and self.media.decode_heads(jobs, self.ctx, lambda: self.use(adapters),
-                                                                  self.n_batch, fail)
+        (media_feed.py); the jobs that did, with their chunks. A request's failure goes to `fail`."""
+        if self.media is None:
+            return []
+        return self.media.decode_heads(jobs, self.ctx, lambda: self.use(adapters), self.n_batch, fail)
 
     def plan(self, jobs: list[Job]) -> StepPlan:
         """What this step decodes: a row per generating sequence (its next token, then the drafts
@@ -229,8 +232,9 @@ class Decoder:
         for row in plan.rows:
             if row.every is not None:
                 plan.prompts.append((*row.every, n, len(row.tokens)))
-            for token in row.tokens:
-                self._add(n, row.slot, token, row.every is not None or bool(row.drafts))
+            logits, pos = row.every is not None or bool(row.drafts), row.slot.next_pos  # (the scheduler adds the
+            for k, token in enumerate(row.tokens):                                 # cells: `advance`)
+                self.batch.set(n, token, pos + k, row.slot.seq_id, logits)
                 n += 1
             if row.who is not None:
                 self.batch.logits[n - 1] = True
@@ -243,12 +247,9 @@ class Decoder:
             self._checked(time.perf_counter() - start)
         return rc
 
-    def update(self, plan: StepPlan, jobs: list[Job], cache: PrefixCache,
-               fail: Callable[[Job, BaseException], None]) -> None:
-        """After the decode: moved cells join the spans that ended, prompt log-probabilities are
-        read, and every sequence whose logits came out samples (and verifies its drafts)."""
-        for job in plan.landing:
-            cache.land(job)
+    def update(self, plan: StepPlan, jobs: list[Job], fail: Callable[[Job, BaseException], None]) -> None:
+        """After the decode (and the scheduler's `advance`): prompt log-probabilities are read, and
+        every sequence whose logits came out samples (and verifies its drafts)."""
         for job, start, at, count in plan.prompts:
             read_prompt_logprobs(job, self.model, self.ctx, start, at, count)
         for item, idx, drafts in plan.outputs:
@@ -256,7 +257,7 @@ class Decoder:
                 if isinstance(item, Job):
                     self._prompt_done(item, idx)
                 elif drafts:
-                    self._verify(item, idx, drafts)
+                    self._verify(plan, item, idx, drafts)
                 else:
                     item.sample(self.ctx, idx)
             except Exception as exc:  # noqa: BLE001 - one request's failure (a grammar dead end) is its own
@@ -282,9 +283,10 @@ class Decoder:
         for (row, tokens, _), d in zip(text, chosen):
             room -= add(row, tokens[:min(d, room)])
 
-    def _verify(self, seq: Sequence, idx: int, drafts: list[int]) -> None:
+    def _verify(self, plan: StepPlan, seq: Sequence, idx: int, drafts: list[int]) -> None:
         """The sequence samples at its next token's row, then at each drafted token's row while
-        the drafted token is the one it sampled; the cells of the drafted tokens it did not keep go."""
+        the drafted token is the one it sampled; the cells of the drafted tokens it did not keep go
+        (from the slot: the scheduler, after the update, `plan.cuts`)."""
         seq.sample(self.ctx, idx)
         kept = 0
         for token in drafts:
@@ -295,23 +297,23 @@ class Decoder:
         if seq.cut:  # the answer was cut back before the drafts: their cells went with it, its drafter too
             return
         if kept < len(drafts):
-            slot = seq.slot
-            C.llama_memory_seq_rm(self.mem, slot.seq_id, slot.keep(len(slot.cells) - (len(drafts) - kept)), -1)
+            slot, gone = seq.slot, len(drafts) - kept
+            C.llama_memory_seq_rm(self.mem, slot.seq_id, slot.next_pos - gone, -1)
+            plan.cuts.append((slot, len(slot.cells) - gone))
         seq.verified(len(drafts), kept)
 
-    def _add(self, i: int, slot: Slot, token: int, logits: bool) -> None:
-        self.batch.set(i, token, slot.next_pos, slot.seq_id, logits)
-        slot.cells.append(token)
-
-    def _prompt_done(self, job: Job, idx: int) -> None:
-        """The prompt is in the lead slot: share its cells with the other slots, then every
-        sequence samples its first token from the same logits."""
-        if job.request.prompt_logprobs is not None:
-            job.emit(PromptLogprobs(tuple(job.prompt_logprobs)))
+    def share(self, job: Job) -> None:
+        """n > 1, the prompt read: the lead slot's cells are copied to the other slots' sequences
+        (the scheduler copies what they hold, before the update samples)."""
         lead = job.lead.slot
         for seq in job.seqs[1:]:
             C.llama_memory_seq_rm(self.mem, seq.slot.seq_id, -1, -1)
             C.llama_memory_seq_cp(self.mem, lead.seq_id, seq.slot.seq_id, -1, -1)
-            seq.slot.copy_from(lead)
+
+    def _prompt_done(self, job: Job, idx: int) -> None:
+        """The prompt is in the lead slot (and shared with the others, `share`): every sequence
+        samples its first token from the same logits."""
+        if job.request.prompt_logprobs is not None:
+            job.emit(PromptLogprobs(tuple(job.prompt_logprobs)))
         for seq in job.seqs:
             seq.sample(self.ctx, idx)

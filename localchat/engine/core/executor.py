@@ -17,10 +17,10 @@ from ..state.job import Adapters, Job, make_sequence
 from .media_feed import MediaFeed
 from ..llama.model import Model
 from ..params import Draft
-from ..cache.prefix_cache import Placement, PrefixCache
+from ..cache.prefix_cache import Landed, Placement, PrefixCache
 from ..cache.prompt_store import PromptStore
-from ..state.slot import Slot
-from ..media.vision import Projector
+from ..state.slot import Sequence, Slot
+from ..media.vision import Projector, Span
 
 
 class Executor:
@@ -63,17 +63,18 @@ class Executor:
         """The LoRA adapters applied to the context now."""
         return self.decoder.adapters
 
-    def start(self, job: Job) -> None:
-        """Make the job's sequences in its slots (raises, all undone, if a sampler cannot be made:
+    def start(self, job: Job) -> list[Sequence]:
+        """The job's sequences in its slots (raises, all undone, if a sampler cannot be made:
         a grammar llama.cpp rejects)."""
+        seqs: list[Sequence] = []
         try:
             for i, slot in enumerate(job.slots):
-                job.seqs.append(make_sequence(job, i, slot, self.model, self.n_ctx))
-                job.seqs[-1].draft_model = self.draft
+                seqs.append(make_sequence(job, i, slot, self.model, self.n_ctx))
+                seqs[-1].draft_model = self.draft
+            return seqs
         except Exception as exc:
-            for seq in job.seqs:
+            for seq in seqs:
                 seq.sampler.close()
-            job.seqs = []
             if isinstance(exc, LocalchatError):
                 raise
             raise EngineError(f"llama.cpp failed: {exc}") from exc
@@ -82,11 +83,12 @@ class Executor:
         """How much of the job's prompt its lead slot serves, moves or restores (prefix_cache.py)."""
         return self.cache.place(job)
 
-    def land(self, job: Job) -> None:
+    def land(self, job: Job) -> Landed | None:
         """The moved stretches whose new span is read join the lead slot (prefix_cache.py)."""
-        self.cache.land(job)
+        return self.cache.land(job)
 
-    def decode_media(self, adapters: Adapters, jobs: list[Job], fail: Callable[[Job, BaseException], None]) -> bool:
+    def decode_media(self, adapters: Adapters, jobs: list[Job],
+                     fail: Callable[[Job, BaseException], None]) -> list[tuple[Job, Span]]:
         """The encoded media chunks the prompts have reached, each in a decode of its own (decoder.py)."""
         return self.decoder.decode_media(adapters, jobs, fail)
 
@@ -98,24 +100,23 @@ class Executor:
         """The plan's batch, one llama_decode (its return code)."""
         return self.decoder.execute(adapters, plan)
 
+    def share(self, job: Job) -> None:
+        """n > 1, the prompt read: its cells copied to the other slots' sequences (decoder.py)."""
+        self.decoder.share(job)
+
     def update(self, plan: StepPlan, jobs: list[Job], fail: Callable[[Job, BaseException], None]) -> None:
-        """After the decode: moved cells join, the sequences sample (decoder.py)."""
-        self.decoder.update(plan, jobs, self.cache, fail)
+        """After the decode: the sequences sample (decoder.py)."""
+        self.decoder.update(plan, jobs, fail)
 
     def finish(self, job: Job) -> None:
-        """The job has ended: its samplers go, its prompt is saved if worth it, and with
-        cache_prompt off its slots are emptied."""
+        """The job has ended: its samplers go, its prompt is saved if worth it."""
         for seq in job.seqs:
             seq.sampler.close()
         self.cache.save(job)
-        if not job.request.cache_prompt:  # nothing of it stays: the slots are empty for the next request
-            for slot in job.slots:
-                self.empty(slot)
 
     def empty(self, slot: Slot) -> None:
-        """Forget every cell of the slot (and of its draft model's sequence)."""
+        """Forget every cell of the slot's sequence (and of its draft model's; the scheduler empties the slot)."""
         C.llama_memory_seq_rm(self.mem, slot.seq_id, -1, -1)
-        slot.keep(0)
         if self.draft is not None:
             self.draft.forget(slot.seq_id)
 

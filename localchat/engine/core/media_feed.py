@@ -15,7 +15,7 @@ from ...errors import ContextOverflow, EngineError, LocalchatError
 from ..state.job import Job
 from ..params import Prepared
 from ..state.slot import Slot
-from ..media.vision import Projector, Span
+from ..media.vision import Expanded, Projector, Span
 
 _log = logging.getLogger("localchat.engine")
 
@@ -25,12 +25,12 @@ class MediaFeed:
         self.projector, self.n_ctx, self._wake = projector, n_ctx, wake
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="localchat-media")
 
-    def prepare(self, job: Job, queue: Callable[[Job | None], None]) -> None:
-        """Expand the job's prompt off the caller's thread, then `queue(job)` (or, if it failed,
-        report the error to the job and `queue(None)`)."""
+    def prepare(self, job: Job, queue: Callable[[Job, Expanded | None], None]) -> None:
+        """Expand the job's prompt off the caller's thread, then `queue(job, prompt)` (or, if it
+        failed, report the error to the job and `queue(job, None)`)."""
         self._pool.submit(self._prepare, job, queue)
 
-    def _prepare(self, job: Job, queue: Callable[[Job | None], None]) -> None:
+    def _prepare(self, job: Job, queue: Callable[[Job, Expanded | None], None]) -> None:
         try:
             prompt = self.projector.expand(job.request)
             if len(prompt.tokens) >= self.n_ctx:
@@ -42,10 +42,9 @@ class MediaFeed:
         except Exception as exc:  # noqa: BLE001 - the request's own failure, reported to it
             job.emit(exc if isinstance(exc, LocalchatError) else EngineError(f"llama.cpp failed: {exc}"))
             job.emit(None)
-            return queue(None)
-        job.prompt, job.tokens, job.n_prompt = prompt, prompt.tokens, len(prompt.tokens)
-        job.emit(Prepared(job.n_prompt))
-        queue(job)
+            return queue(job, None)
+        job.emit(Prepared(len(prompt.tokens)))
+        queue(job, prompt)
 
     def head(self, job: Job) -> Span | None:
         """The media chunk the job's prompt has reached, if it is encoded; starts encoding it if not.
@@ -77,19 +76,16 @@ class MediaFeed:
         return job.prompt.next_start(at) - at
 
     def decode(self, ctx: int, slot: Slot, span: Span, n_batch: int) -> int:
-        """Decode an encoded chunk into the slot; llama.cpp's return code."""
-        rc = self.projector.decode(ctx, span, slot.next_pos, slot.seq_id, n_batch)
-        if rc == 0:
-            slot.media.append((len(slot.cells), span.n_tokens, span.n_pos))
-            slot.pos_delta += span.n_pos - span.n_tokens
-            slot.cells += [span.placeholder] * span.n_tokens
-        return rc
+        """Decode an encoded chunk into the slot (the scheduler adds its cells to the slot:
+        Slot.add_media); llama.cpp's return code."""
+        return self.projector.decode(ctx, span, slot.next_pos, slot.seq_id, n_batch)
 
     def decode_heads(self, jobs: list[Job], ctx: int, use_adapters: Callable[[], None], n_batch: int,
-                     fail: Callable[[Job, BaseException], None]) -> bool:
+                     fail: Callable[[Job, BaseException], None]) -> list[tuple[Job, Span]]:
         """Each job whose prompt has reached an encoded media chunk decodes it into its slot (with
-        the jobs' LoRA adapters applied first). Returns whether any did."""
-        busy = False
+        the jobs' LoRA adapters applied first). Returns the jobs that did, with their chunks (for
+        the scheduler: the chunk's cells are the slot's, its tokens no longer pending)."""
+        decoded = []
         for job in jobs:
             try:
                 span = self.head(job)
@@ -102,9 +98,8 @@ class MediaFeed:
             except Exception as exc:  # noqa: BLE001 - this request's media, this request's failure
                 fail(job, exc)
                 continue
-            del job.pending[: span.n_tokens]
-            busy = True
-        return busy
+            decoded.append((job, span))
+        return decoded
 
     def release(self, job: Job) -> None:
         if job.prompt is not None:

@@ -9,8 +9,10 @@ request (decoder.py: a token each, drafts, prompt chunks); requests with other L
 in a batch of their own in the same step (_step). `step()` is one turn on the caller's thread and
 returns what it produced (a StepOutput: each request's events); the engines run it in a thread of
 its own and hand each step's outputs to their `deliver`. Other threads reach the context only through
-`between_steps` (llama-server's slot actions: the prefix cache's slot_state, slot_restore, slot_erase), run
-between two steps. While idle, a step measures what a step of k tokens costs (draft_cost.probe)."""
+`between_steps` (llama-server's slot actions: the prefix cache's slot_state; slot_restore and
+slot_erase here, which apply what the cache did), run between two steps. Only the scheduler writes
+requests (Job) and slots (Slot): the parts below answer (tests/test_writers.py). While idle, a
+step measures what a step of k tokens costs (draft_cost.probe)."""
 
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ from ..llama.model import Model
 from ..outputs import Outbox, StepOutput
 from ..params import N_BATCH, Draft, Generate, SlotInfo, Started
 from ..cache.prompt_store import PromptStore
-from ..media.vision import Projector
+from ..media.vision import Expanded, Projector
+from ..state.slot import Slot
 
 _log = logging.getLogger("localchat.engine")
 T = TypeVar("T")
@@ -97,11 +100,12 @@ class Scheduler:
         self.executor.media.prepare(job, self._prepared)
         return job
 
-    def _prepared(self, job: Job | None) -> None:
-        """A request's media are tokenized (None: it failed, and was told): it queues now."""
+    def _prepared(self, job: Job, prompt: Expanded | None) -> None:
+        """A request's media are tokenized into its prompt (None: it failed, and was told): it queues now."""
         with self._cond:
             self._preparing -= 1
-            if job is not None:
+            if prompt is not None:
+                job.prompt, job.tokens, job.n_prompt = prompt, prompt.tokens, len(prompt.tokens)
                 self.queue.append(job)
             self._cond.notify()
 
@@ -252,7 +256,7 @@ class Scheduler:
         """Make the job's sequences (samplers can fail: a grammar llama.cpp rejects) and find
         how much of its prompt the lead slot already holds (prefix_cache.py)."""
         try:
-            self.executor.start(job)
+            job.seqs = self.executor.start(job)
         except LocalchatError as exc:  # reported to its own request only
             for slot in job.slots:
                 slot.busy = False
@@ -262,10 +266,20 @@ class Scheduler:
             return
         self.running.append(job)  # (before the cache places it: if that fails, the job is failed with the others)
         placed = self.executor.place(job)
+        lead, held = job.slots[0], placed.held
+        assert held is not None
+        lead.cells, lead.adapters, lead.media, lead.pos_delta = held.cells, held.adapters, held.media, held.pos_delta
         job.cached, job.pending, job.jumps, job.moved, job.miss = (placed.cached, placed.pending, placed.jumps,
                                                                    placed.moved, placed.miss)
-        self.executor.land(job)  # a moved stretch right after the prefix (a deletion) joins it now
+        self._land(job)  # a moved stretch right after the prefix (a deletion) joins it now
         job.emit(Started(job.cached, job.miss))
+
+    def _land(self, job: Job) -> None:
+        """The moved stretches whose new span is read join the lead slot (prefix_cache.py's `land`)."""
+        landed = self.executor.land(job)
+        if landed is not None:
+            job.slots[0].cells[:] = landed.cells
+            job.jumps, job.moved, job.pending, job.cached = landed.jumps, landed.moved, landed.pending, landed.cached
 
     def _drop_cancelled(self) -> None:
         for job in [j for j in self.running if j.cancelled]:
@@ -295,17 +309,29 @@ class Scheduler:
         encoded media chunk decodes it first, in a decode of its own; then the plan (the next token
         of every generating sequence, its drafts, prompt chunks), its prompt chunks read into the
         jobs (`advance`), the batch, and the sampling. Whether anything was decoded."""
-        busy = self.executor.decode_media(adapters, jobs, self._fail)
+        decoded = self.executor.decode_media(adapters, jobs, self._fail)
+        for job, span in decoded:  # (its chunk's cells are the lead slot's now)
+            job.lead.slot.add_media(span.n_tokens, span.n_pos, span.placeholder)
+            del job.pending[:span.n_tokens]
         plan = self.executor.plan(jobs)
         if not plan.rows:
-            return busy
-        advance(plan)
+            return bool(decoded)
         rc = self.executor.execute(adapters, plan)
         if rc != 0:
             for job in jobs:
                 self._fail(job, EngineError(f"llama_decode returned {rc}"))
             return True
+        advance(plan)
+        for job in plan.landing:
+            self._land(job)
+        for row in plan.rows:  # a prompt read whole, n > 1: the other slots hold its cells too
+            if isinstance(row.who, Job) and len(row.who.seqs) > 1:
+                self.executor.share(row.who)
+                for seq in row.who.seqs[1:]:
+                    seq.slot.copy_from(row.who.lead.slot)
         self.executor.update(plan, jobs, self._fail)
+        for slot, n in plan.cuts:  # drafts not kept: their cells went
+            slot.keep(n)
         return True
 
     def _finish(self, job: Job) -> None:
@@ -325,6 +351,9 @@ class Scheduler:
                          read, total, job.cached, kept)
             job.pending = []
         self.executor.finish(job)
+        if not job.request.cache_prompt:  # nothing of it stays: the slots are empty for the next request
+            for slot in job.slots:
+                self._empty(slot)
         job.emit(None)
         self.executor.release(job)
 
@@ -341,7 +370,7 @@ class Scheduler:
                 if job in self.running:
                     self.running.remove(job)
                 for slot in job.slots:
-                    self.executor.empty(slot)
+                    self._empty(slot)
                     slot.busy = False
                 job.emit(error)
                 job.emit(None)
@@ -353,16 +382,45 @@ class Scheduler:
         _log.warning("request failed in the engine: %s", exc)
         for seq in job.seqs:
             seq.cancel()
-            self.executor.empty(seq.slot)
+            self._empty(seq.slot)
         job.emit(exc if isinstance(exc, LocalchatError) else EngineError(f"llama.cpp failed: {exc}"))
         job.cancelled = True  # no Done events after an error
         self._finish(job)
 
 
+    def _empty(self, slot: Slot) -> None:
+        """Forget every cell of the slot (and of its draft model's sequence)."""
+        self.executor.empty(slot)
+        slot.keep(0)
+
+    # -- llama-server's slot actions (slot_actions.py), between two steps -------------------
+
+    def slot_restore(self, slot_id: int, tokens: list[int], state: bytearray) -> None:
+        """Replace an idle slot's cells by a checked file's (prefix_cache.py's `slot_restore`)."""
+        def restore() -> None:
+            held, error = self.executor.cache.slot_restore(slot_id, tokens, state)
+            slot = self.slots[slot_id]
+            slot.cells, slot.adapters, slot.media, slot.pos_delta = held.cells, (), [], 0
+            slot.used_at = time.monotonic()
+            if error is not None:
+                raise error
+        self.between_steps(restore)
+
+    def slot_erase(self, slot_id: int) -> int:
+        """Empty an idle slot's cells; the tokens it held."""
+        def erase() -> int:
+            held = self.executor.cache.slot_erase(slot_id)
+            self.slots[slot_id].keep(0)
+            return held
+        return self.between_steps(erase)
+
+
 def advance(plan: StepPlan) -> None:
-    """The plan's prompt chunks are read: each job's pending prompt advances by its chunk, and the
-    new span of a shifted reuse under way shrinks by it (its moved cells join once it is read)."""
+    """The plan's batch is decoded: each row's tokens are its slot's cells; each job's pending
+    prompt advances by its chunk, and the new span of a shifted reuse under way shrinks by it (its
+    moved cells join once it is read)."""
     for row in plan.rows:
+        row.slot.cells += row.tokens
         if row.reads is not None:
             del row.reads.pending[:len(row.tokens)]
             if row.reads.jumps:

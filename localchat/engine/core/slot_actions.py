@@ -28,7 +28,7 @@ def slot_action(scheduler: Scheduler, key: str, action: str, slot_id: int, path:
     the file to save to or restore from, checked by the caller (it stays in the slot folder)."""
     started = time.perf_counter()
     if action == "erase":
-        return SlotDone(scheduler.between_steps(lambda: scheduler.executor.cache.slot_erase(slot_id)))
+        return SlotDone(scheduler.slot_erase(slot_id))
     if action not in ACTIONS or path is None:
         raise InvalidRequest(f"action: {action!r} is not one of save, restore, erase", param="action")
     file = Path(path)
@@ -53,5 +53,5 @@ def slot_action(scheduler: Scheduler, key: str, action: str, slot_id: int, path:
         raise InvalidRequest(f"filename: {file.name} cannot be restored: {exc}", param="filename") from None
     assert state is not None
     restored = tokens.tolist()
-    scheduler.between_steps(lambda: scheduler.executor.cache.slot_restore(slot_id, restored, state))
+    scheduler.slot_restore(slot_id, restored, state)
     return SlotDone(len(restored), size, (time.perf_counter() - started) * 1000)

@@ -55,6 +55,13 @@ class Slot:
         del self.cells[n:]
         return n + self.pos_delta
 
+    def add_media(self, n_tokens: int, n_pos: int, placeholder: int) -> None:
+        """A media chunk's cells decoded after the others: `n_tokens` cells (each `placeholder`)
+        over `n_pos` positions."""
+        self.media.append((len(self.cells), n_tokens, n_pos))
+        self.pos_delta += n_pos - n_tokens
+        self.cells += [placeholder] * n_tokens
+
     def copy_from(self, other: "Slot") -> None:
         self.cells, self.adapters = list(other.cells), other.adapters
         self.media, self.pos_delta = list(other.media), other.pos_delta
