@@ -31,7 +31,7 @@ With --edit: a 121-line file returned with a variable renamed throughout, greedy
 (ngram_draft 0) and with them (the default), the text asserted identical; the module case again with
 the file as the prediction (OpenAI's Predicted Outputs: goals >= 2x without drafts, >= drafts from
 the prompt, identical, and the prediction's accepted/rejected tokens from usage); llama-server's
-tok/s with --spec-type ngram-mod when LLAMA_SERVER names its binary (goals: >= 1.5x without
+tok/s with --spec-type ngram-mod when LLAMA_SERVER names its binary (goals: >= 2x without
 drafts, >= llama-server's), and what drafts could give at best here: a step of k tokens' cost
 against one token's (a compute-bound CPU pays nearly k times for k).
 With --agent: an agent-like prompt of 10k+ tokens (long instructions, 24 tools, an environment

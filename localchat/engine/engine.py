@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import fields
 from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import fields
 from pathlib import Path
 
-from .base import Stream, check_adapters, deliver as deliver_to_streams
-from .llama.embed import Embedder
-from .llama.rerank import Ranker
-from .llama.model import Model
+from .base import Stream, check_adapters
+from .base import deliver as deliver_to_streams
 from .cache.prompt_store import PromptStore, model_key
-from .params import N_BATCH, Draft, EngineConfig, EngineStats, Event, Generate, SlotDone, SlotInfo
-from .outputs import StepOutput
 from .core.scheduler import Scheduler
+from .llama.embed import Embedder
+from .llama.model import Model
+from .llama.rerank import Ranker
 from .media.vision import Projector
+from .outputs import StepOutput
+from .params import N_BATCH, Draft, EngineConfig, EngineStats, Event, Generate, SlotDone, SlotInfo
 
 
 class LocalEngine:

@@ -15,8 +15,21 @@ from typing import Any
 
 from .. import errors
 from ..errors import EngineError, InvalidRequest, LocalchatError
-from .params import (Check, Constraint, Done, Generate, Media, Prepared, PromptLogprobs, SamplingParams, SpeedParams,
-                     Started, Text, TokenLogprob, TopLogprob)
+from .params import (
+    Check,
+    Constraint,
+    Done,
+    Generate,
+    Media,
+    Prepared,
+    PromptLogprobs,
+    SamplingParams,
+    SpeedParams,
+    Started,
+    Text,
+    TokenLogprob,
+    TopLogprob,
+)
 
 TYPES: dict[str, type] = {cls.__name__: cls for cls in (Generate, SamplingParams, SpeedParams, Constraint, Check, Media,
                                                         Text, Done, PromptLogprobs, TokenLogprob, TopLogprob, Prepared,

@@ -9,7 +9,6 @@ import os
 from collections import Counter
 from difflib import SequenceMatcher
 
-
 SHIFT_SPAN = 512  # tokens that may differ between a cached prompt and a new one (each side) for a shifted reuse
 SHIFT_KEY = 16  # tokens that must match right after the span for it to be found
 SHIFT_MIN = 256  # cached tokens after the span worth moving rather than reading again

@@ -19,11 +19,11 @@ import llama_cpp as C
 import numpy as np
 
 from ...errors import EngineError, InvalidRequest, SlotBusy
-from . import kv_state
 from ..state.job import Job, Jump
+from ..state.slot import Slot
+from . import kv_state
 from .matching import common_prefix, moved_stretches, shifted_matches
 from .prompt_store import REMEMBERED, RESTORE_MIN, SAVE_MIN, SPARE_MIN, PromptStore, common, copy_state, put_state
-from ..state.slot import Slot
 
 _log = logging.getLogger("localchat.engine")
 MISS_MIN = 64  # cached tokens a prompt must miss for the access log to say why (prefix_cache.missed)

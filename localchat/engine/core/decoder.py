@@ -24,12 +24,12 @@ import llama_cpp as C
 from ...errors import ModelUnavailable
 from ..drafting import draft_cost
 from ..llama.batch import Batch
-from ..state.job import Adapters, Job, apply_adapters, chunk_size, read_prompt_logprobs
-from .media_feed import MediaFeed
-from ..media.vision import Span
 from ..llama.model import Model
+from ..media.vision import Span
 from ..params import SWA_FULL, PromptLogprobs
+from ..state.job import Adapters, Job, apply_adapters, chunk_size, read_prompt_logprobs
 from ..state.slot import Sequence, Slot
+from .media_feed import MediaFeed
 
 _log = logging.getLogger("localchat.engine")
 # Prompt tokens a step while a request wants their log-probabilities: each is a row of logits in

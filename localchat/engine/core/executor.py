@@ -11,16 +11,16 @@ from collections.abc import Callable
 import llama_cpp as C
 
 from ...errors import EngineError, LocalchatError
-from .decoder import Decoder, StepPlan, open_context, shiftable
-from ..drafting.draft_model import DraftContext
-from ..state.job import Adapters, Job, make_sequence
-from .media_feed import MediaFeed
-from ..llama.model import Model
-from ..params import Draft
 from ..cache.prefix_cache import Landed, Placement, PrefixCache
 from ..cache.prompt_store import PromptStore
-from ..state.slot import Sequence, Slot
+from ..drafting.draft_model import DraftContext
+from ..llama.model import Model
 from ..media.vision import Projector, Span
+from ..params import Draft
+from ..state.job import Adapters, Job, make_sequence
+from ..state.slot import Sequence, Slot
+from .decoder import Decoder, StepPlan, open_context, shiftable
+from .media_feed import MediaFeed
 
 
 class Executor:

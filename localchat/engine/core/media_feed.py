@@ -12,10 +12,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from ...errors import ContextOverflow, EngineError, LocalchatError
-from ..state.job import Job
-from ..params import Prepared
-from ..state.slot import Slot
 from ..media.vision import Expanded, Projector, Span
+from ..params import Prepared
+from ..state.job import Job
+from ..state.slot import Slot
 
 _log = logging.getLogger("localchat.engine")
 

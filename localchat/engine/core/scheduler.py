@@ -25,19 +25,18 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-
 from ...errors import EngineError, InvalidRequest, LocalchatError, ModelUnavailable
 from ..base import check_queue
-from .decoder import StepPlan
-from .executor import Executor
-from ..state.job import Adapters, Job, owned, vacancy
 from ..cache.prefix_cache import reuse
+from ..cache.prompt_store import PromptStore
 from ..llama.model import Model
+from ..media.vision import Expanded, Projector
 from ..outputs import Outbox, StepOutput
 from ..params import N_BATCH, Draft, Generate, SlotInfo, Started
-from ..cache.prompt_store import PromptStore
-from ..media.vision import Expanded, Projector
+from ..state.job import Adapters, Job, owned, vacancy
 from ..state.slot import Slot
+from .decoder import StepPlan
+from .executor import Executor
 
 _log = logging.getLogger("localchat.engine")
 T = TypeVar("T")

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InvalidRequest
-from ..params import SlotDone
 from ..cache.prompt_store import BadFile, read_file, write_file
+from ..params import SlotDone
 from .scheduler import Scheduler
 
 ACTIONS = ("save", "restore", "erase")

@@ -14,9 +14,9 @@ import llama_cpp as C
 import numpy as np
 
 from ...errors import EngineError, InvalidRequest, ModelUnavailable
+from ..params import EMBED_BATCH
 from .batch import Batch
 from .model import Model
-from ..params import EMBED_BATCH
 
 
 class Embedder:

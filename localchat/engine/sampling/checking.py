@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...grammars.check import Violation, ValueChecker
+from ...grammars.check import ValueChecker, Violation
 from ..params import Check
 
 # Keywords whose sub-schemas hold for the values under a value whatever its other parts are (the

@@ -24,8 +24,8 @@ import llama_cpp as C
 import numpy as np
 
 from ...errors import EngineError, GrammarDeadEnd
-from ..params import Constraint, SamplingParams
 from ..llama.utf8guard import Utf8Guard, Utf8Tables
+from ..params import Constraint, SamplingParams
 
 GREEDY_CANDIDATES = 64
 WIDE = 1024  # candidates the grammar judges first when none of the chain's picks is allowed

@@ -16,11 +16,11 @@ import llama_cpp as C
 import numpy as np
 
 from ...errors import GrammarDeadEnd
-from ..sampling.checking import Cut, OutputCheck, squeeze
 from ..drafting.draft_model import DraftContext
 from ..drafting.drafts import Drafter, TextDrafter, json_view
 from ..llama.model import Model
-from ..params import Check, Done, Event, TokenLogprob, TopLogprob, Text
+from ..params import Check, Done, Event, Text, TokenLogprob, TopLogprob
+from ..sampling.checking import Cut, OutputCheck, squeeze
 from ..sampling.repetition import LoopDetector
 from ..sampling.sampling import Sampler
 from ..sampling.text import LineLimits, StopMatcher, Utf8Stream

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EngineCrashed, ModelUnavailable
-from ..remote import rpc as rpc_link
 from ..base import Stream, check_adapters, check_queue, deliver
 from ..params import EngineConfig, EngineStats, Generate, RpcEndpoint, SlotDone, SlotInfo, Started, WorkerState
+from ..remote import rpc as rpc_link
 
 log = logging.getLogger("localchat.worker")
 CRASH_LIMIT, CRASH_WINDOW = 3, 60.0  # this many deaths within this many seconds: the model is failed

@@ -14,15 +14,15 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ...logs import configure, escape_request_text
-from ..remote import rpc as rpc_link
 from ..outputs import StepOutput
 from ..params import EngineConfig
+from ..remote import rpc as rpc_link
 
 
 def _worker_main(fd: int, config: EngineConfig) -> None:
     """The child: load the model, decode until told to stop or the server goes away."""
-    from ..llama import model as model_module
     from ..engine import LocalEngine
+    from ..llama import model as model_module
 
     conn = Connection(fd)
     send_lock = threading.Lock()  # (the step's thread, the calls' threads and this one all send)
