@@ -11,10 +11,12 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import llama_cpp as C
 import pytest
 from llama_cpp import Llama
 
 from localchat.engine import Done, Generate, LocalEngine, SamplingParams, Text
+from localchat.engine.cache import kv_state, prefix_cache
 from localchat.engine.params import SpeedParams
 from localchat.engine.state.job import TILE_ROWS, chunk_size
 from localchat.engine.cache.matching import (SHIFT_EDIT, SHIFT_FRESH, SHIFT_MIN, SHIFT_SPAN, moved_stretches, shifted_match,
@@ -245,6 +247,40 @@ def test_a_request_cancelled_inside_its_new_span_leaves_the_slot_usable(engine: 
     asyncio.run(leave())
     again = run(engine, b)
     assert again[3].completion_tokens == 24 and again[3].cached_tokens >= n_head
+
+
+@pytest.mark.parametrize("fault", ["put", "join"])
+def test_moved_cells_that_cannot_join_are_read_instead(engine: LocalEngine, monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture, fault: str):
+    """The moved cells wait in a save while the span before them is read (prefix_cache.land). If
+    llama.cpp will not take the joined cells back ("put": the sequence is then empty) or the save
+    cannot be joined ("join"), the rest is read instead: the answer is A's cold answer, the log says
+    so once, and the slot serves the next request."""
+    a, b, n_head, _ = prompts()
+    run(engine, [random.Random(3).randrange(3, 200) for _ in range(300)])  # (A not cached: read cold)
+    cold = run(engine, a)
+    run(engine, b)
+    if fault == "put":
+        def put(ctx, seq, state):  # as llama.cpp leaves a sequence it could not fill: empty
+            C.llama_memory_seq_rm(C.llama_get_memory(ctx), seq, -1, -1)
+            return False
+        monkeypatch.setattr(prefix_cache, "put_state", put)
+    else:
+        monkeypatch.setattr(kv_state, "joined", lambda *args: None)
+    with caplog.at_level("WARNING", logger="localchat.engine"):
+        again = run(engine, a)
+    monkeypatch.undo()
+    said = [r.getMessage() for r in caplog.records if "could not be put back" in r.getMessage()]
+    assert len(said) == 1, said
+    # "put": all read again; "join": the prefix, the first span and the SHIFT_FRESH tokens after it kept
+    assert again[3].cached_tokens == (0 if fault == "put" else n_head + 9 + SHIFT_FRESH)
+    assert again[3].completion_tokens == 24
+    for i, (x, y) in enumerate(zip(cold[0], again[0])):  # (read in other chunks: equal up to a near-tie)
+        assert abs(cold[1][i] - again[1][i]) < 1e-3 * max(1.0, abs(cold[1][i])), i
+        if x != y:
+            assert cold[2][i] < 2e-3, (i, cold[2][i])
+            break
+    assert run(engine, b)[3].completion_tokens == 24
 
 
 def test_a_quantized_k_cache_reads_the_span_and_what_follows(tmp_path, monkeypatch: pytest.MonkeyPatch):
