@@ -7,7 +7,7 @@ dropped (StepPlan.cuts); the scheduler applies them, adds each step's tokens to 
 assignment, `del` or `+=` to a field of Job or Slot, an in-place change of one (append, extend,
 pop, clear, …), or a call of a Slot method that changes it (keep, add_media, copy_from), on an
 object named as the engine names the scheduler's: `job`, `slot`, `lead`, `s`, `other`, or
-`….slot` / `….job` (a Sequence's slot, a row's)."""
+`….slot` / `….job` (a Sequence's slot, a row's), or an item of `….slots`."""
 
 from __future__ import annotations
 
@@ -40,10 +40,13 @@ def _fields() -> set[str]:
 
 
 def _theirs(node: ast.expr) -> bool:
-    """Whether an expression names the scheduler's job or slot (see the module's docstring)."""
+    """Whether an expression names the scheduler's job or slot (see the module's docstring), also
+    as an item of a list of them (`job.slots[0]`, `self.slots[i]`)."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
     if isinstance(node, ast.Name):
         return node.id in NAMES
-    return isinstance(node, ast.Attribute) and node.attr in ("slot", "job", "lead")
+    return isinstance(node, ast.Attribute) and node.attr in ("slot", "job", "lead", "slots")
 
 
 def writes(source: str, fields: set[str]) -> list[tuple[int, str, str]]:
@@ -94,8 +97,10 @@ def f(job, slot, seq):
     del job.pending[:3]
     seq.slot.keep(0)
     job.jumps, job.moved = [], None
+    job.slots[0].cells.extend([1])
+    self.slots[2].busy = True
     held.cells = []
 '''
     assert [what for _, _, what in writes(source, fields)] == [
         "job.pending", "job.cached", "slot.cells.append()", "job.pending", "seq.slot.keep()", "job.jumps",
-        "job.moved"]
+        "job.moved", "job.slots[0].cells.extend()", "self.slots[2].busy"]
