@@ -141,6 +141,55 @@ def test_live_steps_far_faster_than_the_kept_figures_say_they_are_stale():
         assert not any(check.add(cost, live) for _ in range(3 * draft_cost.CHECKED))
 
 
+@pytest.mark.fast
+def test_a_measurement_where_more_tokens_cost_less_than_one_is_not_kept():
+    """Measured on this machine (the 0.5B): alone, then beside another server's decode (16 tokens
+    cheaper than one). A GPU's flat figures are true; a step of k under FLOOR times one is not."""
+    alone = {1: 0.0237, 2: 0.0412, 4: 0.0594, 8: 0.1118, 16: 0.1739, 32: 0.3048, 64: 0.4631}
+    crushed = {1: 2.6925, 2: 2.6837, 4: 2.7040, 8: 2.6398, 16: 1.6566, 32: 3.0649, 64: 3.1977}
+    gpu = {1: 0.010, 2: 0.0099, 4: 0.0102, 64: 0.0115}
+    assert draft_cost.plausible(alone) and draft_cost.plausible(gpu)
+    assert not draft_cost.plausible(crushed) and not draft_cost.plausible({2: 0.04, 4: 0.06})
+
+
+@pytest.mark.tiny
+def test_an_implausible_measurement_is_measured_again_and_not_kept(tmp_path, monkeypatch, caplog):
+    """The idle measurement says 16 tokens cost less than one (disturbed): the engine says so once,
+    keeps nothing, measures again at its next idle steps and keeps that measurement."""
+    import logging
+
+    from localchat.engine.core.scheduler import Scheduler
+    from localchat.engine.llama.model import Model
+    from localchat.families import FAMILIES
+    from localchat.devtools.tinymodels import write_tiny_model
+
+    results = iter([{1: 2.69, 2: 2.68, 16: 1.66}, {1: 0.01, 2: 0.018, 16: 0.09}])
+
+    def probe(*_):
+        yield
+        return next(results)
+    monkeypatch.setattr(draft_cost, "probe", probe)
+    path = write_tiny_model(tmp_path / "m.gguf", FAMILIES["chatml"], n_ctx=256)
+    model = Model(path)
+    store, key = tmp_path / "step-costs.json", draft_cost.machine_key(path, 1, 0)
+    s = Scheduler(model, n_ctx=256, parallel=1, max_queue=None, n_threads=1, step_costs=str(store))
+    try:
+        with caplog.at_level(logging.WARNING, logger="localchat.engine"):
+            for _ in range(2):  # the first measurement: a decode, then its end
+                s.step()
+            assert s.executor.probing and draft_cost.load(store, key) is None  # nothing kept; measuring again
+            for _ in range(10):
+                if not s.executor.probing:
+                    break
+                s.step()
+        said = [r for r in caplog.records if "cannot be true" in r.getMessage()]
+        assert len(said) == 1 and not s.executor.probing
+        assert s.executor.decoder.cost.one == 0.01 and draft_cost.load(store, key).one == 0.01
+    finally:
+        s.close()
+        model.close()
+
+
 @pytest.mark.tiny
 def test_stale_figures_are_measured_again_while_idle_and_replaced(tmp_path, caplog):
     """A kept measurement that says a step of one token takes 10 s: after CHECKED steps of one token

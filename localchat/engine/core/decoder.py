@@ -137,6 +137,12 @@ class Decoder:
             _log.warning("measuring the step costs failed: %s", exc)
             seconds = None
         self.probe = None
+        if seconds and not draft_cost.plausible(seconds):  # disturbed (another program's load): again while idle
+            self.probe = self._measure_again()
+            _log.warning("%s: the step costs measured cannot be true (%s); %s", self.model.path.name,
+                         draft_cost.StepCost(seconds).describe(),
+                         "measured again while idle" if self.probe else "the stand-in figures are kept")
+            return
         if seconds and 1 in seconds:
             self.cost = draft_cost.StepCost(seconds, measured=True)
             draft_cost.save(self._costs_file, self._costs_key, seconds)

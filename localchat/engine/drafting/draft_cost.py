@@ -55,6 +55,7 @@ STALE = 3.0  # the live steps of one token this many times faster than the measu
 CHECKED = 64  # live steps of one token a check takes (the median counts)
 REMEASURE = 3  # measurements a load takes at most (the first included): a machine always busy keeps the last
 PROBE_PROMPT = 1024  # tokens in the probe's context before the timed steps (attention over them costs too)
+FLOOR = 0.8  # no step of k tokens can cost less than this much of a step of one: a measurement that says so was disturbed
 
 
 class StepCost:
@@ -104,6 +105,13 @@ class StaleCheck:
         self._seconds = []
         self.settled = cost.one <= STALE * self.median
         return not self.settled
+
+
+def plausible(seconds: dict[int, float]) -> bool:
+    """Whether a measurement can be true: more tokens in a step never cost much less than one. On
+    two cores beside another program's decode, a first load measured a step of one token at 2.69 s
+    and one of 16 at 1.66 s (the two crushed each other): such figures are measured again."""
+    return 1 in seconds and all(t >= FLOOR * seconds[1] for t in seconds.values())
 
 
 def geometric(p: float, n: int) -> list[float]:
