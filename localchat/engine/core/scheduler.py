@@ -265,9 +265,8 @@ class Scheduler:
             return
         self.running.append(job)  # (before the cache places it: if that fails, the job is failed with the others)
         placed = self.executor.place(job)
-        lead, held = job.slots[0], placed.held
-        assert held is not None
-        lead.cells, lead.adapters, lead.media, lead.pos_delta = held.cells, held.adapters, held.media, held.pos_delta
+        assert placed.held is not None
+        job.slots[0].copy_from(placed.held)
         job.cached, job.pending, job.jumps, job.moved, job.miss = (placed.cached, placed.pending, placed.jumps,
                                                                    placed.moved, placed.miss)
         self._land(job)  # a moved stretch right after the prefix (a deletion) joins it now
@@ -399,7 +398,7 @@ class Scheduler:
         def restore() -> None:
             held, error = self.executor.cache.slot_restore(slot_id, tokens, state)
             slot = self.slots[slot_id]
-            slot.cells, slot.adapters, slot.media, slot.pos_delta = held.cells, (), [], 0
+            slot.copy_from(held)
             slot.used_at = time.monotonic()
             if error is not None:
                 raise error
@@ -408,9 +407,9 @@ class Scheduler:
     def slot_erase(self, slot_id: int) -> int:
         """Empty an idle slot's cells; the tokens it held."""
         def erase() -> int:
-            held = self.executor.cache.slot_erase(slot_id)
+            n = self.executor.cache.slot_erase(slot_id)
             self.slots[slot_id].keep(0)
-            return held
+            return n
         return self.between_steps(erase)
 
 
