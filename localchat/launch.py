@@ -85,17 +85,18 @@ class Client:
 
 def claude(t: Target, folder: Path) -> Setup:
     """Claude Code: environment variables only. It asks for models by its own names (sub-agents for an
-    Opus, side requests for a Haiku): each name is mapped to the model. API_FORCE_IDLE_TIMEOUT=0 turns
-    off its runtime's own fetch timeout (Bun's, 300 s), which API_TIMEOUT_MS does not lift: without it
-    Claude Code 2.1.197 (what npm installs on Node 20) cut its 18,776-token first request at 300 s,
-    the server's pings every 10 s notwithstanding, and sent it again."""
+    Opus, side requests for a Haiku): each name is mapped to the model. CLAUDE_STREAM_IDLE_TIMEOUT_MS:
+    Claude Code aborts a stream with no event for 300 s (at least; its SDK drops the server's pings, and
+    API_TIMEOUT_MS does not lift it). Claude Code 2.1.197, what npm installs on Node 20, cut its
+    18,776-token first request so, and sent it again; against a stand-in server that pings for 330 s
+    before it answers, only this variable let it wait (API_FORCE_IDLE_TIMEOUT=0 did not)."""
     names = ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL",
              "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL")
     return Setup(["claude"], {
         "ANTHROPIC_BASE_URL": t.url, "ANTHROPIC_AUTH_TOKEN": t.key, **dict.fromkeys(names, t.model),
         "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(t.context), "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(ANSWER_ROOM),
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
-        "API_TIMEOUT_MS": str(TIMEOUT_MS), "API_FORCE_IDLE_TIMEOUT": "0"})
+        "API_TIMEOUT_MS": str(TIMEOUT_MS), "CLAUDE_STREAM_IDLE_TIMEOUT_MS": str(TIMEOUT_MS)})
 
 
 def codex(t: Target, folder: Path) -> Setup:

@@ -110,7 +110,7 @@ def test_claude_codes_own_model_names_all_map_to_the_model(tmp_path: Path):
                  "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL"):
         assert env[name] == "m"
     assert env["DISABLE_AUTOUPDATER"] == "1" and env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "32768"
-    assert env["API_FORCE_IDLE_TIMEOUT"] == "0"  # else its runtime's fetch gives up on a first read at 300 s
+    assert env["CLAUDE_STREAM_IDLE_TIMEOUT_MS"] == env["API_TIMEOUT_MS"]  # else a first read over 300 s is cut
 
 
 # -- the command -----------------------------------------------------------------------------------
