@@ -1,7 +1,7 @@
 """Drafts replayed on what Qwen2.5-Coder 1.5B really wrote: the prompt's and the greedy answer's
 token ids of three `scripts/bench --edit` cases, recorded without drafts (tests/fixtures/
 drafts-qwen2.5-coder-1.5b.json; the patch case's JSON view of its prompt too, made with the model's
-tokenizer). The drafter (drafts.py) and the cost model (draft_cost.py) run as the scheduler runs
+tokenizer, and the module's file as its prediction). The drafter (drafts.py) and the cost model (draft_cost.py) run as the scheduler runs
 them; greedy, a drafted token is kept exactly when it is the token the model wrote next, so the
 replay is the run's arithmetic — in steps of the cost the CPU figures give a step of k rows — not a
 guess about the model. No model is loaded."""
@@ -22,12 +22,13 @@ CPU = draft_cost.DEFAULT
 GPU = StepCost({1: 1.0, 2: 1.01, 4: 1.02, 8: 1.03, 16: 1.05, 32: 1.08, 64: 1.15})
 
 
-def replay(case: str, cost: StepCost, limit: int = 64) -> tuple[float, int]:
+def replay(case: str, cost: StepCost, limit: int = 64, predicted: bool = False) -> tuple[float, int]:
     """The answer's speed with drafts against without (steps of one token each), and the most
-    drafted tokens kept at once."""
+    drafted tokens kept at once; `predicted`: with the case's prediction (the module's file)."""
     rec = RECORDED[case]
     out = rec["output"]
-    drafter = TextDrafter(rec["prompt"] + out[:1], limit, [rec["view"]] if rec.get("view") else [])
+    drafter = TextDrafter(rec["prompt"] + out[:1], limit, [rec["view"]] if rec.get("view") else [],
+                          prediction=rec["prediction"] if predicted else None)
     at, spent = 0, 0.0  # out[at] is the next token, written and not yet decoded
     while at < len(out) - 1:
         offered = drafter.available(len(out) - 1 - at)
@@ -62,3 +63,12 @@ def test_a_copy_drafts_long_and_pays_on_a_cpu(case: str):
 def test_where_a_step_costs_about_one_drafts_pay_more():
     assert replay("module", GPU)[0] > 2 * replay("module", CPU)[0]
     assert replay("prose", GPU)[0] >= 1.0
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("cost", [CPU, GPU], ids=["cpu", "gpu"])
+def test_a_prediction_drafts_no_slower_than_the_prompt_alone(cost: StepCost):
+    # the file is in the prompt too: the prediction adds no text to copy, only where it is preferred;
+    # where the 1.5B wrote LlamaDiskCache's __setitem__ as it had just written LlamaRAMCache's, its own
+    # answer is the longer match, and a preference for the prediction over it drafted the old text
+    assert replay("module", cost, predicted=True)[0] >= replay("module", cost)[0]

@@ -101,6 +101,12 @@ def test_a_prediction_is_the_first_source():
     for token in (3, 40, 41):
         d.push(token)
     assert d.available(room=2) == [42, 43] and d.accepted == 0
+    # the answer made an edit ("77 1 2 3" followed by 70 71) and makes it again: its own occurrence
+    # matches one token longer than the prediction's "22 1 2 3", and wins
+    d = TextDrafter([*prompt, 50], limit=16, prediction=predicted)
+    for token in (77, 1, 2, 3, 70, 71, 9, 77, 1, 2, 3):
+        d.push(token)
+    assert d.available(room=2) == [70, 71] and d.match == 4
 
 
 @pytest.fixture(scope="module")

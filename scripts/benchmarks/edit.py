@@ -220,7 +220,8 @@ def edit_bench(config: Path, spec: ModelSpec, n: int, draft_model: str | None = 
 
 def edit_record(config: Path, spec: ModelSpec, n: int, path: Path) -> None:
     """The prompt's and the greedy answer's token ids of the module, patch and prose cases, without
-    drafts; for the patch (a tool call), the prompt as a JSON string writes it, tokenized, too."""
+    drafts; for the patch (a tool call), the prompt as a JSON string writes it, tokenized, too; for
+    the module, the file as its prediction."""
     from localchat.engine.drafting.drafts import json_view
 
     out = {}
@@ -243,6 +244,8 @@ def edit_record(config: Path, spec: ModelSpec, n: int, path: Path) -> None:
             prompt = tokens(httpx.post(server.url + "/apply-template", timeout=600,
                                        json={"model": spec.name, **shaped}).json()["prompt"], True)
             out[case] = {"prompt": prompt, "output": ids}
+            if case == "module":  # the file as a client's prediction (OpenAI's Predicted Outputs) would send it
+                out[case]["prediction"] = tokens(pinned_source("llama_cache.py"), False)
             if case == "patch":
                 out[case]["view"] = json_view(prompt, piece, lambda b: tokens(b.decode(), False))
             print(f"{case}: {len(prompt)} prompt tokens, {len(ids)} written", flush=True)

@@ -6,11 +6,11 @@ its prompt or its answer. The drafter keeps the sequence aligned with earlier te
 tokens written occurred before, what followed them there is the draft, and as long as the tokens
 written keep following that text the alignment moves along with them (nothing is looked up). When
 they part, the next lookup finds the occurrence of the last NGRAM tokens that matches the longest
-run of tokens before them (the longest match wins; among equals, the latest) — except that, just
-after a copy parted from its source, an occurrence that meets that source again within MAX_SUB
-tokens wins (an edit goes on where it was). One index per sequence (n-gram -> the positions after
-its latest occurrences), kept up to date per token: a lookup reads a few candidates, never the
-whole text.
+run of tokens before them (the longest match wins; among equals, the prediction's, then the
+latest) — except that, just after a copy parted from its source, an occurrence that meets that
+source again within MAX_SUB tokens wins (an edit goes on where it was). One index per sequence
+(n-gram -> the positions after its latest occurrences), kept up to date per token: a lookup reads
+a few candidates, never the whole text.
 
 Rewrites: when the text parts from its source at X and meets it again just after X, having written
 Y instead (`settings` -> `config`, `_find_longest_prefix_key` -> `_longest_prefix`; Y may be empty:
@@ -22,8 +22,9 @@ read earlier copy it with its newlines as `\\n`.
 
 A prediction (OpenAI's Predicted Outputs: the text the client expects back, the file being edited)
 is the first source: read before the other texts, the answer aligned with its start when they
-begin alike, and a lookup that finds it wins over any other occurrence but one that meets a parted
-copy again. Its tokens the answer wrote while aligned with it are `accepted`.
+begin alike, and of occurrences that match as long a lookup takes the prediction's (one elsewhere
+that matches longer still wins: the answer repeating an edit it made earlier, where the prediction
+has the old text). Its tokens the answer wrote while aligned with it are `accepted`.
 
 How long a draft is, and whether there is one, is not decided here: `survival` says how likely
 the draft's first tokens are to be kept — how often the alignment foresaw the next token lately,
@@ -183,12 +184,13 @@ class TextDrafter:
         """Align with the earlier occurrence of the last NGRAM tokens that matches the most tokens
         back (at most MAX_MATCH), or, if the text has just parted from its source, with the one that
         meets that source again within MAX_SUB tokens of where they parted (an edit goes on where it
-        was: a rename, an escape), learning the substitution; else, with one in the prediction."""
+        was: a rename, an escape), learning the substitution; of equals, the prediction's, else the
+        latest."""
         tokens, n = self.tokens, len(self.tokens)
         if n < NGRAM:
             return
         broke, (lo, hi) = self._broke, self._predicted
-        best, best_key = None, (False, False, 0)
+        best, best_key = None, (False, 0, False)
         for p in reversed(self._index.get(tuple(tokens[-NGRAM:]), ())):
             if p >= n:
                 continue  # the last n-gram itself
@@ -196,13 +198,13 @@ class TextDrafter:
             while m < MAX_MATCH and m < p and tokens[p - 1 - m] == tokens[n - 1 - m]:
                 m += 1
             near = broke is not None and broke[0] < p - m <= broke[0] + MAX_SUB and broke[1] <= n - m
-            if (near, lo < p < hi, m) > best_key:
-                best, best_key = p, (near, lo < p < hi, m)
+            if (near, m, lo < p < hi) > best_key:
+                best, best_key = p, (near, m, lo < p < hi)
         if broke is not None and n - broke[1] > MAX_SUB + MAX_MATCH:
             self._broke = None  # too long ago
         if best is None:
             return
-        near, _, m = best_key
+        near, m, _ = best_key
         if near:
             x, y = tokens[broke[0]:best - m], tokens[broke[1]:n - m]
             if len(y) <= MAX_SUB and x != y:
