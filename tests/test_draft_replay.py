@@ -1,10 +1,11 @@
 """Drafts replayed on what Qwen2.5-Coder 1.5B really wrote: the prompt's and the greedy answer's
-token ids of three `scripts/bench --edit` cases, recorded without drafts (tests/fixtures/
-drafts-qwen2.5-coder-1.5b.json; the patch case's JSON view of its prompt too, made with the model's
-tokenizer, and the module's file as its prediction). The drafter (drafts.py) and the cost model (draft_cost.py) run as the scheduler runs
-them; greedy, a drafted token is kept exactly when it is the token the model wrote next, so the
-replay is the run's arithmetic — in steps of the cost the CPU figures give a step of k rows — not a
-guess about the model. No model is loaded."""
+token ids of three `scripts/bench --edit` cases and of ten more requests (edit.more_messages),
+recorded without drafts by `scripts/bench --edit --record` (tests/fixtures/drafts-qwen2.5-coder-
+1.5b.json; a tool call's JSON view of its prompt too, made with the model's tokenizer, and the
+module's file as its prediction). The drafter (drafts.py) and the cost model (draft_cost.py) run as
+the scheduler runs them; greedy, a drafted token is kept exactly when it is the token the model
+wrote next, so the replay is the run's arithmetic — in steps of the cost the CPU figures give a
+step of k rows — not a guess about the model. No model is loaded."""
 
 from __future__ import annotations
 
@@ -50,6 +51,16 @@ def replay(case: str, cost: StepCost, limit: int = 64, predicted: bool = False) 
 def test_no_draft_length_makes_prose_slower(limit: int):
     speed, _ = replay("prose", CPU, limit)
     assert speed >= 0.97
+
+
+MORE = ["docstrings", "rename2", "prints", "explain", "patch2", "types", "rename3", "comments", "tests", "story"]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("case", ["module", "patch", "prose", *MORE])
+def test_drafts_never_make_an_answer_slower_on_a_cpu(case: str):
+    # (the answers that copy little: explain, tests, story, prose)
+    assert replay(case, CPU)[0] >= 0.99
 
 
 @pytest.mark.fast

@@ -78,6 +78,27 @@ def test_a_substitution_the_model_refuses_after_a_token_is_not_used_after_it_aga
 
 
 @pytest.mark.fast
+def test_a_new_alignment_is_trusted_no_more_than_its_run_of_foreseen_tokens():
+    source = list(range(100, 300))
+    d = TextDrafter([*source, 99, *source[:3]], limit=64)
+    for start in (0, 60, 120):  # three long copies, each found by a lookup and foreseen 50 tokens in a row
+        if start:
+            d.push(7)  # parted from its source
+            for token in source[start:start + 3]:
+                d.push(token)
+        assert d.available(room=1) == [source[start + 3]]
+        for token in source[start + 3:start + 53]:
+            d.push(token)
+    d.push(7)
+    for token in source[180:183]:
+        d.push(token)
+    assert d.available(room=4) == [283, 284, 285, 286] and d.match == 3
+    # the counts saw only kept tokens, but this alignment has foreseen none yet: by the rule of
+    # succession, after 3 tokens matched the next k are all kept with a chance of 4 / (4 + k)
+    assert d.survival(4) == pytest.approx([4 / 5, 4 / 6, 4 / 7, 4 / 8])
+
+
+@pytest.mark.fast
 def test_a_prediction_is_the_first_source():
     prompt = [7, 8, 20, 21, 22, *range(100, 120), 1, 2, 3, 30, 31, 32, 9]  # "1 2 3" followed by 30 31 32
     predicted = [20, 21, 22, 1, 2, 3, 40, 41, 42, 43]  # the prediction has it followed by 40 41 42 43

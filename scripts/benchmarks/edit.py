@@ -11,7 +11,8 @@ Goals: module and patch with drafts >= 2x without, every case but prose >= llama
 with drafts >= 0.97x without; the prediction's text identical, >= 2x without drafts and >= drafts
 from the prompt; four streams >= their tok/s without drafts, each stream's ms/token <= 1.5x.
 With --record: only the prompt's and the greedy answer's token ids of the module, patch and prose
-cases, written to a file (tests/fixtures/drafts-*.json, which tests/test_draft_replay.py replays)."""
+cases and of ten more (more_messages), written to a file (tests/fixtures/drafts-*.json, which
+tests/test_draft_replay.py replays)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ def pinned_source(name: str) -> str:
     return text
 
 
-PINNED_SOURCES = {"llama_cache.py": "fe9e5fdad7c3e67e", "llama_tokenizer.py": "482e57da563dd537"}
+PINNED_SOURCES = {"llama_cache.py": "fe9e5fdad7c3e67e", "llama_tokenizer.py": "482e57da563dd537",
+                  "server/__main__.py": "1cbf72bcf5f497b1", "_utils.py": "b8149396b2460cb3",
+                  "llama_speculative.py": "37dabf1ee9aad01d", "server/cli.py": "bb85b8d325de4ccb",
+                  "_logger.py": "e9f545f319c32bd5", "llava_cpp.py": "53ee7279d9d45624"}
 RENAME = ("Rename the {what} `{old}` to `{new}` everywhere in this file and return the whole file, every line "
           "of it. Output only the code.\n\n```python\n{text}```")
 FILE_TOOLS = [{"type": "function", "function": {
@@ -83,6 +87,41 @@ def edit_messages(case: str) -> tuple[list[dict], dict]:
 
 
 EDIT_CASES = ("module", "synthetic", "patch", "prose")
+WHOLE = "Return the whole file, every line of it. Output only the code.\n\n```python\n{}```"
+
+
+def more_messages(case: str) -> tuple[list[dict], dict]:
+    """Ten more requests, only recorded (--record), not timed: edits of other files of llama-cpp-python
+    (docstrings, renames, prints, comments, type hints, a tool call writing a file back), and answers
+    that copy little (a line-by-line explanation, tests, a story), so that the replay's figures are
+    not one file's."""
+    if case == "patch2":
+        path = "llama_cpp/server/cli.py"
+        call = {"id": "call_1", "type": "function", "function": {"name": "read_file",
+                                                                 "arguments": json.dumps({"path": path})}}
+        return [{"role": "user", "content": f"In {path}, rename `parse_model_from_args` to `model_from_args` "
+                                            "everywhere, then write the whole file back."},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_1", "content": pinned_source("server/cli.py")}], \
+            {"tools": FILE_TOOLS, "tool_choice": {"type": "function", "function": {"name": "write_file"}}}
+    asks = {
+        "docstrings": ("Add a one-line docstring to every function in this file. ", "server/__main__.py", True),
+        "rename2": ("Rename the class `suppress_stdout_stderr` to `QuietOutput` everywhere in this file. ", "_utils.py", True),
+        "prints": ("Add a print statement at the start of every method that prints its name. ", "llama_speculative.py", True),
+        "explain": ("Explain this code line by line, quoting each line before you explain it.", "llama_speculative.py", False),
+        "types": ("Add type hints to every function in this file. ", "_logger.py", True),
+        "rename3": ("Rename `_libllava` to `_lib` everywhere in this file. ", "llava_cpp.py", True),
+        "comments": ("Add a comment above every line of the function that explains it. ", "llama_speculative.py", True),
+        "tests": ("Write pytest tests for every function and class of this module.", "_utils.py", False),
+    }
+    if case == "story":
+        return [{"role": "user", "content": "Write a short story about a robot who learns to cook soup for a village."}], {}
+    ask, name, whole = asks[case]
+    text = pinned_source(name)
+    return [{"role": "user", "content": ask + WHOLE.format(text) if whole else f"{ask}\n\n```python\n{text}```"}], {}
+
+
+MORE_CASES = ("docstrings", "rename2", "prints", "explain", "patch2", "types", "rename3", "comments", "tests", "story")
 
 
 def edit_body(model: str, n: int, draft: int | None, case: str = "synthetic") -> dict:
@@ -219,9 +258,9 @@ def edit_bench(config: Path, spec: ModelSpec, n: int, draft_model: str | None = 
 
 
 def edit_record(config: Path, spec: ModelSpec, n: int, path: Path) -> None:
-    """The prompt's and the greedy answer's token ids of the module, patch and prose cases, without
-    drafts; for the patch (a tool call), the prompt as a JSON string writes it, tokenized, too; for
-    the module, the file as its prediction."""
+    """The prompt's and the greedy answer's token ids of the module, patch and prose cases and of
+    more_messages' ten, without drafts; for a tool call (patch, patch2), the prompt as a JSON string
+    writes it, tokenized, too; for the module, the file as its prediction."""
     from localchat.engine.drafting.drafts import json_view
 
     out = {}
@@ -235,8 +274,13 @@ def edit_record(config: Path, spec: ModelSpec, n: int, path: Path) -> None:
         def piece(token: int) -> bytes:
             return httpx.post(server.url + "/detokenize", timeout=600, json={"model": spec.name, "tokens": [token]}).json()[
                 "content"].encode()
-        for case in ("module", "patch", "prose"):
-            body = edit_body(spec.name, n, 0, case)
+        for case in ("module", "patch", "prose", *MORE_CASES):
+            if case in EDIT_CASES:
+                body = edit_body(spec.name, n, 0, case)
+            else:
+                messages, extra = more_messages(case)
+                body = {"model": spec.name, "temperature": 0, "max_tokens": n, "messages": messages,
+                        "ngram_draft": 0, **extra}
             answer = httpx.post(server.url + "/v1/chat/completions", timeout=3600, json={
                 **body, "logprobs": True, "top_logprobs": 0, "return_tokens_as_token_ids": True}).json()
             ids = [int(t["token"].split(":")[1]) for t in answer["choices"][0]["logprobs"]["content"]]
@@ -246,7 +290,7 @@ def edit_record(config: Path, spec: ModelSpec, n: int, path: Path) -> None:
             out[case] = {"prompt": prompt, "output": ids}
             if case == "module":  # the file as a client's prediction (OpenAI's Predicted Outputs) would send it
                 out[case]["prediction"] = tokens(pinned_source("llama_cache.py"), False)
-            if case == "patch":
+            if "tools" in body:
                 out[case]["view"] = json_view(prompt, piece, lambda b: tokens(b.decode(), False))
             print(f"{case}: {len(prompt)} prompt tokens, {len(ids)} written", flush=True)
     finally:

@@ -277,14 +277,18 @@ class TextDrafter:
         """The chances that the first 1, 2, … n tokens of the draft are all kept: along the draft the
         match grows, and each token is kept as often as the alignment foresaw the next token lately
         at that match length (while there is little to go by there: as often as at any length, at most
-        as often as a match that long is a copy by the prior 1 - 1 / (length + 1))."""
+        as often as a match that long is a copy by the prior 1 - 1 / (length + 1)) — but never more
+        often than Laplace's rule of succession allows after `match` tokens foreseen in a row,
+        (match + 1) / (match + 2). What the counts saw lately is mostly long copies passing through
+        short matches; an alignment just found after the text parted from its source is not one
+        yet, and a long draft on it is lost whole."""
         right, wrong = sum(self._right), sum(self._wrong)
         seen = (right + 1.0) / (right + wrong + 2.0)  # at any length
         rates = [(self._right[b] + PRIOR * min(seen, 1.0 - 1.0 / (BUCKETS[b] + 1))) / (self._right[b] + self._wrong[b] + PRIOR)
                  for b in range(len(BUCKETS))]
         out, alive, match = [], 1.0, self.match + len(self._ahead)
         for _ in range(n):
-            alive *= rates[_bucket(match)]
+            alive *= min(rates[_bucket(match)], (match + 1) / (match + 2))
             out.append(alive)
             match += 1
         return out
