@@ -103,31 +103,39 @@ def test_a_prediction_is_the_first_source():
     prompt = [7, 8, 20, 21, 22, *range(100, 120), 1, 2, 3, 30, 31, 32, 9]  # "1 2 3" followed by 30 31 32
     predicted = [20, 21, 22, 1, 2, 3, 40, 41, 42, 43]  # the prediction has it followed by 40 41 42 43
     d = TextDrafter([*prompt, 20], limit=16, prediction=predicted)  # the answer begins as predicted
-    assert d.accepted == 1 and d.available(room=3) == [21, 22, 1]
+    assert d.match == 1 and d.available(room=3) == [21, 22, 1]
     for token in (21, 22, 1, 2, 3):
         d.push(token)
-    assert d.accepted == 6 and d.available(room=100) == [40, 41, 42, 43]
+    assert d.match == 6 and d.available(room=100) == [40, 41, 42, 43]
     d.push(5)  # parts from it
     for token in (1, 2, 3):
         d.push(token)
     # "1 2 3" again: the prompt's occurrence is the latest and matches as long, the prediction's wins
-    assert d.available(room=2) == [40, 41] and d.accepted == 6
-    d.push(40)
-    assert d.accepted == 7
+    assert d.available(room=2) == [40, 41]
     # without a prediction the latest occurrence wins
     assert TextDrafter([*prompt, 20, 21, 22, 1, 2, 3], limit=16).available(room=2) == [30, 31]
     # an answer that begins otherwise is aligned when a lookup finds the prediction
     d = TextDrafter([*prompt, 50], limit=16, prediction=predicted)
-    assert d.accepted == 0 and d.available(room=2) == []
+    assert d.match == 0 and d.available(room=2) == []
     for token in (3, 40, 41):
         d.push(token)
-    assert d.available(room=2) == [42, 43] and d.accepted == 0
+    assert d.available(room=2) == [42, 43]
     # the answer made an edit ("77 1 2 3" followed by 70 71) and makes it again: its own occurrence
     # matches one token longer than the prediction's "22 1 2 3", and wins
     d = TextDrafter([*prompt, 50], limit=16, prediction=predicted)
     for token in (77, 1, 2, 3, 70, 71, 9, 77, 1, 2, 3):
         d.push(token)
     assert d.available(room=2) == [70, 71] and d.match == 4
+
+
+@pytest.mark.fast
+def test_a_predictions_accepted_tokens_are_those_the_answer_wrote_in_order():
+    from localchat.engine.state.slot import in_order
+    file = [10, 11, 12, 13, 14, 15, 16, 17]
+    assert in_order(file, file) == 8
+    assert in_order(file, [10, 11, 99, 12, 13, 14, 16, 17, 5]) == 7  # an insertion, a deletion (15), an addition
+    assert in_order(file, [17, 16, 15]) == 1  # out of order: one of them
+    assert in_order(file, []) == 0
 
 
 @pytest.fixture(scope="module")
@@ -225,6 +233,11 @@ def test_a_prediction_changes_nothing_but_the_speed(engine: LocalEngine):
     again = run(engine, Generate(tokens, params, frozenset(), logprobs=2, prediction=tuple(other)))
     if same_greedy_tokens(cold, again) == len(ids):
         assert again[3].prediction == (0, len(other))
+    # without drafts the prediction drafts nothing, and usage still says how much of it was written
+    half = ids[:len(ids) // 2] + other
+    alone = run(engine, Generate(tokens, params, frozenset(), logprobs=2, prediction=tuple(half), speed=NO_DRAFTS))
+    if same_greedy_tokens(cold, alone) == len(ids):
+        assert alone[3].prediction == (len(ids) // 2, len(other)) and alone[3].drafted == 0
 
 
 def test_sampled_output_is_the_same_draw_with_drafts(engine: LocalEngine, monkeypatch: pytest.MonkeyPatch):

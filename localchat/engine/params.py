@@ -231,7 +231,7 @@ class Done:
     kept: int = 0  # of those, the ones the model wrote
     resampled: int = 0  # tokens written, then taken back because a value broke the schema (checking.py)
     unchecked: tuple[str, ...] = ()  # what the checking gave up holding ("[tool]#/path:keyword")
-    # with a prediction: its tokens the answer wrote while aligned with it, and the rest (None: no prediction)
+    # with a prediction: its tokens the answer wrote, in order (a diff), and the rest (None: no prediction)
     prediction: tuple[int, int] | None = None
 
 

@@ -209,7 +209,7 @@ def logprob(t: Any, as_ids: bool = False) -> dict[str, Any]:
 def usage(u: Usage) -> dict[str, Any]:
     """OpenAI's usage; `completion_tokens_details.resampled_tokens` (localchat's own) counts the tokens
     written and taken back because a value broke the schema, when there were any; with a prediction,
-    `accepted_prediction_tokens` (its tokens the answer wrote while aligned with it) and
+    `accepted_prediction_tokens` (its tokens the answer wrote, in order) and
     `rejected_prediction_tokens` (the rest of it), as OpenAI reports them."""
     out = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
            "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}

@@ -155,7 +155,6 @@ class ModelDrafter:
         self.context, self.seq_id = context, seq_id
         self.tokens = list(history)  # the sequence's tokens: the prompt, then each token written
         self.drafted = self.kept = 0  # totals, for the log and the bench
-        self.accepted = 0  # a draft model reads no prediction
         self._base = 0  # tokens before the last draft
 
     def push(self, token: int) -> None:

@@ -24,7 +24,7 @@ A prediction (OpenAI's Predicted Outputs: the text the client expects back, the 
 is the first source: read before the other texts, the answer aligned with its start when they
 begin alike, and of occurrences that match as long a lookup takes the prediction's (one elsewhere
 that matches longer still wins: the answer repeating an edit it made earlier, where the prediction
-has the old text). Its tokens the answer wrote while aligned with it are `accepted`.
+has the old text).
 
 How long a draft is, and whether there is one, is not decided here: `survival` says how likely
 the draft's first tokens are to be kept — how often the alignment foresaw the next token lately,
@@ -59,7 +59,6 @@ class Drafter(Protocol):
 
     drafted: int  # totals, for the log and the bench
     kept: int
-    accepted: int  # tokens of the answer written while aligned with the prediction (TextDrafter's)
 
     def push(self, token: int) -> None:
         """The sequence wrote `token`."""
@@ -101,17 +100,14 @@ class TextDrafter:
         self._wrong = [0.0] * len(BUCKETS)
         self.drafted = self.kept = 0  # totals, for the log and the bench
         self.longest = 0  # the most drafted tokens kept in one step
-        self.accepted = 0  # tokens of the answer written while aligned with the prediction
         self._predicted = (0, len(prediction or ()))  # where the prediction sits in the text
-        self._answering = False  # pushes are the answer's (not the texts read first)
         for view in [prediction or [], *views]:
             for token in view:
                 self.push(token)
         for token in history:
             self.push(token)
-        self._answering = True
         if prediction and history and prediction[0] == history[-1]:  # the answer begins as predicted
-            self._src, self.match, self.accepted = 1, 1, 1
+            self._src, self.match = 1, 1
 
     # -- the text ------------------------------------------------------------------------------
 
@@ -120,11 +116,8 @@ class TextDrafter:
         n = len(self.tokens)
         if self._src is not None:
             bucket = _bucket(self.match)
-            lo, hi = self._predicted
-            predicted = self._answering and lo <= self._src < hi
             if self._follow(token, n):
                 self._count(bucket, right=True)
-                self.accepted += predicted
             else:
                 self._count(bucket, right=False)
                 self._part(n)

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 
 import llama_cpp as C
 import numpy as np
@@ -89,7 +90,6 @@ class Sequence:
         self.draft_model: DraftContext | None = None  # the model's draft model, if it has one (scheduler)
         self.drafts = (0, 0)  # drafted and kept by drafters dropped (a cut starts a new one)
         self.prediction = list(prediction) if prediction else None  # OpenAI's Predicted Outputs: the first source
-        self.accepted = 0  # of the prediction's tokens, written while aligned with it by drafters dropped
         self.drafting = True  # False after a drafter failed: drafts only make an answer faster, it goes on without
         # What the grammar does not hold, checked as it is written (checking.py): the tokens sampled,
         # where the grammar's text began among them, the checked text passed on so far, the tokens
@@ -149,7 +149,6 @@ class Sequence:
         if self.drafter is not None:
             drafter, self.drafter = self.drafter, None
             self.drafts = (self.drafts[0] + drafter.drafted, self.drafts[1] + drafter.kept)
-            self.accepted += drafter.accepted
 
     def allowed(self, draft: list[int]) -> list[int]:
         """The draft up to the first token the grammar forbids (all of it without a grammar)."""
@@ -339,13 +338,20 @@ class Sequence:
         unchecked = tuple(self.checking.given_up) if self.checking is not None else ()
         predicted = None
         if self.prediction is not None:
-            accepted = min(self.accepted + (self.drafter.accepted if self.drafter else 0), len(self.prediction))
+            accepted = in_order(self.prediction, self.out)
             predicted = (accepted, len(self.prediction) - accepted)
         return Done(self.finish or "cancelled", prompt_tokens, self.generated, cached_tokens, self.index,
                     self.stopper.matched, self.why, drafted, kept, self.resampled, unchecked, predicted)
 
     def _logprob(self, ctx, idx: int, token: int) -> TokenLogprob:
         return token_logprob(self.model, ctx, idx, token, max(self.logprobs or 0, 0))
+
+
+def in_order(prediction: list[int], answer: list[int]) -> int:
+    """How many of the prediction's tokens the answer wrote, in order (OpenAI's
+    accepted_prediction_tokens; the rest are rejected): the matching blocks of a diff of the two.
+    Once per answer; ~7 ms for a 1,200-token file and its answer here."""
+    return sum(block.size for block in SequenceMatcher(None, prediction, answer, autojunk=False).get_matching_blocks())
 
 
 def token_logprob(model: Model, ctx, idx: int, token: int, top: int, rank: bool = False) -> TokenLogprob:
