@@ -144,7 +144,20 @@ def qwen(t: Target, folder: Path) -> Setup:
                   "QWEN_TELEMETRY_ENABLED": "false",
                   "QWEN_USAGE_STATISTICS_ENABLED": "false"},
                  {path: json.dumps(settings, indent=2) + "\n"},
-                 ["Qwen Code needs Node.js 22 or later"])
+                 [f"Node.js {'.'.join(map(str, node))} here: Qwen Code 0.24 and later need 22 (on Node 20 npm installs an older "
+                  "release, which runs)"] if (node := node_version()) and node < (22,) else [])
+
+
+def node_version() -> tuple[int, ...] | None:
+    """The version of the `node` on PATH (None: none, or it did not say)."""
+    import subprocess
+
+    program = shutil.which("node")
+    try:
+        out = subprocess.run([program, "--version"], capture_output=True, text=True, timeout=10).stdout if program else ""
+        return tuple(int(part) for part in out.strip().lstrip("v").split(".")) or None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
 
 
 def pi(t: Target, folder: Path) -> Setup:

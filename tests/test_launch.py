@@ -113,6 +113,21 @@ def test_claude_codes_own_model_names_all_map_to_the_model(tmp_path: Path):
     assert env["CLAUDE_STREAM_IDLE_TIMEOUT_MS"] == env["API_TIMEOUT_MS"]  # else a first read over 300 s is cut
 
 
+@pytest.mark.fast
+@pytest.mark.parametrize("version, noted", [("v20.20.2", True), ("v22.1.0", False), ("", False)])
+def test_qwen_codes_node_note_only_where_node_is_older_than_22(version: str, noted: bool, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if version:
+        node = bin_dir / "node"
+        node.write_text(f"#!/bin/sh\necho {version}\n")
+        node.chmod(node.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    notes = L.qwen(L.Target("http://127.0.0.1:1", MODEL, 8192, None), tmp_path / "launch").notes
+    assert bool(notes) == noted and all(version.lstrip("v") in note for note in notes)
+
+
 # -- the command -----------------------------------------------------------------------------------
 
 def test_list_shows_every_client_installed_or_how_to_install_it(home: Path, tmp_path: Path):
