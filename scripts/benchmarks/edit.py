@@ -72,18 +72,23 @@ def edit_messages(case: str) -> tuple[list[dict], dict]:
         return [{"role": "user", "content": RENAME.format(what="variable", old="settings", new="config",
                                                           text=edit_file())}], {}
     if case == "patch":
-        path = "llama_cpp/llama_tokenizer.py"
-        call = {"id": "call_1", "type": "function", "function": {"name": "read_file",
-                                                                 "arguments": json.dumps({"path": path})}}
-        return [{"role": "user", "content": f"In {path}, rename `hf_tokenizer` to `tokenizer` everywhere, then write "
-                                            "the whole file back."},
-                {"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "call_1", "content": pinned_source("llama_tokenizer.py")}], \
-            {"tools": FILE_TOOLS, "tool_choice": {"type": "function", "function": {"name": "write_file"}}}
+        return read_then_write("llama_tokenizer.py", "rename `hf_tokenizer` to `tokenizer`")
     if case == "prose":
         return [{"role": "user", "content": "Explain in detail how a CPU's memory caches work: the levels, lines, "
                                             "associativity, write policies and coherence between cores."}], {}
     raise ValueError(case)
+
+
+def read_then_write(name: str, edit: str) -> tuple[list[dict], dict]:
+    """A pinned file read by a read_file call earlier in the conversation, to be written back whole
+    with `edit` done, in a forced write_file call."""
+    path = f"llama_cpp/{name}"
+    call = {"id": "call_1", "type": "function", "function": {"name": "read_file",
+                                                             "arguments": json.dumps({"path": path})}}
+    return [{"role": "user", "content": f"In {path}, {edit} everywhere, then write the whole file back."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": pinned_source(name)}], \
+        {"tools": FILE_TOOLS, "tool_choice": {"type": "function", "function": {"name": "write_file"}}}
 
 
 EDIT_CASES = ("module", "synthetic", "patch", "prose")
@@ -96,14 +101,7 @@ def more_messages(case: str) -> tuple[list[dict], dict]:
     that copy little (a line-by-line explanation, tests, a story), so that the replay's figures are
     not one file's."""
     if case == "patch2":
-        path = "llama_cpp/server/cli.py"
-        call = {"id": "call_1", "type": "function", "function": {"name": "read_file",
-                                                                 "arguments": json.dumps({"path": path})}}
-        return [{"role": "user", "content": f"In {path}, rename `parse_model_from_args` to `model_from_args` "
-                                            "everywhere, then write the whole file back."},
-                {"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "call_1", "content": pinned_source("server/cli.py")}], \
-            {"tools": FILE_TOOLS, "tool_choice": {"type": "function", "function": {"name": "write_file"}}}
+        return read_then_write("server/cli.py", "rename `parse_model_from_args` to `model_from_args`")
     asks = {
         "docstrings": ("Add a one-line docstring to every function in this file. ", "server/__main__.py", True),
         "rename2": ("Rename the class `suppress_stdout_stderr` to `QuietOutput` everywhere in this file. ", "_utils.py", True),
