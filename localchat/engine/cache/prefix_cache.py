@@ -202,8 +202,10 @@ class PrefixCache:
         if moved is None:  # (the plain path: read all from n)
             return Placement(n, list(job.tokens[n:]))
         placed = Placement(n + sum(length for _, _, length in hits), pending + list(job.tokens[t:]), jumps, moved)
-        _log.info("prompt cache: %d cached tokens moved past %d new span(s) after %d; %d to read",
-                  placed.cached - n, len(hits), n, len(placed.pending))
+        where = ", ".join(f"cells {at}-{at + length - 1} to {jump.start}-{jump.end - 1}"
+                          for (at, _, length), jump in zip(hits, jumps))  # (scripts/cachecheck redoes the move from it)
+        _log.info("prompt cache: %d cached tokens moved past %d new span(s) after %d (%s); %d to read",
+                  placed.cached - n, len(hits), n, where, len(placed.pending))
         return placed
 
     def _apply_moves(self, seq: int, pos: int) -> bool:
