@@ -282,6 +282,8 @@ class Mover:
         import llama_cpp as C
         import numpy as np
 
+        from localchat.engine.llama.batch import Batch
+
         if self.model is None:
             C.llama_backend_init()
             self.model = C.llama_model_load_from_file(str(self.path).encode(), C.llama_model_default_params())
@@ -292,17 +294,14 @@ class Mover:
         params.n_threads = params.n_threads_batch = 2
         ctx = C.llama_init_from_model(self.model, params)
 
+        batch = Batch(512)
+
         def read(ids: list[int], at: int, seq: int = 0) -> np.ndarray:
             for s in range(0, len(ids), 512):
                 chunk = ids[s:s + 512]
-                batch = C.llama_batch_init(len(chunk), 0, 1)
                 for i, token in enumerate(chunk):
-                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, at + s + i, 1
-                    batch.seq_id[i][0], batch.logits[i] = seq, s + i == len(ids) - 1
-                batch.n_tokens = len(chunk)
-                ok = C.llama_decode(ctx, batch) == 0
-                C.llama_batch_free(batch)
-                if not ok:
+                    batch.set(i, token, at + s + i, seq, s + i == len(ids) - 1)
+                if batch.decode(ctx, len(chunk)) != 0:
                     raise RuntimeError("llama.cpp would not decode the moved cells' reference")
             logits = np.ctypeslib.as_array(C.llama_get_logits_ith(ctx, -1), shape=(vocab,)).astype(np.float64)
             return logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
@@ -334,6 +333,7 @@ class Mover:
                     logprobs = read([token], len(tokens) + i)
             return out
         finally:
+            batch.close()
             C.llama_free(ctx)
 
 
