@@ -47,6 +47,8 @@ RUNS = CACHE / "runs"  # each run's throw-away HOME and folder, removed once jud
 BIN = CACHE / "bin"  # first on the clients' PATH: rg
 # A tool call written as text (what a client would print instead of running it): a plain answer must have none.
 RAW_CALL = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"(?:arguments|parameters|input)"|</?tool_call>|<tools>')
+# the tool a call written as text names: in JSON, as <function name="…">, or as an element <tools><NAME …/>
+WRITTEN_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"|<function name="([^"]+)"|<tools>\s*<(?!function\b)([\w.-]+)')
 MARK = "localchat-acceptance-42"
 TASKS = {
     "plain": "Say hi.",
@@ -193,6 +195,7 @@ class Run:
     code: int = 0
     output: str = ""
     answer: str = ""  # the client's final text
+    said: str = ""  # all the text it showed, in every turn, a failed run's too (where its output has it)
     calls: list[str] = field(default_factory=list)  # the tools it ran, by name
     ran_mark: bool = False  # a tool result holds the echoed mark (tool case)
     refused: list[str] = field(default_factory=list)  # what the client said of a call it did not run
@@ -291,8 +294,9 @@ def classify(run: Run, log: str, declared: ToolSet) -> str:
         return f"server: HTTP {bad[0]}"
     if "cancelled while its prompt was read" in log:
         return "server: the client gave up while its prompt was read"
-    if RAW_CALL.search(run.answer):
-        written = re.findall(r'"name"\s*:\s*"([^"]+)"', run.answer)
+    shown = run.answer + "\n" + run.said
+    if RAW_CALL.search(shown):
+        written = [next(filter(None, m)) for m in WRITTEN_NAME.findall(shown)]
         if any(declared.resolve(name) for name in written) or not written:
             return "server: a call left as text"
         return f"model: a call to a tool the client does not declare ({written[0]})"
@@ -330,6 +334,8 @@ def claude(run: Run, timeout: float) -> None:
                 continue
             if e.get("type") == "assistant" and c.get("type") == "tool_use":
                 run.calls.append(c.get("name", "?"))
+            if e.get("type") == "assistant" and c.get("type") == "text":
+                run.said += str(c.get("text", "")) + "\n"
             if e.get("type") == "user" and c.get("type") == "tool_result":
                 body = text_of(c.get("content"))
                 run.ran_mark |= MARK in body and not c.get("is_error")
@@ -442,6 +448,7 @@ def cline(run: Run, timeout: float) -> None:
         if e.get("type") == "run_result":
             texts.append(str(e.get("text", "")))
     run.answer = texts[-1] if texts and run.code == 0 else ""
+    run.said = "\n".join(texts)
 
 
 # -- Continue cn ----------------------------------------------------------------------------------

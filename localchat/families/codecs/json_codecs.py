@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .shape import Shape, ShapeCodec
+from .shape import Shape, ShapeCodec, XmlArgs
 
 # A template with no tool syntax of its own: one JSON object listing the calls.
 GENERIC = ShapeCodec(
@@ -25,6 +25,10 @@ _HERMES_WRITTEN = (
     *(Shape(open=open_, close=close, call_open='<function name="', name_end="\" arguments='", call_close="'/>",
             separator="\n", marker=marker) for open_, close, marker in (("<tools>\n", "\n</tools>", '<tools> <function'),
                                                                         ("", "", ""))),
+    # the call as an XML element named after the tool, its arguments as attributes (Cline's prompt through the
+    # 1.5B): <tools>\n  <run_commands commands='["echo hi"]'/>\n</tools>
+    Shape(open="<tools>\n", close="\n</tools>", call_open="<", separator="\n", call_close="/>", marker="<tools> <",
+          xml=XmlArgs(" ", "='", "'", "", quoted=True)),
 )
 
 # Hermes 2 Pro / Qwen 2.5 / Qwen 3 / QwQ / SmolLM3 / Granite 4: JSON in <tool_call> tags.

@@ -228,7 +228,7 @@ class ShapeCodec(Codec):
     def loose_triggers(self, tools: Sequence[ToolSpec], options: GrammarOptions) -> list[tuple[str, str]]:
         """`{"name": "TOOL"` (any spacing), for each tool: the rest of the call object (its
         arguments under `arguments` or `parameters`), then at most the closing text of one of the
-        alternatives; then the output ends."""
+        alternatives; then the output ends. And the element alternatives' triggers (below)."""
         if not self.object_triggers or not self.shape.json_form:
             return []
         ws = "[ \\t\\n]{0,20}"
@@ -242,6 +242,22 @@ class ShapeCodec(Codec):
             quoted = json.dumps(tool.name, ensure_ascii=False)  # (`bash` for `Bash` too: the parser resolves it)
             name = f'"{names.spellings(tool.name)}"' if quoted == f'"{tool.name}"' else re.escape(quoted)
             out.append((r"\{\s*" + re.escape(json.dumps(self.shape.name_key)) + r"\s*:\s*" + name, grammar))
+        return out + self._element_triggers(tools, options)
+
+    def _element_triggers(self, tools: Sequence[ToolSpec], options: GrammarOptions) -> list[tuple[str, str]]:
+        """`<tools>` then `<TOOL` (any spacing), for an alternative that writes a call as an XML element
+        named after the tool: its arguments as attributes in single quotes, `/>`, at most its block's
+        closing text; then the output ends."""
+        out, names = [], ToolSet(tools)
+        for s in self.alternatives:
+            if s.xml is None or not s.xml.quoted or not s.open:
+                continue
+            tail = f" ( {fixed(s.close)} )?" if s.close else ""
+            for i, tool in enumerate(tools):
+                rules: dict[str, str] = {}
+                args = args_rule(s.xml, arguments_schema(tool.parameters), i, rules, [], options.max_bytes)
+                pattern = re.escape(s.open.strip()) + r"\s*" + re.escape(s.call_open) + f"(?:{names.spellings(tool.name)})"
+                out.append((pattern + r"(?=[\s/])", assemble(f"{args} {fixed(s.post)}{tail}", rules)))
         return out
 
     # -- reading ---------------------------------------------------------------------------

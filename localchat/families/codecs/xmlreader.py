@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
+from .jsonscan import JsonScanner
 from .pattern import FAIL, PARTIAL, held_back, match
 from .xmlargs import XmlArgs, is_text, typed
 
 MAX_KEY = 256
 CDATA = "<![CDATA["
+QUOTES = "'\""
+ATTRIBUTE_END = " \t\n/>"  # what may follow an attribute's closing quote
 
 
 class XmlArgsReader:
@@ -21,7 +25,10 @@ class XmlArgsReader:
         self.phase, self.count, self.key, self.raw = "key", 0, "", True
         self.schema: Any = None  # the current value's schema
         self.in_cdata = False  # the current value is in a CDATA section
+        self.quote = ""  # the quote the current value opened with (an attribute)
         self.key_stop = xml.key_close.strip().split("\n")[0] or xml.key_close
+        if xml.quoted:
+            self.key_stop = "="
         if xml.typed_key_close:  # (the text both closes start with)
             self.key_stop = os.path.commonprefix([self.key_stop, xml.typed_key_close.strip()]) or self.key_stop
 
@@ -32,8 +39,9 @@ class XmlArgsReader:
         while True:
             phase = self.phase
             if phase == "key":
-                if self.post and self.post.startswith(self.xml.key_open):  # (MiniMax M3: both `NS<`)
-                    end = match(self.post, buf, pos, final)
+                if self.post and (self.post.startswith(self.xml.key_open) or not self.xml.key_open.strip()):
+                    # (MiniMax M3: both `NS<`; attributes: a space opens a key, and may come before `/>`)
+                    end = match((" " if self.xml.quoted else "") + self.post, buf, pos, final)
                     if end == PARTIAL and not cut:
                         return out, pos, False
                     if end >= 0:
@@ -48,11 +56,26 @@ class XmlArgsReader:
                 return out + [self._close()], pos, True  # the call's closing text, or a repair
             if phase == "name":
                 at = buf.find(self.key_stop, pos)
+                if at < 0 and final and self.xml.quoted and not buf[pos:].strip():
+                    return out + [self._close()], pos, True  # (the output ended after a value: its `/>` missing)
                 if at < 0 or at - pos > MAX_KEY or "\n" in buf[pos:at]:
                     if at < 0 and len(buf) - pos <= MAX_KEY and "\n" not in buf[pos:] and not (final or cut):
                         return out, pos, False
                     return (out + [self._close()], pos, True) if cut else (out, pos, None)
                 self.key, pos, self.phase = buf[pos:at].strip(), at, "close-key"
+                if self.xml.quoted and not re.fullmatch(r"[\w.-]+", self.key):  # (an attribute's name, or no call)
+                    return (out + [self._close()], pos, True) if cut else (out, pos, None)
+            elif phase == "close-key" and self.xml.quoted:
+                at = match("= ", buf, pos, final)  # (any spacing after `=`)
+                if at == PARTIAL or (at >= 0 and at == len(buf) and not (final or cut)):
+                    return out, pos, False
+                if at < 0 or buf[at] not in QUOTES:
+                    return (out + [self._close()], pos, True) if cut else (out, pos, None)
+                self.schema, self.quote = self.props.get(self.key), buf[at]
+                self.raw = is_text(self.schema) or (self.schema is None and not self.strict)
+                out.append(("{" if not self.count else ", ") + json.dumps(self.key, ensure_ascii=False) + ": "
+                           + ('"' if self.raw else ""))
+                pos, self.phase, self.in_cdata = at + 1, "value", False
             elif phase == "close-key":
                 at = match(self.xml.key_close, buf, pos, final)
                 typed_at = match(self.xml.typed_key_close, buf, pos, final) if self.xml.typed_key_close else FAIL
@@ -96,11 +119,11 @@ class XmlArgsReader:
                 pos, self.phase = max(at, pos), "key"
 
     def _value(self, buf: str, pos: int, final: bool, out: list[str]) -> tuple[int, bool]:
-        closer = ("]]>" if self.in_cdata else "") + self.xml.close_for(self.key)
-        at = buf.find(closer, pos)
+        closer = self.quote if self.xml.quoted else ("]]>" if self.in_cdata else "") + self.xml.close_for(self.key)
+        at = self._attribute_end(buf, pos, final) if self.xml.quoted else buf.find(closer, pos)
         if at < 0 and not final:
             if self.raw:  # stream what cannot be the closing tag
-                safe = len(buf) - held_back(buf[pos:], (closer,))
+                safe = len(buf) - (buf[pos:].endswith(closer) if self.xml.quoted else held_back(buf[pos:], (closer,)))
                 if self.xml.newline and safe > pos and buf[safe - 1] == "\n":
                     safe -= 1
                 out.append(json.dumps(buf[pos:safe], ensure_ascii=False)[1:-1]) if safe > pos else None
@@ -118,6 +141,26 @@ class XmlArgsReader:
         self.count += 1
         self.phase = "after"
         return (end + len(closer) if at >= 0 else end), True
+
+    def _attribute_end(self, buf: str, pos: int, final: bool) -> int:
+        """Where an attribute's closing quote is (-1: not yet written, or not yet known): a JSON
+        value's own end first (its strings may hold the quote), else the first quote followed by
+        a space, `/` or `>`."""
+        start = pos
+        if not self.raw:
+            end = JsonScanner().feed(buf[pos:])
+            if end is None and not final:
+                return -1
+            start = pos + end if end is not None and buf.startswith(self.quote, pos + end) else pos
+        at = buf.find(self.quote, start)
+        while at >= 0:
+            after = buf[at + 1:at + 2]
+            if after and after in ATTRIBUTE_END:
+                return at
+            if not after:
+                return at if final else -1
+            at = buf.find(self.quote, at + 1)
+        return -1
 
     def _close(self) -> str:
         self.phase = "done"
