@@ -25,6 +25,10 @@ CASES = [
                                                                              "declare (TaskStop)"),
     ('{"name": "bash", "arguments": {"command": "ls"}}', "", "server: a call left as text"),
     ('<tools>\n  <function name="Bash" arguments=\'{"command": "ls"}\'/>\n</tools>', "", "server: a call left as text"),
+    # Qwen Code through the 1.5B (scripts/acceptance, qwen, tool): Qwen3-Coder's syntax, which the Hermes reader
+    # does not read yet
+    ("<function=run_commands>\n<parameter=command>\necho localchat-acceptance-42\n</parameter>\n</function>", "",
+     "server: a call left as text"),
     ("", "Hello!", "model: no answer"),
 ]
 

@@ -46,9 +46,11 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "localc
 RUNS = CACHE / "runs"  # each run's throw-away HOME and folder, removed once judged
 BIN = CACHE / "bin"  # first on the clients' PATH: rg
 # A tool call written as text (what a client would print instead of running it): a plain answer must have none.
-RAW_CALL = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"(?:arguments|parameters|input)"|</?tool_call>|<tools>')
-# the tool a call written as text names: in JSON, as <function name="…">, or as an element <tools><NAME …/>
-WRITTEN_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"|<function name="([^"]+)"|<tools>\s*<(?!function\b)([\w.-]+)')
+RAW_CALL = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"(?:arguments|parameters|input)"|</?tool_call>|<tools>|<function=')
+# the tool a call written as text names: in JSON, as <function name="…">, as an element <tools><NAME …/>, or in
+# Qwen3-Coder's syntax, <function=NAME>
+WRITTEN_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"|<function name="([^"]+)"|<tools>\s*<(?!function\b)([\w.-]+)'
+                          r'|<function=([\w.-]+)>')
 MARK = "localchat-acceptance-42"
 TASKS = {
     "plain": "Say hi.",
