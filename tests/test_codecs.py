@@ -521,6 +521,14 @@ WRITTEN = [
     ('<function name="shell" arguments=\'{"command": "ls"}\'/>', ("", "", [("shell", {"command": "ls"})])),
     ('<function name="nope" arguments=\'{"command": "ls"}\'/>',
      ('<function name="nope" arguments=\'{"command": "ls"}\'/>', "", [])),
+    # Qwen Code's `run_shell_command` as the 1.5B wrote it: Qwen3-Coder's syntax without <tool_call> (recorded:
+    # scripts/acceptance, qwen, tool)
+    ('<function=shell>\n<parameter=command>\necho localchat-acceptance-42\n</parameter>\n</function>',
+     ("", "", [("shell", ECHO)])),
+    ('Running it.\n<function=exec_command>\n<parameter=cmd>\nls\n</parameter>\n<parameter=workdir>\n/tmp/w\n'
+     '</parameter>\n</function>\nDone.', ("Running it.Done.", "", [("exec_command", {"cmd": "ls", "workdir": "/tmp/w"})])),
+    ('<function=nope>\n<parameter=a>\n1\n</parameter>\n</function>',
+     ('<function=nope>\n<parameter=a>\n1\n</parameter>\n</function>', "", [])),
     ('Code: function f() { return {a: 1}; }', ('Code: function f() { return {a: 1}; }', "", [])),
     ('A schema: {"type": "object"} and {"function": "f"}', ('A schema: {"type": "object"} and {"function": "f"}', "", [])),
 
@@ -618,17 +626,20 @@ def test_a_call_written_as_an_element_named_after_the_tool_is_read(text: str, ex
 
 
 @pytest.mark.fast
-def test_a_call_begun_as_an_element_named_after_the_tool_is_forced_valid():
-    """`<tools>` then `<TOOL` (any spacing, the name in any case) starts a grammar that forces the
-    rest of that call as attributes, `/>` and at most `</tools>`: every sentence it allows parses
-    into one call whose arguments validate, after the text before it."""
+@pytest.mark.parametrize("opening, after", [("<tools>\n  <{}", " "), ("<function={}", ">")], ids=["element", "qwen3"])
+def test_a_call_begun_as_an_element_named_after_the_tool_is_forced_valid(opening: str, after: str):
+    """`<tools>` then `<TOOL` (any spacing, the name in any case), or Qwen3-Coder's `<function=TOOL>`,
+    starts a grammar that forces the rest of that call (attributes, `/>` and at most `</tools>`; its
+    parameter elements and `</function>`): every sentence it allows parses into one call whose
+    arguments validate, after the text before it."""
     tools = [*CLINE_TOOLS, ToolSpec("get_weather", parameters=WEATHER), ToolSpec("Agent", parameters={"type": "object"})]
-    loose = [t for t in FAMILIES["chatml"].codec.loose_triggers(tools, GrammarOptions(lazy=True)) if t[0].startswith("<")]
+    loose = [t for t in FAMILIES["chatml"].codec.loose_triggers(tools, GrammarOptions(lazy=True))
+             if t[0].startswith(re.escape(opening[:6]))]
     assert len(loose) == len(tools)
     rng = random.Random(5)
     for tool, (pattern, grammar) in zip(tools, loose):
-        begun = f"<tools>\n  <{tool.name.upper()}"
-        assert re.match(pattern, begun + " ") and not re.match(pattern, begun + "x ")
+        begun = opening.format(tool.name.upper()) + after.strip()
+        assert re.match(pattern, begun + " ") and not re.match(pattern, opening.format(tool.name + "x") + after)
         validate(grammar)
         sentences = Grammar(grammar)
         for i in range(10):

@@ -29,6 +29,10 @@ _HERMES_WRITTEN = (
     # 1.5B): <tools>\n  <run_commands commands='["echo hi"]'/>\n</tools>
     Shape(open="<tools>\n", close="\n</tools>", call_open="<", separator="\n", call_close="/>", marker="<tools> <",
           xml=XmlArgs(" ", "='", "'", "", quoted=True)),
+    # Qwen3-Coder's call without its <tool_call> (Qwen Code's prompt through the 1.5B):
+    # <function=run_shell_command>\n<parameter=command>\necho hi\n</parameter>\n</function>
+    Shape(call_open="<function=", name_end=">\n", call_close="</function>", separator="\n",
+          xml=XmlArgs("<parameter=", ">", "</parameter>", "\n", newline=True)),
 )
 
 # Hermes 2 Pro / Qwen 2.5 / Qwen 3 / QwQ / SmolLM3 / Granite 4: JSON in <tool_call> tags.

@@ -245,19 +245,23 @@ class ShapeCodec(Codec):
         return out + self._element_triggers(tools, options)
 
     def _element_triggers(self, tools: Sequence[ToolSpec], options: GrammarOptions) -> list[tuple[str, str]]:
-        """`<tools>` then `<TOOL` (any spacing), for an alternative that writes a call as an XML element
-        named after the tool: its arguments as attributes in single quotes, `/>`, at most its block's
-        closing text; then the output ends."""
+        """For an alternative whose arguments are XML elements or attributes, the text that opens a call to
+        TOOL (`<tools>` then `<TOOL` and a space; `<function=TOOL>`): the rest of that call (attributes in
+        single quotes; elements), its closing text, at most its block's; then the output ends."""
         out, names = [], ToolSet(tools)
         for s in self.alternatives:
-            if s.xml is None or not s.xml.quoted or not s.open:
+            if s.xml is None:
                 continue
+            stop = s.mids[0].split("\n")[0]  # (the fixed text right after the name: `>`; none: a space)
+            head = (re.escape(s.open.strip()) + r"\s*" if s.open.strip() else "") + re.escape(s.call_open)
+            ahead = re.escape(stop) if stop else r"(?=[\s/])"
+            lead = f"{fixed(s.mids[0][len(stop):])} " if s.mids[0][len(stop):] else ""
             tail = f" ( {fixed(s.close)} )?" if s.close else ""
             for i, tool in enumerate(tools):
                 rules: dict[str, str] = {}
                 args = args_rule(s.xml, arguments_schema(tool.parameters), i, rules, [], options.max_bytes)
-                pattern = re.escape(s.open.strip()) + r"\s*" + re.escape(s.call_open) + f"(?:{names.spellings(tool.name)})"
-                out.append((pattern + r"(?=[\s/])", assemble(f"{args} {fixed(s.post)}{tail}", rules)))
+                out.append((head + f"(?:{names.spellings(tool.name)})" + ahead,
+                            assemble(f"{lead}{args} {fixed(s.post)}{tail}", rules)))
         return out
 
     # -- reading ---------------------------------------------------------------------------

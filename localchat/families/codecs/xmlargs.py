@@ -28,10 +28,10 @@ class XmlArgs:
     newline: bool = False  # the value sits on lines of its own: "\n" VALUE "\n"
     typed_key_close: str = ""  # key_close for a typed (JSON) value, where the syntax tells them apart
     cdata: bool = False  # a value holding <, & or a newline is written in <![CDATA[…]]> (MiniCPM 5)
+    # (DeepSeek's DSML: `" string="true">` before raw text, `" string="false">` before JSON)
     # an XML attribute, `KEY='VALUE'`: read with either quote after `=` (any spacing), a JSON value to its end,
     # then the same quote; a text value to that quote before a space, `/` or `>` (the grammar writes `'`)
     quoted: bool = False
-    # (DeepSeek's DSML: `" string="true">` before raw text, `" string="false">` before JSON)
 
     def close_for(self, key: str) -> str:
         """The text that closes this key's value (MiniMax M3's `</KEY>`)."""
