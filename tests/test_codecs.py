@@ -626,6 +626,19 @@ def test_a_call_written_as_an_element_named_after_the_tool_is_read(text: str, ex
 
 
 @pytest.mark.fast
+def test_a_long_json_attribute_is_scanned_once_as_it_streams(monkeypatch: pytest.MonkeyPatch):
+    """An attribute's JSON value arriving a character at a time is scanned once, not again on each
+    piece (27k characters took 20 s that way)."""
+    from localchat.families.codecs import jsonscan
+    seen, char = [0], jsonscan.JsonScanner._char
+    monkeypatch.setattr(jsonscan.JsonScanner, "_char", lambda self, c, at: (seen.__setitem__(0, seen[0] + 1), char(self, c, at)))
+    commands = [f"echo line {i}" for i in range(300)]
+    text = f"<tools>\n  <run_commands commands='{json.dumps(commands)}'/>\n</tools>"
+    assert split("chatml", text, tools=CLINE_TOOLS, chunks=1) == ("", "", [("run_commands", {"commands": commands})])
+    assert seen[0] <= 2 * len(text), seen[0]
+
+
+@pytest.mark.fast
 @pytest.mark.parametrize("opening, after", [("<tools>\n  <{}", " "), ("<function={}", ">")], ids=["element", "qwen3"])
 def test_a_call_begun_as_an_element_named_after_the_tool_is_forced_valid(opening: str, after: str):
     """`<tools>` then `<TOOL` (any spacing, the name in any case), or Qwen3-Coder's `<function=TOOL>`,

@@ -26,6 +26,7 @@ class XmlArgsReader:
         self.schema: Any = None  # the current value's schema
         self.in_cdata = False  # the current value is in a CDATA section
         self.quote = ""  # the quote the current value opened with (an attribute)
+        self.scan: JsonScanner | None = None  # an attribute's JSON value, scanned as it comes
         self.key_stop = xml.key_close.strip().split("\n")[0] or xml.key_close
         if xml.quoted:
             self.key_stop = "="
@@ -75,7 +76,7 @@ class XmlArgsReader:
                 self.raw = is_text(self.schema) or (self.schema is None and not self.strict)
                 out.append(("{" if not self.count else ", ") + json.dumps(self.key, ensure_ascii=False) + ": "
                            + ('"' if self.raw else ""))
-                pos, self.phase, self.in_cdata = at + 1, "value", False
+                pos, self.phase, self.in_cdata, self.scan = at + 1, "value", False, JsonScanner()
             elif phase == "close-key":
                 at = match(self.xml.key_close, buf, pos, final)
                 typed_at = match(self.xml.typed_key_close, buf, pos, final) if self.xml.typed_key_close else FAIL
@@ -147,8 +148,8 @@ class XmlArgsReader:
         value's own end first (its strings may hold the quote), else the first quote followed by
         a space, `/` or `>`."""
         start = pos
-        if not self.raw:
-            end = JsonScanner().feed(buf[pos:])
+        if not self.raw and self.scan is not None:
+            end = self.scan.end if self.scan.end is not None else self.scan.feed(buf[pos + self.scan.seen:])
             if end is None and not final:
                 return -1
             start = pos + end if end is not None and buf.startswith(self.quote, pos + end) else pos
