@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from conftest import Server, same_greedy_tokens
-from localchat.engine.cache.prompt_store import MAGIC, RESTORE_MIN, SAVE_MIN, BadFile, PromptStore, read_file, write_file
+from localchat.engine.cache.prompt_store import (MAGIC, RESTORE_MIN, SAVE_MIN, BadFile, Entry, PromptStore, read_file,
+                                                 write_file)
 
 MODEL = "tiny-chatml"
 # A prompt of well over SAVE_MIN tokens (the tiny models' vocabulary spells most words letter by letter).
@@ -88,6 +89,35 @@ def test_the_folder_never_holds_more_than_the_limit_even_while_a_file_is_written
     assert len(s.entries) == 3 and max(sizes) <= s.limit
     s._write(np.full(10, 99, dtype=np.int32), bytearray(s.limit))  # larger than the limit: not written
     assert len(s.entries) == 3 and len(list(folder.rglob("*.kv"))) == 3
+    s.close()
+
+
+@pytest.mark.fast
+def test_a_save_is_found_and_restored_before_the_writer_has_written_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The next turn can come before the writer thread is done (CI, a loaded machine: a session's
+    cells saved as a side request took its slot, then its next turn read everything again): the
+    copy in memory is found and restored meanwhile, and the written file after."""
+    import threading
+
+    import localchat.engine.cache.prompt_store as P
+
+    s = store(tmp_path)
+    go, real = threading.Event(), P.write_file
+    monkeypatch.setattr(P, "copy_state", lambda ctx, seq: bytearray(b"cells" * 100))
+    monkeypatch.setattr(P, "write_file", lambda *a: (go.wait(30), real(*a))[1])
+    put: list[bytes] = []
+    monkeypatch.setattr(P, "put_state", lambda ctx, seq, state: put.append(bytes(state)) or True)
+    tokens = list(range(300))
+    assert s.save(None, 0, tokens)
+    hit = s.best([*tokens, 7])
+    assert hit is not None and hit[1] == 300 and not s.entries  # found, not yet written
+    assert s.restore(hit[0], None, 0) == tokens and put == [b"cells" * 100]
+    assert s.saved_prefix(tokens) == 300  # (so the same cells are not queued again)
+    go.set()
+    s.flush()
+    assert len(s.entries) == 1 and not s._pending
+    entry, n = s.best(tokens)
+    assert n == 300 and entry.state is None and s._read_state(entry) == bytearray(b"cells" * 100)
     s.close()
 
 
@@ -218,7 +248,8 @@ def test_a_failed_save_leaves_no_file_and_is_said_once(tmp_path: Path, monkeypat
     monkeypatch.setattr(os, "fsync", full)
     with caplog.at_level(logging.WARNING, logger="localchat.engine"):
         for k in range(2):
-            s._queue.put((np.full(200, k, dtype=np.int32), bytearray(5000)))
+            tokens = np.full(200, k, dtype=np.int32)
+            s._queue.put(Entry(s._path_for(tokens), tokens, 0, 0.0, bytearray(5000)))
             s.flush()
     said = [r.getMessage() for r in caplog.records if "could not save" in r.getMessage()]
     assert len(said) == 2 and all("No space left on device" in m for m in said), said

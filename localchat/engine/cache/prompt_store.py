@@ -4,10 +4,11 @@ When a request leaves a slot holding at least `SAVE_MIN` tokens more than any sa
 with it (an agent's first 10k-token prompt, a chat grown by that much), or a slot holding at least
 `SPARE_MIN` tokens more is given to another prompt (prefix_cache.py's `_spare`), the scheduler
 copies the sequence's state out of llama.cpp (`llama_state_seq_get_data`, a memory copy) and a
-writer thread puts it in a file of its own under the cache folder. A later request whose prompt shares
-at least `RESTORE_MIN` tokens more with an entry than with its slot's own cache has that entry's
-cells put back into the slot (`llama_state_seq_set_data`) and reads only the rest: after a
-restart, an unload, or when the slot was given to other work. The OS page cache keeps recent
+writer thread puts it in a file of its own under the cache folder; until it is written, the copy in
+memory is found and restored (a turn that comes before the writer is done loses nothing). A later
+request whose prompt shares at least `RESTORE_MIN` tokens more with an entry than with its slot's
+own cache has that entry's cells put back into the slot (`llama_state_seq_set_data`) and reads
+only the rest: after a restart, an unload, or when the slot was given to other work. The OS page cache keeps recent
 entries in RAM; `limit_bytes` bounds the whole cache folder, every model's entries together (the
 least recently used go first, whichever model's; a model file replaced or deleted leaves entries
 nobody restores, and they go too), and an entry whose tokens are a prefix of a newer one's is
@@ -39,7 +40,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_cpp as C
@@ -65,6 +66,8 @@ class Entry:
     tokens: np.ndarray  # int32
     size: int  # bytes of the file
     used: float  # last saved or restored (time.time), for LRU
+    # the cells as copied out, while the writer has yet to write them (a save just made): restored from memory
+    state: bytearray | None = field(default=None, repr=False, compare=False)
 
 
 class BadFile(ValueError):
@@ -195,6 +198,7 @@ class PromptStore:
         self.folder = folder / self.key
         self.limit = limit_bytes
         self.entries: list[Entry] = []
+        self._pending: list[Entry] = []  # saves copied out, not yet written (found and restored all the same)
         self.evicted: deque[np.ndarray] = deque(maxlen=REMEMBERED)  # the tokens of entries evicted lately
         self.stale: list[np.ndarray] = []  # tokens of prompts saved for another version of this model file
         self._lock = threading.Lock()
@@ -255,7 +259,8 @@ class PromptStore:
         at most `room` tokens: a slot made smaller since cannot take a longer one)."""
         want = np.asarray(tokens, dtype=np.int32)
         with self._lock:
-            scored = [(common(e.tokens, want), e) for e in self.entries if room is None or len(e.tokens) <= room]
+            scored = [(common(e.tokens, want), e) for e in self.entries + self._pending
+                      if room is None or len(e.tokens) <= room]
         if not scored:
             return None
         n, entry = max(scored, key=lambda s: s[0])
@@ -266,7 +271,7 @@ class PromptStore:
         the file is gone or fails its checks (then it is said in the log, deleted and the
         sequence left empty)."""
         try:
-            state = self._load(entry)
+            state = entry.state if entry.state is not None else self._load(entry)
             if not put_state(ctx, seq_id, state):
                 raise BadFile("llama.cpp would not take its cells (no room)")
         except (OSError, BadFile) as exc:
@@ -293,17 +298,31 @@ class PromptStore:
 
     def save(self, ctx: int, seq_id: int, tokens: list[int]) -> bool:
         """Copy the sequence's state out now (it changes with the next request); the writer
-        thread writes it. False when the writer is behind (the save is skipped)."""
+        thread writes it, and until then it is found and restored from memory. False when the
+        writer is behind (the save is skipped)."""
         if self._queue.full():
             return False
         state = copy_state(ctx, seq_id)
         if state is None:
             return False
+        want = np.asarray(tokens, dtype=np.int32)
+        pending = Entry(self._path_for(want), want, 0, time.time(), state)
+        with self._lock:
+            self._pending.append(pending)
         try:
-            self._queue.put_nowait((np.asarray(tokens, dtype=np.int32), state))
+            self._queue.put_nowait(pending)
         except queue.Full:
+            self._settled(pending)
             return False
         return True
+
+    def _settled(self, pending: Entry, written: Entry | None = None) -> None:
+        """A save leaves the pending list, for its written entry (in one step: a search finds it in one list or
+        the other) or for none."""
+        with self._lock:
+            self._pending = [e for e in self._pending if e is not pending]
+            if written is not None:
+                self.entries.append(written)
 
     def flush(self) -> None:
         """Wait until every copied state is on disk (an unload, a shutdown)."""
@@ -320,19 +339,23 @@ class PromptStore:
             try:
                 if item is None:
                     return
-                self._write(*item)
+                self._write(item.tokens, item.state, item)
             except Exception as exc:  # noqa: BLE001 - a full disk loses a cache entry, nothing else
                 _log.warning("prompt cache: could not save a prompt: %s", exc)
             finally:
+                if item is not None:
+                    self._settled(item)  # (a no-op once written)
                 self._queue.task_done()
 
-    def _write(self, tokens: np.ndarray, state: bytearray) -> None:
+    def _path_for(self, tokens: np.ndarray) -> Path:
+        return self.folder / f"{hashlib.sha256(tokens.tobytes()).hexdigest()[:32]}.kv"
+
+    def _write(self, tokens: np.ndarray, state: bytearray, pending: Entry | None = None) -> None:
         """Make room first, then write: the entries the new one supersedes (its prefixes) and the least
         recently used go until the folder and the new file fit the limit, so the folder never holds
         more than the limit, even while a file is written (a file larger than the limit is not
         written)."""
-        name = hashlib.sha256(tokens.tobytes()).hexdigest()[:32]
-        path = self.folder / f"{name}.kv"
+        path = self._path_for(tokens)
         header = header_of(self.key, tokens, state)
         need = len(MAGIC) + len(header) + 4 * len(tokens) + len(state)  # the file's size
         if need > self.limit:
@@ -371,9 +394,7 @@ class PromptStore:
         self.folder.mkdir(parents=True, exist_ok=True)  # (another model's store removes folders it empties)
         self._name_folder()
         write_file(path, self.key, tokens, state, header)
-        entry = Entry(path, tokens, path.stat().st_size, time.time())
-        with self._lock:
-            self.entries.append(entry)
+        self._settled(pending, Entry(path, tokens, path.stat().st_size, time.time()))
 
     def _others(self) -> list[tuple[Path, int, float]]:
         """Other model files' saved prompts in the cache folder: each file, its size and its time."""
@@ -422,4 +443,5 @@ class PromptStore:
     def _drop(self, entry: Entry) -> None:
         with self._lock:
             self.entries = [e for e in self.entries if e is not entry]
+            self._pending = [e for e in self._pending if e is not entry]
         entry.path.unlink(missing_ok=True)
