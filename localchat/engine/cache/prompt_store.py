@@ -7,12 +7,12 @@ copies the sequence's state out of llama.cpp (`llama_state_seq_get_data`, a memo
 writer thread puts it in a file of its own under the cache folder; until it is written, the copy in
 memory is found and restored (a turn that comes before the writer is done loses nothing). A later
 request whose prompt shares at least `RESTORE_MIN` tokens more with an entry than with its slot's
-own cache has that entry's cells put back into the slot (`llama_state_seq_set_data`) and reads
-only the rest: after a restart, an unload, or when the slot was given to other work. The OS page cache keeps recent
-entries in RAM; `limit_bytes` bounds the whole cache folder, every model's entries together (the
-least recently used go first, whichever model's; a model file replaced or deleted leaves entries
-nobody restores, and they go too), and an entry whose tokens are a prefix of a newer one's is
-dropped as superseded.
+own cache has that entry's cells put back into the slot (`llama_state_seq_set_data`) and reads only
+the rest: after a restart, an unload, or when the slot was given to other work. The OS page cache
+keeps recent entries in RAM; `limit_bytes` bounds the whole cache folder, every model's entries
+together (the least recently used go first, whichever model's; a model file replaced or deleted
+leaves entries nobody restores, and they go too), and an entry whose tokens are a prefix of a newer
+one's is dropped as superseded.
 
 A file is: MAGIC, one JSON line (the model's key, token count, state bytes, a CRC-32 of the
 tokens and the state together), the tokens (int32), the state (`write_file`, `read_file`: the one

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .shape import Shape, ShapeCodec, XmlArgs
+from .xmlargs import QWEN3_PARAMETERS
 
 # A template with no tool syntax of its own: one JSON object listing the calls.
 GENERIC = ShapeCodec(
@@ -31,8 +32,7 @@ _HERMES_WRITTEN = (
           xml=XmlArgs(" ", "='", "'", "", quoted=True)),
     # Qwen3-Coder's call without its <tool_call> (Qwen Code's prompt through the 1.5B):
     # <function=run_shell_command>\n<parameter=command>\necho hi\n</parameter>\n</function>
-    Shape(call_open="<function=", name_end=">\n", call_close="</function>", separator="\n",
-          xml=XmlArgs("<parameter=", ">", "</parameter>", "\n", newline=True)),
+    Shape(call_open="<function=", name_end=">\n", call_close="</function>", separator="\n", xml=QWEN3_PARAMETERS),
 )
 
 # Hermes 2 Pro / Qwen 2.5 / Qwen 3 / QwQ / SmolLM3 / Granite 4: JSON in <tool_call> tags.

@@ -253,9 +253,10 @@ class ShapeCodec(Codec):
             if s.xml is None:
                 continue
             stop = s.mids[0].split("\n")[0]  # (the fixed text right after the name: `>`; none: a space)
+            rest = s.mids[0][len(stop):]  # (then, before the arguments: Qwen3-Coder's newline)
             head = (re.escape(s.open.strip()) + r"\s*" if s.open.strip() else "") + re.escape(s.call_open)
             ahead = re.escape(stop) if stop else r"(?=[\s/])"
-            lead = f"{fixed(s.mids[0][len(stop):])} " if s.mids[0][len(stop):] else ""
+            lead = f"{fixed(rest)} " if rest else ""
             tail = f" ( {fixed(s.close)} )?" if s.close else ""
             for i, tool in enumerate(tools):
                 rules: dict[str, str] = {}

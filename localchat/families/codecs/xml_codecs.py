@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from .shape import Shape, ShapeCodec
-from .xmlargs import XmlArgs
+from .xmlargs import QWEN3_PARAMETERS, XmlArgs
 
 # Qwen3-Coder, Qwen 3.5, Nemotron 3 Nano, StepFun 3.5.
 QWEN_XML = ShapeCodec(
     "qwen3-coder-xml",
     Shape(call_open="<tool_call>\n<function=", name_end=">\n", call_close="</function>\n</tool_call>", separator="\n",
-          xml=XmlArgs("<parameter=", ">", "</parameter>", "\n", newline=True)),
+          xml=QWEN3_PARAMETERS),
     trigger="<tool_call>",
     instructions=("# Tools\n\nYou have access to the following functions:\n\n<tools>\n{tools}\n</tools>\n\n"
                   "If you choose to call a function ONLY reply in the following format with NO suffix:\n\n"

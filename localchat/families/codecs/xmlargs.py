@@ -46,6 +46,9 @@ class XmlArgs:
         return self.key_close if text or not self.typed_key_close else self.typed_key_close
 
 
+# Qwen3-Coder's arguments: `<parameter=KEY>\nVALUE\n</parameter>`, a parameter a line
+QWEN3_PARAMETERS = XmlArgs("<parameter=", ">", "</parameter>", "\n", newline=True)
+
 def is_text(schema: Any) -> bool:
     """Whether a value for this schema is written as raw text (the schema allows a string)."""
     if not isinstance(schema, dict):

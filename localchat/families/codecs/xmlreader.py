@@ -26,7 +26,7 @@ class XmlArgsReader:
         self.schema: Any = None  # the current value's schema
         self.in_cdata = False  # the current value is in a CDATA section
         self.quote = ""  # the quote the current value opened with (an attribute)
-        self.scan: JsonScanner | None = None  # an attribute's JSON value, scanned as it comes
+        self.scan = JsonScanner()  # an attribute's JSON value, scanned as it comes
         self.key_stop = xml.key_close.strip().split("\n")[0] or xml.key_close
         if xml.quoted:
             self.key_stop = "="
@@ -148,7 +148,7 @@ class XmlArgsReader:
         value's own end first (its strings may hold the quote), else the first quote followed by
         a space, `/` or `>`."""
         start = pos
-        if not self.raw and self.scan is not None:
+        if not self.raw:
             end = self.scan.end if self.scan.end is not None else self.scan.feed(buf[pos + self.scan.seen:])
             if end is None and not final:
                 return -1
